@@ -1,0 +1,148 @@
+"""Request model: the attributes of TensorRT-LLM's ``LlmRequest`` that KV cache manager V2 reads.
+
+Stands for ``tensorrt_llm.bindings.internal.batch_manager.LlmRequest`` (C++ class with Python ``py_*``
+extras, ``tensorrt_llm/_torch/pyexecutor/llm_request.py``) as used by
+``kv_cache/kv_cache_manager_v2.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412 and
+``scheduler/scheduler_v2.py`` @ 00746ef9992943a9bb604dbf1ecf00c64af58c32. Only attributes those files
+read are modelled; names are the real ones so the instrumentation can read both the same way.
+
+The model never holds tokens. A prompt is described by its length and by ``block_keys``: the chained
+keys of its FULL engine blocks (what the real radix tree derives from the token ids), supplied by the
+workload. No per-token work happens anywhere in the model.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class LlmRequestState(str, Enum):
+    """Subset of the real ``LlmRequestState`` that the V2 scheduler branches on."""
+
+    UNKNOWN = "unknown"
+    CONTEXT_INIT = "context_init"
+    DISAGG_GENERATION_INIT = "disagg_generation_init"
+    GENERATION_IN_PROGRESS = "generation_in_progress"
+    GENERATION_TO_COMPLETE = "generation_to_complete"
+    GENERATION_COMPLETE = "generation_complete"
+
+
+class LlmRequestModel:
+    """One request as the KV cache manager and scheduler see it.
+
+    Real attributes (same names and meaning as ``LlmRequest``):
+      ``py_request_id`` / ``request_id``, ``prompt_len``, ``max_new_tokens``, ``state``,
+      ``context_current_position`` (tokens of the prompt already computed or reused),
+      ``context_chunk_size`` (tokens scheduled this iteration), ``py_draft_tokens`` (draft tokens
+      proposed for the next step), ``max_draft_len``, ``py_lora_task_id``,
+      ``py_ctx_pre_resize_cap`` (capacity before the last ``resize_context``; None when not resized),
+      ``py_num_accepted_draft_tokens`` and ``py_rewind_len`` (set by the sampler under MTP).
+
+    Model-only attributes:
+      ``block_keys``: chained keys of the prompt's full engine blocks (tokens_per_block tokens each);
+      ``arrival_s``: arrival time in simulated seconds; ``num_generated_tokens``: tokens produced so
+      far; ``output_len``: tokens to generate before the request finishes.
+
+    Args:
+        request_id: unique id (also ``py_request_id``).
+        prompt_len: prompt length in tokens (> 0).
+        output_len: tokens to generate (>= 1); also the default ``max_new_tokens``.
+        block_keys: chained keys of the prompt's full blocks; at most prompt_len // tokens_per_block
+            of them are meaningful (checked by the manager that uses them).
+        max_draft_len: draft tokens proposed per generation step (0 without speculation).
+        arrival_s: arrival time in simulated seconds.
+        lora_task_id: LoRA task id (None: base model); part of the reuse scope.
+    """
+
+    def __init__(
+        self,
+        request_id: int,
+        prompt_len: int,
+        output_len: int,
+        block_keys: tuple[int, ...] | list[int] = (),
+        *,
+        max_draft_len: int = 0,
+        arrival_s: float = 0.0,
+        lora_task_id: int | None = None,
+        max_new_tokens: int | None = None,
+    ) -> None:
+        if prompt_len <= 0:
+            raise ValueError(f"prompt_len must be > 0, got {prompt_len}")
+        if output_len < 1:
+            raise ValueError(f"output_len must be >= 1, got {output_len}")
+        if max_draft_len < 0:
+            raise ValueError(f"max_draft_len must be >= 0, got {max_draft_len}")
+        self.py_request_id = request_id
+        self.request_id = request_id
+        self.prompt_len = prompt_len
+        self.output_len = output_len
+        self.max_new_tokens = output_len if max_new_tokens is None else max_new_tokens
+        self.block_keys: list[int] = list(block_keys)
+        self.max_draft_len = max_draft_len
+        self.arrival_s = arrival_s
+        self.py_lora_task_id = lora_task_id
+        self.state = LlmRequestState.CONTEXT_INIT
+        self.context_current_position = 0
+        self.context_chunk_size = 0
+        self.num_generated_tokens = 0
+        # Draft tokens proposed for the coming generation step (values are irrelevant to the model;
+        # only their count is read). MTP proposes max_draft_len after the first generated token.
+        self.py_draft_tokens: list[int] = []
+        self.py_ctx_pre_resize_cap: int | None = None
+        self.py_num_accepted_draft_tokens = 0
+        self.py_rewind_len = 0
+        self.py_is_dummy = False
+        self.is_dummy = False
+
+    # --- state predicates (real names) ---------------------------------------------------------
+    @property
+    def is_context_init_state(self) -> bool:
+        return self.state == LlmRequestState.CONTEXT_INIT
+
+    @property
+    def is_generation_in_progress_state(self) -> bool:
+        return self.state == LlmRequestState.GENERATION_IN_PROGRESS
+
+    @property
+    def is_disagg_generation_init_state(self) -> bool:
+        return self.state == LlmRequestState.DISAGG_GENERATION_INIT
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state == LlmRequestState.GENERATION_COMPLETE
+
+    # --- context chunking (real names) ---------------------------------------------------------
+    @property
+    def context_remaining_length(self) -> int:
+        """Prompt tokens not yet computed (from the current position)."""
+        return self.prompt_len - self.context_current_position
+
+    @property
+    def is_first_context_chunk(self) -> bool:
+        return self.context_current_position == 0
+
+    @property
+    def is_last_context_chunk(self) -> bool:
+        return self.context_current_position + self.context_chunk_size >= self.prompt_len
+
+    def move_to_next_context_chunk(self) -> None:
+        """Advance the context cursor by the scheduled chunk (what the real request does after a
+        forward step)."""
+        self.context_current_position += self.context_chunk_size
+        self.context_chunk_size = 0
+
+    # --- tokens -------------------------------------------------------------------------------
+    @property
+    def num_draft_tokens(self) -> int:
+        return len(self.py_draft_tokens)
+
+    def get_num_tokens(self, beam: int = 0) -> int:
+        """Tokens in the sequence: prompt plus generated tokens (beam width is always 1 in V2)."""
+        return self.prompt_len + self.num_generated_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"LlmRequestModel(id={self.py_request_id}, prompt_len={self.prompt_len}, "
+            f"state={self.state.name}, pos={self.context_current_position}, "
+            f"gen={self.num_generated_tokens}/{self.output_len})"
+        )
