@@ -1,0 +1,277 @@
+"""EngineConfig: every knob of the engine model, named after the real engine's config where one exists.
+
+Real names (TensorRT-LLM ``LlmArgs`` / ``KvCacheConfig`` / ``KVCacheManagerV2`` kwargs):
+``max_batch_size``, ``max_num_tokens``, ``max_seq_len``, ``tokens_per_block``,
+``enable_block_reuse``, ``max_draft_len``, ``max_util_for_resume``, ``enable_chunked_prefill``,
+``max_gpu_total_bytes``, ``num_extra_kv_tokens``, ``num_reserved_index_slots``, ``pp_size`` /
+``tp_size`` (``Mapping``). Everything else is the model's own (pool sizes in blocks, draft pairing,
+workload pacing, cost-model constants) and says so in its description.
+
+Pool capacities are either given in blocks (``num_target_blocks`` / ``num_draft_blocks``) or derived
+from one GPU byte budget exactly like ``KvCacheCreator._split_kv_cache_budget_for_draft`` /
+``_compute_draft_budget_shares`` (``tensorrt_llm/_torch/pyexecutor/_util.py``, stored version
+d8ae02caed59708512e5aa578a09bb09f365bfed; the map reads it at 0004396720054fd8e205cbf616f21f0b57c6b412):
+the costs are affine (bytes/token slope plus a fixed intercept, e.g. mamba state); the draft gets its
+intercept plus ``(budget - both intercepts) * draft_slope / (target_slope + draft_slope)`` (integer
+floor), the target the rest. Both pools then hold about the same number of TOKENS, in proportion to
+their bytes/token.
+
+``EngineConfig.with_overrides(["key=value", ...])`` parses ``--set`` pairs with type coercion and a
+clear error for unknown keys. Validation runs once at construction with messages that state the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+_GIB = 1 << 30
+
+
+class DraftMode(str, Enum):
+    """How the one-model draft manager relates to admission.
+
+    ``unpaired``: today's default; the scheduler sizes only the target, the draft mirror is created
+    without prefix match, never publishes, and is sized in ``prepare_resources`` (can only raise).
+    ``paired``: joint KV cache reuse (#18093): the scheduler allocates and reverts both pools together
+    and the draft reuses prefixes (``joint_kv_cache_reuse=True`` on the real managers).
+    """
+
+    UNPAIRED = "unpaired"
+    PAIRED = "paired"
+
+
+class DraftCursorSizing(str, Enum):
+    """What the draft mirror's context resize is sized from (report fact; PR #19231 is ``chunk``).
+
+    ``chunk``: the target's cursor: position + chunk (+ draft_len on the last chunk) + extra tokens.
+    ``prompt``: a near-full prompt cursor, as the qwen-hybrid report observed: the whole prompt
+    (+ draft_len + extra tokens) on the first chunk already.
+    """
+
+    PROMPT = "prompt"
+    CHUNK = "chunk"
+
+
+def _knob(default: Any, help_text: str, *, real: bool = False) -> Any:
+    return field(default=default, metadata={"help": help_text, "real": real})
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Knobs of one replay. Frozen; derive variants with ``dataclasses.replace`` or ``with_overrides``."""
+
+    # --- engine (real names) ---
+    max_batch_size: int = _knob(64, "requests per iteration (scheduler capacity)", real=True)
+    max_num_tokens: int = _knob(8192, "token budget per iteration (chunked prefill)", real=True)
+    max_seq_len: int = _knob(262144, "longest sequence; longer prompts are rejected at arrival", real=True)
+    tokens_per_block: int = _knob(64, "tokens per KV block (kv_cache_config.tokens_per_block)", real=True)
+    enable_block_reuse: bool = _knob(True, "prefix block reuse in the target pool", real=True)
+    enable_chunked_prefill: bool = _knob(True, "split prompts into chunks under max_num_tokens", real=True)
+    max_draft_len: int = _knob(1, "MTP draft tokens per step (0: no speculation, no draft pool)", real=True)
+    max_util_for_resume: float = _knob(0.95, "resume refused above this GPU pool utilisation", real=True)
+    num_extra_kv_tokens: int = _knob(0, "extra KV tokens per request (spec-dec bookkeeping)", real=True)
+    num_reserved_index_slots: int = _knob(1, "IndexMapper slots beyond max_batch_size x pp", real=True)
+    pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
+    tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
+    max_gpu_total_bytes: int = _knob(0, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
+    # --- pools (model) ---
+    num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
+    num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")
+    target_bytes_per_token: int = _knob(49968, "target cost slope for the budget split (B/token)")
+    draft_bytes_per_token: int = _knob(1284, "draft cost slope for the budget split (B/token)")
+    target_fixed_bytes: int = _knob(0, "target cost intercept (e.g. mamba state) for the split")
+    draft_fixed_bytes: int = _knob(0, "draft cost intercept for the split")
+    num_host_blocks: int = _knob(0, "host-tier blocks per pool for suspended pages (0: none)")
+    num_mamba_slots: int = _knob(0, "mamba state slots (hybrid models; 0: none)")
+    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (0: none)")
+    draft_mode: DraftMode = _knob(DraftMode.UNPAIRED, "unpaired (today) or paired (joint reuse)")
+    draft_cursor_sizing: DraftCursorSizing = _knob(DraftCursorSizing.CHUNK, "draft context resize from prompt|chunk")
+    # --- workload (model) ---
+    requests_in_flight: int = _knob(24, "closed loop: requests kept in flight")
+    think_time_cap_s: float = _knob(60.0, "closed loop: cap on recorded think time (s; <0: no cap)")
+    share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
+    max_requests: int = _knob(0, "stop admitting after this many requests (0: workload default)")
+    max_sessions: int = _knob(0, "sessions to replay (0: workload default)")
+    max_sim_seconds: float = _knob(0.0, "stop the replay at this simulated time (0: no limit)")
+    seed: int = _knob(0, "seed for every random choice (replays are deterministic per seed)")
+    pace: float = _knob(0.0, "0: as fast as possible; 1: real time; 2: twice real time")
+    # --- cost model (model; sources in COST_SOURCES.md) ---
+    step_overhead_s: float = _knob(0.012, "fixed time per iteration (s)")
+    prefill_s_per_token: float = _knob(2.7e-5, "time per prefill token (s)")
+    decode_s_per_request: float = _knob(1.5e-4, "time per decode request per iteration (s)")
+    mtp_acceptance_rate: float = _knob(0.875, "probability a draft token is accepted (per position)")
+
+    def __post_init__(self) -> None:
+        # Coerce enum-typed knobs given as strings (dataclasses.replace passes raw values).
+        for name, enum_cls in (("draft_mode", DraftMode), ("draft_cursor_sizing", DraftCursorSizing)):
+            value = getattr(self, name)
+            if not isinstance(value, enum_cls):
+                object.__setattr__(self, name, _coerce_enum(name, enum_cls, value))
+        self._validate()
+
+    # ------------------------------------------------------------------------------------------
+    def _validate(self) -> None:
+        positive = ("max_batch_size", "max_num_tokens", "max_seq_len", "tokens_per_block", "pp_size",
+                    "tp_size", "requests_in_flight", "target_bytes_per_token")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        non_negative = ("max_draft_len", "num_extra_kv_tokens", "num_reserved_index_slots",
+                        "max_gpu_total_bytes", "num_target_blocks", "num_draft_blocks",
+                        "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
+                        "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
+                        "max_requests", "max_sessions", "max_sim_seconds", "pace",
+                        "step_overhead_s", "prefill_s_per_token", "decode_s_per_request")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.max_util_for_resume <= 1.0:
+            raise ValueError(f"max_util_for_resume must be in (0, 1], got {self.max_util_for_resume}")
+        if not 0.0 <= self.mtp_acceptance_rate <= 1.0:
+            raise ValueError(f"mtp_acceptance_rate must be in [0, 1], got {self.mtp_acceptance_rate}")
+        if self.num_target_blocks == 0 and self.max_gpu_total_bytes == 0:
+            raise ValueError("either num_target_blocks or max_gpu_total_bytes must be > 0")
+        if self.max_draft_len > 0 and self.num_draft_blocks == 0 and self.max_gpu_total_bytes == 0:
+            raise ValueError("with max_draft_len > 0, num_draft_blocks or max_gpu_total_bytes must be > 0")
+        if self.max_draft_len > 0 and self.num_draft_blocks == 0 and self.draft_bytes_per_token == 0:
+            raise ValueError("with max_draft_len > 0 and a byte budget, draft_bytes_per_token must be > 0")
+        if self.max_num_tokens < self.tokens_per_block:
+            raise ValueError(
+                f"max_num_tokens must be >= tokens_per_block ({self.tokens_per_block}), got {self.max_num_tokens}")
+        if not self.enable_chunked_prefill and self.max_num_tokens < self.max_seq_len:
+            # Without chunking a prompt must fit one iteration; the real engine requires
+            # max_num_tokens >= max_seq_len in that case (otherwise long prompts never schedule).
+            raise ValueError("without enable_chunked_prefill, max_num_tokens must be >= max_seq_len")
+        if self.draft_mode == DraftMode.PAIRED and self.max_draft_len == 0:
+            raise ValueError("draft_mode=paired needs a draft pool: max_draft_len must be > 0")
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def has_draft_pool(self) -> bool:
+        """True when MTP runs a separate one-model draft manager (max_draft_len > 0)."""
+        return self.max_draft_len > 0
+
+    def pool_blocks(self) -> tuple[int, int]:
+        """(target_blocks, draft_blocks): given counts, else the real budget split in tokens -> blocks."""
+        target_blocks, draft_blocks = self.num_target_blocks, self.num_draft_blocks
+        if self.max_gpu_total_bytes > 0 and (target_blocks == 0 or (self.has_draft_pool and draft_blocks == 0)):
+            split = split_kv_cache_budget_for_draft(
+                self.max_gpu_total_bytes,
+                target_slope=self.target_bytes_per_token, target_intercept=self.target_fixed_bytes,
+                draft_slope=self.draft_bytes_per_token if self.has_draft_pool else 0,
+                draft_intercept=self.draft_fixed_bytes if self.has_draft_pool else 0)
+            target_tokens = (split.target_bytes - self.target_fixed_bytes) // self.target_bytes_per_token
+            target_blocks = target_blocks or target_tokens // self.tokens_per_block
+            if self.has_draft_pool and draft_blocks == 0:
+                draft_tokens = (split.draft_bytes - self.draft_fixed_bytes) // self.draft_bytes_per_token
+                draft_blocks = draft_tokens // self.tokens_per_block
+        if not self.has_draft_pool:
+            draft_blocks = 0
+        return target_blocks, draft_blocks
+
+    def index_mapper_capacity(self) -> int:
+        """IndexMapper slots: max_batch_size x pp_size + num_reserved_index_slots (not disaggregated)."""
+        return self.max_batch_size * self.pp_size + self.num_reserved_index_slots
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def knob_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def describe_knobs(cls) -> list[tuple[str, str, bool]]:
+        """(name, help, is_real_engine_name) for every knob, in declaration order."""
+        return [(f.name, f.metadata["help"], f.metadata["real"]) for f in fields(cls)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    def with_overrides(self, pairs: list[str] | tuple[str, ...] | dict[str, Any]) -> EngineConfig:
+        """A copy with ``key=value`` overrides applied (values coerced to the knob's type).
+
+        Raises:
+            ValueError: unknown key (the message lists the valid ones), malformed pair, or a value
+                that does not parse as the knob's type, or a combination that fails validation.
+        """
+        items = pairs.items() if isinstance(pairs, dict) else (_split_pair(p) for p in pairs)
+        by_name = {f.name: f for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for key, raw in items:
+            if key not in by_name:
+                raise ValueError(f"unknown knob {key!r}; valid knobs: {', '.join(sorted(by_name))}")
+            changes[key] = coerce_knob(key, type(getattr(self, key)), raw)
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSplit:
+    """Result of the target/draft byte-budget split (bytes)."""
+
+    target_bytes: int
+    draft_bytes: int
+
+
+def split_kv_cache_budget_for_draft(
+    total_bytes: int, *, target_slope: int, target_intercept: int, draft_slope: int, draft_intercept: int,
+) -> BudgetSplit:
+    """Split ``max_gpu_total_bytes`` like ``KvCacheCreator._compute_draft_budget_shares``.
+
+    Raises:
+        ValueError: the budget does not cover both fixed costs (the real creator raises too, since
+            both managers need their fixed state resident on the GPU).
+    """
+    intercept_total = target_intercept + draft_intercept
+    slope_budget = total_bytes - intercept_total
+    if slope_budget <= 0:
+        raise ValueError(
+            f"KV cache GPU budget ({total_bytes / _GIB:.2f} GiB) must exceed the combined fixed cost "
+            f"({intercept_total / _GIB:.2f} GiB) of target and draft")
+    slope_total = target_slope + draft_slope
+    draft_bytes = draft_intercept + int(slope_budget * draft_slope / slope_total)
+    return BudgetSplit(target_bytes=total_bytes - draft_bytes, draft_bytes=draft_bytes)
+
+
+def coerce_knob(name: str, kind: type, raw: Any) -> Any:
+    """Parse ``raw`` (usually a string from ``--set``) as ``kind``; ValueError names the knob."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true/false")
+        if kind is int:
+            return int(float(text)) if ("e" in text.lower() and "." not in text) else int(text.replace("_", ""))
+        if kind is float:
+            return float(text)
+        if issubclass(kind, Enum):
+            return _coerce_enum(name, kind, text)
+    except ValueError as exc:
+        raise ValueError(f"knob {name!r} expects {kind.__name__}, got {raw!r} ({exc})") from None
+    return text
+
+
+def _coerce_enum(name: str, enum_cls: type[Enum], value: Any) -> Enum:
+    try:
+        return enum_cls(value)
+    except ValueError:
+        valid = ", ".join(m.value for m in enum_cls)  # type: ignore[attr-defined]
+        raise ValueError(f"knob {name!r} must be one of: {valid}; got {value!r}") from None
+
+
+def _split_pair(pair: str) -> tuple[str, str]:
+    if "=" not in pair:
+        raise ValueError(f"--set expects key=value, got {pair!r}")
+    key, value = pair.split("=", 1)
+    return key.strip(), value
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value

@@ -1,0 +1,88 @@
+"""Event kinds and pool roles: the vocabulary every kvscope event speaks.
+
+Kinds are past-tense facts about one request or one pool. Values are lower-case strings so that files
+stay readable and stable across Python versions (``(str, Enum)``: Python 3.10 has no ``StrEnum``).
+Append new members at the end only: the order is the categorical order in files and frames.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class PoolRole(str, Enum):
+    """A KV pool by role.
+
+    Never "primary/secondary": TensorRT-LLM uses those words for the GPU and host *tiers*.
+    """
+
+    NONE = "none"
+    """The event is not about one pool (request lifecycle, engine failure, iteration)."""
+    TARGET = "target"
+    """The main model's KV pool (``ResourceManagerType.KV_CACHE_MANAGER``)."""
+    DRAFT = "draft"
+    """The one-model draft KV pool (``DRAFT_KV_CACHE_MANAGER``), e.g. MTP layers of a DSA model."""
+    MAMBA = "mamba"
+    """Hybrid models' recurrent-state slots."""
+
+
+class EventKind(str, Enum):
+    """What happened. Each member documents how the count fields are used."""
+
+    # Request lifecycle.
+    REQUEST_ARRIVED = "request_arrived"
+    """num_tokens = prompt length; num_blocks = output token budget (max_new_tokens)."""
+    ADMITTED = "admitted"
+    """Scheduled for its first context chunk. num_tokens = tokens reused from the prefix cache."""
+    ADMISSION_DEFERRED = "admission_deferred"
+    """Not scheduled this iteration; pool = the pool that blocked it, num_blocks = shortfall if known."""
+    ADMISSION_REJECTED = "admission_rejected"
+    """Refused for good (e.g. can never fit, or prompt longer than max_seq_len); reason says why."""
+    CONTEXT_CHUNK_SCHEDULED = "context_chunk_scheduled"
+    """num_tokens = chunk size; num_blocks = context position before the chunk, in tokens."""
+    ITERATION_SCHEDULED = "iteration_scheduled"
+    """One per scheduler iteration: num_requests = scheduled requests, num_tokens = batch tokens,
+    num_blocks = context requests among them."""
+    # Block mechanics (per request, per pool).
+    BLOCKS_ALLOCATED = "blocks_allocated"
+    """num_blocks newly taken from the pool; num_tokens = the cache's capacity after."""
+    BLOCKS_REUSED = "blocks_reused"
+    """Prefix hit: num_blocks matched, num_tokens reused tokens."""
+    BLOCKS_COMMITTED = "blocks_committed"
+    """num_blocks published for reuse; num_tokens = committed tokens after."""
+    BLOCKS_EVICTED = "blocks_evicted"
+    """num_blocks of reusable (unreferenced) blocks reclaimed."""
+    BLOCKS_FREED = "blocks_freed"
+    """num_blocks returned on free/close; num_tokens = capacity before."""
+    RESIZED = "resized"
+    """A request's cache resized: num_tokens = new capacity, num_blocks = block delta."""
+    RESIZE_FAILED = "resize_failed"
+    """num_tokens = the capacity asked for; num_blocks = blocks that were short, if known."""
+    SUSPENDED = "suspended"
+    """num_blocks moved off the GPU tier."""
+    RESUMED = "resumed"
+    """num_blocks brought back onto the GPU tier."""
+    RESUME_FAILED = "resume_failed"
+    """num_blocks needed; reason says why (utilisation ceiling or pages short)."""
+    RESERVATION_MADE = "reservation_made"
+    """Remediation holds num_blocks in pool for the request (num_tokens = tokens covered)."""
+    RESERVATION_RELEASED = "reservation_released"
+    """A reservation ended (used or given back): num_blocks released."""
+    REQUEST_FINISHED = "request_finished"
+    """num_tokens = output tokens generated."""
+    REQUEST_FAILED = "request_failed"
+    """The request got an error; reason carries the message (shortened)."""
+    REQUEST_CANCELLED = "request_cancelled"
+    ENGINE_FAILED = "engine_failed"
+    """Fatal: the executor loop ended. request_id/pool name the trigger when known."""
+    POOL_SNAPSHOT = "pool_snapshot"
+    """Per iteration and pool: the state fields plus num_requests = live caches in the pool."""
+    POOL_CONFIGURED = "pool_configured"
+    """Once per pool: capacity_blocks, num_tokens = tokens_per_block, num_blocks = bytes per token,
+    num_requests = IndexMapper slots."""
+    FAILURE_CONTAINED = "failure_contained"
+    """Remediation turned one request's resize/resume failure into that request's error."""
+
+
+POOL_ROLES: tuple[PoolRole, ...] = tuple(PoolRole)
+EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)

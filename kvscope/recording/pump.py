@@ -1,0 +1,110 @@
+"""BatchPump: a daemon thread that moves events from a recorder's ring to sinks.
+
+The engine thread never waits on it. A failing sink is counted and logged, never fatal, and the
+other sinks still get the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from kvscope.recording.recorder import Recorder
+from kvscope.recording.sinks import EventBatch, Sink
+
+log = logging.getLogger(__name__)
+
+
+class BatchPump:
+    """Drains ``recorder`` every ``interval_s`` (or when asked) into ``sinks``.
+
+    Args:
+        recorder: the source.
+        sinks: destinations, called in order on the pump thread.
+        interval_s: how often the thread wakes when nobody calls :meth:`flush`.
+        max_batch: most rows handed to sinks at once.
+        start: start the thread now (False: drive it by hand with :meth:`pump_once`).
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        sinks: Sequence[Sink],
+        *,
+        interval_s: float = 0.05,
+        max_batch: int = 16384,
+        start: bool = True,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        if max_batch <= 0:
+            raise ValueError(f"max_batch must be > 0, got {max_batch}")
+        self.recorder = recorder
+        self.sinks = list(sinks)
+        self.interval_s = interval_s
+        self.max_batch = max_batch
+        self.num_exported = 0
+        self.sink_errors = 0
+        self._lock = threading.Lock()  # one drainer at a time (thread or flush caller)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._is_shut_down = False
+        self._thread: threading.Thread | None = None
+        if start:
+            self._thread = threading.Thread(target=self._run, name="kvscope-pump", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            self.pump_once()
+
+    def pump_once(self) -> int:
+        """Drain everything pending now into the sinks; returns the number of events moved."""
+        moved = 0
+        with self._lock:
+            while True:
+                rows = self.recorder.drain_rows(self.max_batch)
+                if not rows:
+                    break
+                batch = EventBatch(rows, self.recorder.anchor, self.recorder.dropped)
+                for sink in self.sinks:
+                    try:
+                        sink.export(batch)
+                    except Exception:  # a sink must never take the pump down
+                        self.sink_errors += 1
+                        log.exception("kvscope sink %r failed; batch of %d dropped for it", sink, len(rows))
+                moved += len(rows)
+            self.num_exported += moved
+        return moved
+
+    def flush(self) -> None:
+        """Move everything recorded so far to the sinks and flush them."""
+        self.pump_once()
+        for sink in self.sinks:
+            try:
+                sink.flush()
+            except Exception:
+                self.sink_errors += 1
+                log.exception("kvscope sink %r failed to flush", sink)
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread, drain what is left, shut the sinks down. Idempotent."""
+        if self._is_shut_down:
+            return
+        self._is_shut_down = True
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.flush()
+        for sink in self.sinks:
+            try:
+                if getattr(sink, "num_written", 1) == 0 and hasattr(sink, "write_header_only"):
+                    sink.write_header_only(self.recorder.anchor)
+                sink.shutdown()
+            except Exception:
+                self.sink_errors += 1
+                log.exception("kvscope sink %r failed to shut down", sink)

@@ -1,0 +1,157 @@
+"""Recorder: the hot path of kvscope.
+
+Producers (the engine binding's wrappers) check ``recorder.enabled`` (one branch when recording is
+off) and then either
+
+* call :meth:`Recorder.record` with keywords (convenient; about one Python call more), or
+* build the raw row themselves and call ``recorder.emit(row)``, which is the ring's C-level
+  ``deque.append`` (the fastest path, used by the hooks on per-block paths)::
+
+      emit((rec.next_seq(), rec.clock(), rec.iteration, request_id, pool, kind,
+            num_blocks, num_tokens, num_requests, capacity, free, evictable, reserved, reason))
+
+Neither path blocks or raises; a full ring drops its oldest rows and counts them. Rank and pid are
+constant per recorder and are added when rows are drained, off the engine thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
+from kvscope.recording.ring import EventRing
+
+RAW_FIELDS: tuple[str, ...] = (
+    "seq",
+    "ts_ns",
+    "iteration",
+    "request_id",
+    "pool",
+    "kind",
+    "num_blocks",
+    "num_tokens",
+    "num_requests",
+    "capacity_blocks",
+    "free_blocks",
+    "evictable_blocks",
+    "reserved_blocks",
+    "reason",
+)
+"""Order of a raw row in the ring. :func:`raw_to_row` maps it to :data:`kvscope.events.FIELDS`."""
+
+
+def raw_to_row(raw: tuple, rank: int, pid: int) -> tuple:
+    """Raw ring row -> canonical event row (FIELDS order)."""
+    return (raw[1], raw[2], rank, pid) + raw[3:]
+
+
+class Recorder:
+    """Records KV events into a bounded ring; a pump drains it to sinks.
+
+    Args:
+        capacity: ring size in events; when full the oldest events are dropped and counted.
+        clock: monotonic clock in ns. Injected: the engine model passes its simulated clock.
+        rank: global rank stamped on every event of this recorder.
+        pid: process id (default: this process).
+        clock_name: 'monotonic' or 'simulated', stored in the file anchor.
+    """
+
+    enabled = True
+
+    def __init__(
+        self,
+        *,
+        capacity: int = 1 << 16,
+        clock: Callable[[], int] = time.monotonic_ns,
+        rank: int = 0,
+        pid: int | None = None,
+        clock_name: str = "monotonic",
+    ) -> None:
+        self._ring = EventRing(capacity)
+        self.emit: Callable[[tuple], None] = self._ring.append
+        self.next_seq: Callable[[], int] = self._ring.next_seq
+        self.clock: Callable[[], int] = clock
+        self.rank = rank
+        self.pid = os.getpid() if pid is None else pid
+        self.iteration = -1
+        """Current scheduler iteration; the binding advances it, producers read it."""
+        self.anchor = WallClockAnchor.capture(clock, rank=rank, clock_name=clock_name)
+
+    # ---- producer side (engine thread) -------------------------------------------------------
+    def record(
+        self,
+        kind: EventKind,
+        request_id: int = -1,
+        pool: PoolRole = PoolRole.NONE,
+        num_blocks: int = 0,
+        num_tokens: int = 0,
+        num_requests: int = 0,
+        capacity_blocks: int = UNKNOWN,
+        free_blocks: int = UNKNOWN,
+        evictable_blocks: int = UNKNOWN,
+        reserved_blocks: int = UNKNOWN,
+        reason: str = "",
+    ) -> None:
+        """Record one fact. Never raises or blocks (arguments are stored, not validated, here)."""
+        self.emit(
+            (
+                self.next_seq(),
+                self.clock(),
+                self.iteration,
+                request_id,
+                pool,
+                kind,
+                num_blocks,
+                num_tokens,
+                num_requests,
+                capacity_blocks,
+                free_blocks,
+                evictable_blocks,
+                reserved_blocks,
+                reason,
+            )
+        )
+
+    # ---- consumer side (pump thread) ---------------------------------------------------------
+    @property
+    def dropped(self) -> int:
+        """Events lost to a full ring so far (counted as the ring is drained)."""
+        return self._ring.dropped
+
+    @property
+    def pending(self) -> int:
+        return len(self._ring)
+
+    @property
+    def capacity(self) -> int:
+        return self._ring.capacity
+
+    def drain_rows(self, max_rows: int | None = None) -> list[tuple]:
+        """Drain canonical rows (FIELDS order). Call from one consumer thread only."""
+        rank, pid = self.rank, self.pid
+        return [(r[1], r[2], rank, pid) + r[3:] for r in self._ring.drain(max_rows)]
+
+    def drain(self, max_rows: int | None = None) -> list[KVEvent]:
+        """Drain as :class:`KVEvent` objects (convenient; the pump uses :meth:`drain_rows`)."""
+        return [KVEvent(*row) for row in self.drain_rows(max_rows)]
+
+
+class NullRecorder(Recorder):
+    """Recording off: ``enabled`` is False so guarded producers skip all work; calls are no-ops."""
+
+    enabled = False
+
+    def __init__(self) -> None:
+        super().__init__(capacity=1)
+        self.emit = _discard
+        self.record = _discard_any  # type: ignore[method-assign]
+
+
+def _discard(_row: tuple) -> None:
+    return None
+
+
+def _discard_any(*_args: object, **_kwargs: object) -> None:
+    return None
