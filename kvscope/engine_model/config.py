@@ -76,7 +76,7 @@ class EngineConfig:
     num_reserved_index_slots: int = _knob(1, "IndexMapper slots beyond max_batch_size x pp", real=True)
     pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
     tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
-    max_gpu_total_bytes: int = _knob(0, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
+    max_gpu_total_bytes: int = _knob(64_971_598_643, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
     # --- pools (model) ---
     num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
     num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")
@@ -248,7 +248,7 @@ def coerce_knob(name: str, kind: type, raw: Any) -> Any:
                 return False
             raise ValueError("expected true/false")
         if kind is int:
-            return int(float(text)) if ("e" in text.lower() and "." not in text) else int(text.replace("_", ""))
+            return _parse_int(text)
         if kind is float:
             return float(text)
         if issubclass(kind, Enum):
@@ -256,6 +256,16 @@ def coerce_knob(name: str, kind: type, raw: Any) -> Any:
     except ValueError as exc:
         raise ValueError(f"knob {name!r} expects {kind.__name__}, got {raw!r} ({exc})") from None
     return text
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        as_float = float(text)  # accepts "6.4e10"; must still be integral
+        if not as_float.is_integer():
+            raise ValueError("expected an integer") from None
+        return int(as_float)
 
 
 def _coerce_enum(name: str, enum_cls: type[Enum], value: Any) -> Enum:
