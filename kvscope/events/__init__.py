@@ -2,6 +2,7 @@
 
 from kvscope.events.event import FIELDS, UNKNOWN, Emit, KVEvent, WallClockAnchor
 from kvscope.events.kinds import EVENT_KINDS, POOL_ROLES, EventKind, PoolRole
+from kvscope.events.reasons import format_kv, parse_kv
 from kvscope.events.schema import FORMAT_NAME, SCHEMA_VERSION
 
 __all__ = [
@@ -16,4 +17,6 @@ __all__ = [
     "KVEvent",
     "PoolRole",
     "WallClockAnchor",
+    "format_kv",
+    "parse_kv",
 ]
