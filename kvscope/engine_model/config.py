@@ -99,9 +99,9 @@ class EngineConfig:
     seed: int = _knob(0, "seed for every random choice (replays are deterministic per seed)")
     pace: float = _knob(0.0, "0: as fast as possible; 1: real time; 2: twice real time")
     # --- cost model (model; sources in COST_SOURCES.md) ---
-    step_overhead_s: float = _knob(0.012, "fixed time per iteration (s)")
-    prefill_s_per_token: float = _knob(2.7e-5, "time per prefill token (s)")
-    decode_s_per_request: float = _knob(1.5e-4, "time per decode request per iteration (s)")
+    step_overhead_s: float = _knob(0.010, "fixed time per iteration (s)")
+    prefill_s_per_token: float = _knob(3.1e-5, "time per prefill token (s)")
+    decode_s_per_request: float = _knob(1.1e-4, "time per decode request per iteration (s)")
     mtp_acceptance_rate: float = _knob(0.875, "probability a draft token is accepted (per position)")
 
     def __post_init__(self) -> None:
