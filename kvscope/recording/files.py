@@ -18,7 +18,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvscope.events import EVENT_KINDS, FIELDS, FORMAT_NAME, POOL_ROLES, SCHEMA_VERSION, WallClockAnchor
+from kvscope.events import (
+    EVENT_KINDS,
+    FIELDS,
+    FORMAT_NAME,
+    POOL_ROLES,
+    SCHEMA_VERSION,
+    WallClockAnchor,
+)
 from kvscope.events.schema import INT32_FIELDS, MAX_REASON_CHARS
 from kvscope.recording.sinks import EventBatch
 

@@ -19,7 +19,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvscope.events import EVENT_KINDS, FIELDS, FORMAT_NAME, POOL_ROLES, SCHEMA_VERSION, WallClockAnchor
+from kvscope.events import (
+    EVENT_KINDS,
+    FIELDS,
+    FORMAT_NAME,
+    POOL_ROLES,
+    SCHEMA_VERSION,
+    WallClockAnchor,
+)
 from kvscope.events.schema import INT32_FIELDS
 from kvscope.recording.files import HEADER_KEY
 

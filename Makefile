@@ -1,0 +1,50 @@
+# kvscope: two commands do all set-up on a fresh machine.
+#   make demo   creates .venv, installs kvscope, runs the main job on the built-in engine model
+#   make test   creates .venv, installs the test extras, runs tests/setup.d/* (Debian packages and
+#               services the tests need), lints (ruff, import-linter, Python 3.10 compile), runs pytest
+# Long runs stay out of `make test`: `make bench`, `make soak`.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export KVSCOPE_VENV := $(abspath $(VENV))
+export KVSCOPE_ROOT := $(abspath .)
+
+.PHONY: demo test lint setup-test bench soak clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[otel,ui,live]'
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,notebook]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/kvscope demo
+
+setup-test: $(VENV)/.test-installed
+	@for s in tests/setup.d/*.sh; do \
+	  [ -x "$$s" ] || continue; echo "== $$s"; "$$s" || exit 1; done
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check kvscope remediation tests bench
+	$(BIN)/lint-imports
+	@# Python 3.10 compatibility: ruff's py310 target here, and tests/test_architecture.py
+	@# (post-3.10 stdlib names, compile under a real 3.10 interpreter).
+
+test: setup-test lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(VENV)/.test-installed
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python "$$b" || exit 1; done
+
+soak: $(VENV)/.test-installed
+	KVSCOPE_SOAK=1 $(BIN)/pytest -q -p no:cacheprovider -m soak tests
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

@@ -1,0 +1,1 @@
+"""kvscope.analysis (see style.md section 6)."""

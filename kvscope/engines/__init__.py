@@ -1,0 +1,1 @@
+"""kvscope.engines (see style.md section 6)."""

@@ -1,0 +1,1 @@
+"""kvscope.otel (see style.md section 6)."""

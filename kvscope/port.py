@@ -1,0 +1,1 @@
+"""Engine port: protocols between adapters and policies (filled in by the instrumentation issue)."""

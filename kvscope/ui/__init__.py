@@ -1,0 +1,1 @@
+"""kvscope.ui (see style.md section 6)."""

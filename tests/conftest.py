@@ -1,0 +1,38 @@
+"""Shared fixtures: a fake clock, a recorder wired to a memory sink."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.recording import BatchPump, MemorySink, Recorder
+
+
+class FakeClock:
+    """Monotonic ns clock that moves only when told to."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, ns: int) -> None:
+        self.now_ns += ns
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def recorder(fake_clock: FakeClock) -> Recorder:
+    return Recorder(clock=fake_clock, capacity=1 << 14, rank=0)
+
+
+@pytest.fixture
+def memory_pump(recorder: Recorder):
+    sink = MemorySink()
+    pump = BatchPump(recorder, [sink], start=False)
+    yield pump, sink
+    pump.shutdown()
