@@ -1,0 +1,394 @@
+"""PyExecutorModel: the executor loop of TensorRT-LLM's PyTorch backend, on a simulated clock.
+
+Stands for ``PyExecutor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` @
+0004396720054fd8e205cbf616f21f0b57c6b412. One ``step()`` is one iteration of ``_executor_loop`` /
+``_executor_loop_pp``, in the real order:
+
+1. ``_fetch_and_activate_new_requests`` (inside ``_prepare_and_schedule_batch``): arrivals join
+   ``active_requests``; a prompt longer than ``max_seq_len`` is rejected per request (an error
+   response to that request only; counted in ``requests_rejected`` with its reason).
+2. ``_schedule`` -> ``scheduler.schedule_request(active_requests, inflight_request_ids)``. All target
+   allocation happens here (try-and-see admission of the V2 scheduler).
+3. ``resource_manager.prepare_resources(scheduled_batch)``: managers in order, the DRAFT manager
+   first (``ResourceManagerModel``). NOT wrapped in try/except, as in every real loop.
+4. forward: the step's duration from the cost model advances the simulated clock (the real forward
+   is wrapped and routes errors to ``_handle_errors``; the model's forward cannot fail).
+5. ``_update_request_states`` / ``_update_requests``: context cursors advance, the last chunk
+   produces the first token (and MTP's drafts), generation steps gain 1 + accepted drafts.
+6. ``_update_v2_context_resources`` -> each KV manager's ``update_context_resources(batch)``.
+7. ``resource_manager.update_resources(batch, attn_metadata, kv_cache_dtype_byte_size)``.
+8. finished requests: ``_terminate_request`` -> ``resource_manager.free_resources(request)``.
+
+Fatal errors: an exception escaping ``step()`` ends ``run()`` like ``_event_loop_wrapper``: it is
+logged as "Error in event loop", stored (``event_loop_error``), every pending request gets an error
+response (counted failed), the engine shuts down (``is_shutdown``) and reports unhealthy
+(``is_healthy`` False). ``_handle_errors`` / ``ErrorBudget`` (the per-request path) is never reached
+from ``prepare_resources``, so neither is modelled here. Which ranks raised and which were killed
+comes from ``ranks.RankLayout``.
+
+Speed (simulated time must run >= 1000x faster than real time):
+- idle stretches: when nothing is active the clock jumps to the next arrival;
+- pure-decode stretches: when the last iteration was generation only, nothing waits for context,
+  and the next k iterations would change nothing but token counts (no arrival, no finish, no page
+  shortage), ``decode_fast_forward`` hook (see ``_fast_forward_decode``) advances k-1 iterations at
+  once and the k-th runs in full. ``iter_counter`` advances by k, so iteration numbers stay those of
+  the real loop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .batch import ScheduledRequestsModel
+from .cost_model import CostModel
+from .request import LlmRequestModel, LlmRequestState
+
+_REQUEST_ID_RE = re.compile(r"request (\d+)")
+# Simulated duration of an iteration that runs nothing (the loop spins through schedule and
+# prepare only). Small, so a scheduler deadlock (1,000 stalled passes) takes ~1 simulated second.
+IDLE_ITERATION_S = 1e-3
+
+
+class SimClock:
+    """Simulated monotonic clock in integer nanoseconds from the start of the simulation."""
+
+    def __init__(self, start_ns: int = 0) -> None:
+        self._now_ns = start_ns
+
+    def now_ns(self) -> int:
+        return self._now_ns
+
+    @property
+    def now_s(self) -> float:
+        return self._now_ns / 1e9
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"the clock only moves forward; got {seconds} s")
+        self._now_ns += int(round(seconds * 1e9))
+
+    def advance_to(self, t_s: float) -> None:
+        self._now_ns = max(self._now_ns, int(round(t_s * 1e9)))
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Per-request timing kept by the executor for the summary (model-only)."""
+
+    arrival_s: float
+    prompt_len: int
+    first_scheduled_s: float | None = None
+    reused_tokens: int = 0
+    finished_s: float | None = None
+    output_tokens: int = 0
+
+
+@dataclass(slots=True)
+class ExecutorStats:
+    """Counters the replay summary is built from (model-only)."""
+
+    requests_total: int = 0
+    requests_completed: int = 0
+    requests_failed: int = 0
+    requests_rejected: int = 0
+    rejection_reasons: dict[str, int] = field(default_factory=dict)
+    output_tokens_completed: int = 0
+    prompt_tokens_admitted: int = 0
+    reused_tokens_admitted: int = 0
+    queue_waits_s: list[float] = field(default_factory=list)
+    running_request_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    peak_used_fraction: dict[str, float] = field(default_factory=dict)
+    num_iterations_run: int = 0
+    num_iterations_fast_forwarded: int = 0
+
+
+class PyExecutorModel:
+    """The executor loop over a scheduler and a ``ResourceManagerModel``.
+
+    Args:
+        config: ``EngineConfig`` (read: max_seq_len, max_draft_len, seed, pace).
+        resource_manager: managers in ``prepare_resources`` order (draft before target).
+        scheduler: has ``schedule_request(active_requests, inflight_request_ids)``.
+        cost_model: step durations and MTP acceptance.
+        clock: simulated clock (injected; tests pass their own).
+        rank_layout: optional ``RankLayout`` naming the ranks that raise / are killed.
+        pool_probes: name -> zero-arg callable returning an object with ``capacity_blocks`` and
+            ``used_blocks`` (E1's ``pool_state``), sampled once per iteration for peak utilisation.
+    """
+
+    def __init__(self, config: Any, resource_manager: Any, scheduler: Any, cost_model: CostModel,
+                 clock: SimClock | None = None, *, rank_layout: Any = None,
+                 pool_probes: dict[str, Callable[[], Any]] | None = None,
+                 decode_fast_forward: Callable[[PyExecutorModel, int], int] | None = None) -> None:
+        self.config = config
+        self.resource_manager = resource_manager
+        self.scheduler = scheduler
+        self.cost_model = cost_model
+        self.clock = clock or SimClock()
+        self.rank_layout = rank_layout
+        self.pool_probes = dict(pool_probes or {})
+        self.decode_fast_forward = decode_fast_forward
+        self.active_requests: list[LlmRequestModel] = []
+        self.inflight_request_ids: set[int] = set()
+        self.iter_counter = 0
+        self.is_shutdown = False
+        self.event_loop_error: BaseException | None = None
+        self.fatal_request_id: int | None = None
+        self.fatal_ranks: list[int] = []
+        self.killed_ranks: list[int] = []
+        self.stats = ExecutorStats()
+        self.records: dict[int, RequestRecord] = {}
+        self._acceptance_phase: dict[int, float] = {}
+        self._last_batch_pure_decode = False
+        self._last_step_s = 0.0
+        self._workload: Any = None
+        self._stop_requested = False
+
+    # ------------------------------------------------------------------------------ health
+    @property
+    def is_healthy(self) -> bool:
+        """False once the event loop crashed (the engine stopped serving)."""
+        return self.event_loop_error is None
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current iteration (e.g. on a simulated-time limit)."""
+        self._stop_requested = True
+
+    # ------------------------------------------------------------------------------ loop
+    def run(self, workload: Any, *, max_sim_seconds: float = 0.0,
+            progress: Callable[[PyExecutorModel], None] | None = None,
+            progress_interval_s: float = 0.5) -> None:
+        """Serve ``workload`` until it is exhausted and drained, the engine crashes, or time runs out.
+
+        Mirrors ``_event_loop_wrapper``: any exception from ``step`` is fatal (see module docstring).
+        Pacing: with ``config.pace`` > 0 the loop sleeps so that simulated time runs ``pace`` times
+        real time.
+        """
+        self._workload = workload
+        wall_start = time.perf_counter()
+        sim_start = self.clock.now_s
+        next_progress = wall_start + progress_interval_s
+        pace = float(getattr(self.config, "pace", 0.0) or 0.0)
+        try:
+            while not self._stop_requested:
+                if max_sim_seconds and self.clock.now_s >= max_sim_seconds:
+                    break
+                if not self.active_requests:
+                    if not self._idle_until_next_arrival(workload):
+                        break
+                self.step()
+                if pace > 0:
+                    ahead_s = (self.clock.now_s - sim_start) / pace - (time.perf_counter() - wall_start)
+                    if ahead_s > 0:
+                        time.sleep(ahead_s)
+                if progress is not None and time.perf_counter() >= next_progress:
+                    progress(self)
+                    next_progress = time.perf_counter() + progress_interval_s
+        except Exception as exc:  # noqa: BLE001 - the real wrapper catches Exception too
+            self._on_event_loop_error(exc)
+        finally:
+            self.is_shutdown = True
+
+    def _idle_until_next_arrival(self, workload: Any) -> bool:
+        """Jump the clock to the next arrival; False when nothing will ever arrive again."""
+        next_s = workload.next_arrival_s()
+        if next_s is None:
+            return False  # exhausted, or a closed loop with nothing in flight (cannot progress)
+        self.clock.advance_to(next_s)
+        return True
+
+    def step(self) -> None:
+        """One iteration in the real order. Exceptions propagate (``run`` treats them as fatal)."""
+        if self._last_batch_pure_decode and self.decode_fast_forward is not None:
+            skipped = self.decode_fast_forward(self, self._decode_horizon())
+            if skipped:
+                self.iter_counter += skipped
+                self.stats.num_iterations_fast_forwarded += skipped
+        self._fetch_and_activate_new_requests()
+        output = self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
+        scheduled_batch = ScheduledRequestsModel(
+            context_requests=list(output.context_requests),
+            generation_requests=list(output.generation_requests),
+            paused_requests=list(getattr(output, "paused_requests", []) or []),
+        )
+        self._note_first_schedule(scheduled_batch)
+        # Not guarded: the draft manager's _prepare_draft_resources raises here (fatal).
+        self.resource_manager.prepare_resources(scheduled_batch)
+        num_prefill_tokens = sum(r.context_chunk_size for r in scheduled_batch.context_requests)
+        num_decode = len(scheduled_batch.generation_requests)
+        step_s = (self.cost_model.step_seconds(num_prefill_tokens, num_decode)
+                  if scheduled_batch.batch_size else IDLE_ITERATION_S)
+        self.clock.advance(step_s)
+        self._last_step_s = step_s
+        self._update_request_states(scheduled_batch)
+        self._update_v2_context_resources(scheduled_batch)
+        self.resource_manager.update_resources(scheduled_batch, None, None)
+        self._terminate_finished(scheduled_batch)
+        self._account(scheduled_batch, step_s)
+        self.iter_counter += 1
+        self.stats.num_iterations_run += 1
+        self._last_batch_pure_decode = (
+            num_decode > 0 and not scheduled_batch.context_requests and not scheduled_batch.paused_requests
+            and num_decode == len(self.active_requests))
+
+    # ------------------------------------------------------------------------------ pieces
+    def _fetch_and_activate_new_requests(self) -> None:
+        workload = self._workload
+        if workload is None:
+            return
+        for arrival in workload.pop_arrivals(self.clock.now_s):
+            self.add_request(arrival)
+
+    def add_request(self, arrival: Any) -> LlmRequestModel | None:
+        """Activate one ``WorkloadRequest``; returns None when it is rejected at arrival."""
+        self.stats.requests_total += 1
+        max_seq_len = self.config.max_seq_len
+        if arrival.prompt_len > max_seq_len:
+            reason = "prompt_len > max_seq_len"
+            self.stats.requests_rejected += 1
+            self.stats.rejection_reasons[reason] = self.stats.rejection_reasons.get(reason, 0) + 1
+            if self._workload is not None:
+                self._workload.on_finished(arrival.request_id, self.clock.now_s, failed=True)
+            return None
+        output_len = max(1, min(arrival.output_len, max_seq_len - arrival.prompt_len))
+        request = LlmRequestModel(arrival.request_id, arrival.prompt_len, output_len, arrival.block_keys,
+                                  max_draft_len=self.config.max_draft_len, arrival_s=arrival.arrival_s)
+        self.active_requests.append(request)
+        self.records[request.py_request_id] = RequestRecord(arrival_s=arrival.arrival_s,
+                                                            prompt_len=arrival.prompt_len)
+        # Per-request acceptance phase, seeded: deterministic for a given seed.
+        self._acceptance_phase[request.py_request_id] = _phase(self.config.seed, request.py_request_id)
+        return request
+
+    def _note_first_schedule(self, batch: ScheduledRequestsModel) -> None:
+        now_s = self.clock.now_s
+        for request in batch.context_requests:
+            record = self.records.get(request.py_request_id)
+            if record is not None and record.first_scheduled_s is None:
+                record.first_scheduled_s = now_s
+                # prepare_context set the cursor to the reused prefix before the first chunk.
+                record.reused_tokens = request.context_current_position
+                self.stats.queue_waits_s.append(now_s - record.arrival_s)
+                self.stats.prompt_tokens_admitted += request.prompt_len
+                self.stats.reused_tokens_admitted += request.context_current_position
+
+    def _update_request_states(self, batch: ScheduledRequestsModel) -> None:
+        """``_update_request_states`` + the sampler's ``_update_requests``, in token counts."""
+        max_draft_len = self.config.max_draft_len
+        for request in batch.context_requests:
+            request.move_to_next_context_chunk()
+            if request.context_remaining_length <= 0:
+                # The last chunk's forward produces the first token and (MTP) the first drafts.
+                request.state = LlmRequestState.GENERATION_IN_PROGRESS
+                request.num_generated_tokens = 1
+                request.py_draft_tokens = [0] * max_draft_len
+                if request.num_generated_tokens >= request.output_len:
+                    request.state = LlmRequestState.GENERATION_COMPLETE
+        for request in batch.generation_requests:
+            proposed = request.num_draft_tokens
+            phase = self._acceptance_phase.get(request.py_request_id, 0.0)
+            accepted, phase = self.cost_model.accepted_drafts(phase, 1)
+            accepted = min(accepted, proposed)
+            self._acceptance_phase[request.py_request_id] = phase
+            request.py_num_accepted_draft_tokens = accepted
+            request.py_rewind_len = proposed - accepted
+            request.num_generated_tokens = min(request.output_len, request.num_generated_tokens + 1 + accepted)
+            request.py_draft_tokens = [0] * max_draft_len
+            if request.num_generated_tokens >= request.output_len:
+                request.state = LlmRequestState.GENERATION_COMPLETE
+
+    def _update_v2_context_resources(self, batch: ScheduledRequestsModel) -> None:
+        if not batch.context_requests:
+            return
+        for manager in self.resource_manager.resource_managers.values():
+            if hasattr(manager, "update_context_resources"):
+                manager.update_context_resources(batch)
+
+    def _terminate_finished(self, batch: ScheduledRequestsModel) -> None:
+        finished = [r for r in batch.all_requests() if r.state == LlmRequestState.GENERATION_COMPLETE]
+        if not finished:
+            return
+        now_s = self.clock.now_s
+        finished_ids = {r.py_request_id for r in finished}
+        for request in finished:
+            self.resource_manager.free_resources(request)
+            self._acceptance_phase.pop(request.py_request_id, None)
+            record = self.records.pop(request.py_request_id, None)
+            self.stats.requests_completed += 1
+            self.stats.output_tokens_completed += request.num_generated_tokens
+            if record is not None:
+                record.finished_s = now_s
+        self.active_requests = [r for r in self.active_requests if r.py_request_id not in finished_ids]
+        if self._workload is not None:
+            for request in finished:
+                self._workload.on_finished(request.py_request_id, now_s, failed=False)
+
+    def _account(self, batch: ScheduledRequestsModel, step_s: float, num_iterations: int = 1) -> None:
+        self.stats.running_request_seconds += batch.batch_size * step_s * num_iterations
+        self.stats.busy_seconds += step_s * num_iterations
+        for name, probe in self.pool_probes.items():
+            state = probe()
+            if state.capacity_blocks:
+                fraction = state.used_blocks / state.capacity_blocks
+                if fraction > self.stats.peak_used_fraction.get(name, 0.0):
+                    self.stats.peak_used_fraction[name] = fraction
+
+    def _decode_horizon(self) -> int:
+        """Most iterations a pure-decode stretch may span before something else must happen:
+        the next arrival or the first request to finish (the fast-forward hook also bounds by
+        free pages). 0 when nothing may be skipped."""
+        if not self.active_requests or self._last_step_s <= 0:
+            return 0
+        horizon = min(self.cost_model.steps_to_generate(
+            self._acceptance_phase.get(r.py_request_id, 0.0), r.output_len - r.num_generated_tokens)
+            for r in self.active_requests)
+        workload = self._workload
+        next_s = workload.next_arrival_s() if workload is not None else None
+        if next_s is not None:
+            horizon = min(horizon, int((next_s - self.clock.now_s) / self._last_step_s))
+        max_sim = float(getattr(self.config, "max_sim_seconds", 0.0) or 0.0)
+        if max_sim:
+            horizon = min(horizon, int((max_sim - self.clock.now_s) / self._last_step_s) + 1)
+        # The step that finishes a request or meets an arrival runs in full.
+        return max(0, horizon - 1)
+
+    def _on_event_loop_error(self, exc: BaseException) -> None:
+        """What ``_event_loop_wrapper`` does: store the error, fail every pending request, stop."""
+        self.event_loop_error = exc
+        match = _REQUEST_ID_RE.search(str(exc))
+        self.fatal_request_id = int(match.group(1)) if match else None
+        if self.rank_layout is not None:
+            from .ranks import StateKind  # local: ranks is optional for single-rank callers
+
+            message = str(exc)
+            if "draft" in message.lower():
+                kind = StateKind.DRAFT_POOL
+            elif "V2 scheduler deadlock" in message:
+                kind = StateKind.SCHEDULER
+            else:
+                kind = StateKind.TARGET_POOL
+            self.fatal_ranks = self.rank_layout.raising_ranks(kind)
+            self.killed_ranks = self.rank_layout.killed_ranks(self.fatal_ranks)
+        now_s = self.clock.now_s
+        pending = list(self.active_requests)
+        self.stats.requests_failed += len(pending)
+        self.active_requests = []
+        if self._workload is not None:
+            for request in pending:
+                self._workload.on_finished(request.py_request_id, now_s, failed=True)
+
+
+def _phase(seed: int, request_id: int) -> float:
+    """A deterministic pseudo-random phase in [0, 1) for (seed, request id) (splitmix64)."""
+    x = (seed * 0x9E3779B97F4A7C15 + request_id * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 31
+    return (x >> 11) / float(1 << 53)
