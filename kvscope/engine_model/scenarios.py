@@ -1,0 +1,150 @@
+"""Built-in replay scenarios: engine knobs from the public report, and their workloads.
+
+Every number below is a fact from the report that issue 3 quotes (``/work/team/issue3.md``); where
+the report is silent the choice is named as the model's own.
+
+- ``glm5-dsa``: GLM-5.3 DSA, pp 2 / tp 4, MTP with 1 draft token, block reuse on, chunked prefill,
+  max_num_tokens 8192, max_batch_size 64, max_seq_len 262144, tokens_per_block 64; one 60.51 GiB GPU
+  budget split at 49,968 B/token (target) and 1,284 B/token (draft): about 1.27M tokens (19,807
+  blocks) in each pool. Traffic: the Claude Code agentic traces, closed loop, 16-32 requests in
+  flight (model choice: 24), with the tools+system prefix shared across sessions.
+- ``shared-prefix``: the report's minimal reproduction on the glm5-dsa engine: many 100k+ token
+  prompts sharing one long prefix at 16+ concurrency (synthetic).
+- ``qwen-hybrid-mtp``: hybrid Gated-DeltaNet/attention 27B, tp 2, MTP with 3 draft tokens, block
+  reuse on, chunked prefill, batch 32, 8192 tokens, max_seq_len 131072, target attention pool 35,936
+  blocks, draft attention pool 22,848 blocks, tokens_per_block 32 (engine default; the report does not
+  state it), 71 mamba state slots, snapshots every 2048 tokens, draft sized from the prompt cursor.
+  Traffic: 12 clients, each warms its own long prefix, then an ~81k-token follow-up sharing it with a
+  32,768-token output cap (synthetic).
+- ``mooncake-conversation``: the Mooncake conversation trace (open loop) on the glm5-dsa engine: a
+  healthy replay.
+- ``near-miss`` / ``oversize``: helpers for the analyzer: shared-prefix traffic that fills the draft
+  pool close to, but not past, capacity; and a stream with prompts over max_seq_len (rejected per
+  request, engine stays healthy).
+
+Workloads come from W's modules (``traces_claude``, ``traces_mooncake``, ``synthetic``), imported
+when a scenario is built so that this registry loads without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import DraftCursorSizing, EngineConfig
+
+GIB = 1 << 30
+TRACES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+"""``../shared/traces`` relative to the repository root."""
+
+GLM5_DSA = EngineConfig(
+    max_batch_size=64, max_num_tokens=8192, max_seq_len=262144, tokens_per_block=64,
+    enable_block_reuse=True, enable_chunked_prefill=True, max_draft_len=1, pp_size=2, tp_size=4,
+    max_gpu_total_bytes=int(60.51 * GIB), target_bytes_per_token=49968, draft_bytes_per_token=1284,
+    requests_in_flight=24, share_system_prefix=True,
+)
+
+QWEN_HYBRID_MTP = EngineConfig(
+    max_batch_size=32, max_num_tokens=8192, max_seq_len=131072, tokens_per_block=32,
+    enable_block_reuse=True, enable_chunked_prefill=True, max_draft_len=3, pp_size=1, tp_size=2,
+    max_gpu_total_bytes=0, num_target_blocks=35936, num_draft_blocks=22848,
+    num_mamba_slots=71, mamba_snapshot_interval=2048,
+    draft_cursor_sizing=DraftCursorSizing.PROMPT, requests_in_flight=12, share_system_prefix=False,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A named engine configuration and the workload it replays."""
+
+    name: str
+    description: str
+    config: EngineConfig
+    build_workload: Callable[[EngineConfig], Any]
+    """Creates a fresh workload (``Workload`` protocol) for the given, possibly overridden, config."""
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(f"kvscope.engine_model.{name}")
+
+
+def _claude_workload(config: EngineConfig) -> Any:
+    return _module("traces_claude").create_claude_code_workload(
+        TRACES_DIR / "kv-cache-tester_traces.tar.xz", **_closed_loop_kwargs(config),
+        share_system_prefix=config.share_system_prefix, max_sessions=config.max_sessions or None)
+
+
+def _mooncake_workload(config: EngineConfig) -> Any:
+    return _module("traces_mooncake").create_mooncake_workload(
+        TRACES_DIR / "conversation_trace.jsonl", tokens_per_block=config.tokens_per_block,
+        max_requests=config.max_requests or None)
+
+
+def _synthetic(factory: str, **extra: Any) -> Callable[[EngineConfig], Any]:
+    def build(config: EngineConfig) -> Any:
+        return getattr(_module("synthetic"), factory)(**_closed_loop_kwargs(config), **extra)
+
+    return build
+
+
+def _closed_loop_kwargs(config: EngineConfig) -> dict[str, Any]:
+    return {
+        "tokens_per_block": config.tokens_per_block,
+        "requests_in_flight": config.requests_in_flight,
+        "max_think_time_s": None if config.think_time_cap_s < 0 else config.think_time_cap_s,
+        "max_requests": config.max_requests or None,
+        "seed": config.seed,
+    }
+
+
+def trace_workload_builder(path: str | Path) -> Callable[[EngineConfig], Any]:
+    """Workload builder for ``--trace PATH``: ``.jsonl`` is Mooncake (open loop), ``.tar.xz`` /
+    ``.tar`` is a kv-cache-tester archive (closed loop)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"trace not found: {path}")
+    if path.suffix == ".jsonl":
+        return lambda config: _module("traces_mooncake").create_mooncake_workload(
+            path, tokens_per_block=config.tokens_per_block, max_requests=config.max_requests or None)
+    if path.name.endswith((".tar.xz", ".tar")):
+        return lambda config: _module("traces_claude").create_claude_code_workload(
+            path, **_closed_loop_kwargs(config), share_system_prefix=config.share_system_prefix,
+            max_sessions=config.max_sessions or None)
+    raise ValueError(f"unknown trace format {path.name!r}: expected .jsonl (Mooncake) or .tar.xz (kv-cache-tester)")
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "glm5-dsa": Scenario(
+        "glm5-dsa", "GLM-5.3 DSA pp2/tp4 MTP1, Claude Code agentic traces (shared tools+system prefix)",
+        GLM5_DSA, _claude_workload),
+    "shared-prefix": Scenario(
+        "shared-prefix", "glm5-dsa engine; 100k+ token prompts sharing one long prefix at 16+ concurrency",
+        dataclasses.replace(GLM5_DSA, requests_in_flight=24, max_requests=96),
+        _synthetic("create_shared_prefix_workload")),
+    "qwen-hybrid-mtp": Scenario(
+        "qwen-hybrid-mtp", "hybrid GDN/attention 27B tp2 MTP3; 12 clients warm a long prefix then ~81k follow-ups",
+        QWEN_HYBRID_MTP, _synthetic("create_qwen_followup_workload")),
+    "mooncake-conversation": Scenario(
+        "mooncake-conversation", "Mooncake conversation trace, open loop, on the glm5-dsa engine (healthy)",
+        GLM5_DSA, _mooncake_workload),
+    "near-miss": Scenario(
+        "near-miss", "shared-prefix traffic that fills the draft pool close to, not past, capacity",
+        dataclasses.replace(GLM5_DSA, requests_in_flight=16, max_requests=48),
+        _synthetic("create_near_miss_workload")),
+    "oversize": Scenario(
+        "oversize", "prompts over max_seq_len among normal ones: per-request rejections, engine healthy",
+        dataclasses.replace(GLM5_DSA, requests_in_flight=4, max_requests=16),
+        _synthetic("create_oversize_workload")),
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    """The built-in scenario ``name``; ValueError lists the valid names."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; built-in scenarios: {', '.join(sorted(SCENARIOS))}") from None
