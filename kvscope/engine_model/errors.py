@@ -1,0 +1,92 @@
+"""Exceptions of the engine model, and the real messages of every fatal raise site.
+
+The real engine raises plain ``RuntimeError`` / ``ValueError`` with formatted messages; the model raises
+the same types with the same text, built by the functions below so tests and the binding compare one
+source. Sources (``NVIDIA/TensorRT-LLM``):
+
+- ``kv_cache/kv_cache_manager_v2.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412 and
+  @ 00746ef9992943a9bb604dbf1ecf00c64af58c32: ``_prepare_draft_resources`` (context resize, resume,
+  IndexMapper on generation, generation resize; 00746ef adds ``_draft_pool_diagnostic`` to the two
+  resize messages), ``update_resources`` (generation update), ``_resize_context_history``,
+  ``revert_allocate_generation`` / ``revert_allocate_context``.
+- ``scheduler/scheduler_v2.py`` @ 00746ef: ``_detect_deadlock``.
+- ``copy_batch_block_offsets``: the real failure is a C++ ``TLLM_CHECK`` in ``IndexMapper::getIndex``
+  (``kvCacheManagerV2Utils.cpp``, named in the 00746ef docstring of ``_mirror_draft_kv_cache``); the
+  model raises ``RuntimeError`` with the text below (the C++ text was not read: model wording).
+- ``_core/_kv_cache.py`` @ 00f6bd61f297eaefd98fcabd562d3a8e3df12a96: ``resize`` contract errors and
+  ``LogicError`` for commit after ``stop_committing``.
+"""
+
+from __future__ import annotations
+
+
+class LogicError(RuntimeError):
+    """Real ``_exceptions.LogicError``: a caller broke the core's protocol (e.g. commit after stop)."""
+
+
+def draft_context_resize_failed(request_id: int, capacity: int, diagnostic: str = "") -> str:
+    return (
+        f"Draft KV cache context resize failed for request {request_id}: "
+        f"could not resize to {capacity} tokens{diagnostic}"
+    )
+
+
+def draft_generation_resize_failed(request_id: int, capacity: int, diagnostic: str = "") -> str:
+    return (
+        f"Draft KV cache generation resize failed for request {request_id}: "
+        f"could not resize to {capacity} tokens{diagnostic}"
+    )
+
+
+def draft_resume_failed(request_id: int) -> str:
+    return f"Failed to resume draft KV cache for request {request_id}"
+
+
+def draft_index_mapper_exhausted(request_id: int) -> str:
+    return f"Draft KV cache mirror exhausted its IndexMapper on generation request {request_id}"
+
+
+def generation_update_failed(request_id: int, capacity: int | None, history_length: int | None) -> str:
+    return (
+        f"Failed to resize KV cache for request {request_id} to capacity {capacity} and history "
+        f"length {history_length} tokens at generation update"
+    )
+
+
+def context_history_update_failed(request_id: int, history_length: int) -> str:
+    return (
+        f"Failed to resize history length of KV cache for request {request_id} to "
+        f"{history_length} tokens at context update"
+    )
+
+
+def revert_generation_failed(request_id: int, capacity: int, reverted: int) -> str:
+    return (
+        f"Failed to revert KV cache capacity for request {request_id} from {capacity} to {reverted}"
+    )
+
+
+def revert_context_failed(request_id: int, capacity: int, reverted: int) -> str:
+    return (
+        f"Failed to revert KV cache capacity for context request {request_id} from {capacity} "
+        f"to {reverted}"
+    )
+
+
+def unmapped_request_id(request_id: int) -> str:
+    # Model wording for the C++ TLLM_CHECK in IndexMapper::getIndex (text not read).
+    return f"IndexMapper has no slot for request {request_id} (copy_batch_block_offsets)"
+
+
+DEADLOCK_REMEDY = (
+    "Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, or lower "
+    "max_batch_size."
+)
+
+
+def scheduler_deadlock(num_gen: int, num_ctx: int, num_stalled: int) -> str:
+    return (
+        f"V2 scheduler deadlock: {num_gen} generation and {num_ctx} context request(s) active but "
+        f"none could be scheduled, suspended or preempted in {num_stalled} consecutive attempts. "
+        f"The KV cache pool is likely exhausted. {DEADLOCK_REMEDY}"
+    )

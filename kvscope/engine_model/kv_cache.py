@@ -1,0 +1,318 @@
+"""Per-request KV cache object: model of the runtime core's ``_KVCache``.
+
+Stands for ``tensorrt_llm/runtime/kv_cache_manager_v2/_core/_kv_cache.py`` @
+00f6bd61f297eaefd98fcabd562d3a8e3df12a96. Behaviour modelled (described in our words):
+
+- three lengths with ``num_committed_tokens <= history_length <= capacity``; a new cache starts
+  SUSPENDED with all three equal to the reused length (``__init__``, ``_setup_for_reuse``);
+- ``resize(capacity, history_length=None) -> bool``: ``ValueError("History length cannot be
+  decreased")`` / ``ValueError("History length cannot be greater than capacity")`` on contract breaks,
+  False when the GPU cannot supply the new pages (``OutOfPagesError`` from ``new_gpu_slots``), shrinking
+  frees tail pages;
+- ``resume() -> bool``: refused when the GPU pool's utilization (unavailable / total, where evictable
+  pages count as available) is above ``max_util_for_resume``, or when the pages to lock back onto the
+  GPU (host-resident pages, plus one private copy of a partially reused last block on the first
+  resume) cannot be allocated;
+- ``suspend()``: pages become HELD (evictable to the host tier if one exists);
+- ``commit(...)``: full blocks are published to the radix tree; a block already there is adopted
+  instead ("rebasing": our private page is released and the existing page locked);
+  ``stop_committing()`` ends publishing (USER_STOP); ``close()`` releases everything, tail block first,
+  so tail blocks are evicted first.
+
+Model simplifications: pages are counted, not addressed (committed blocks are objects; private pages
+are two integers, on GPU and on host); ``stop_committing`` does not publish the trailing partial block
+(partial matches are not modelled, see ``radix_tree``); beam width is 1; no SWA / SSM life cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from .block_pool import HeldSegment
+from .errors import LogicError
+from .radix_tree import Block, BlockLevel, ReuseScope
+
+if TYPE_CHECKING:
+    from .core_manager import KVCacheManagerCoreModel
+
+
+class CacheStatus(str, Enum):
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    CLOSED = "closed"
+
+
+class CommitState(str, Enum):
+    ALLOWED = "allowed"
+    VIRTUAL_STOP = "virtual_stop"  # could not publish further (e.g. no key); user did not stop
+    USER_STOP = "user_stop"
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _KVCacheModel:
+    """One request's cache in one pool. Created by ``KVCacheManagerCoreModel.create_kv_cache``.
+
+    Layout of its blocks (ordinal order)::
+
+        | committed blocks (tree nodes, maybe shared) | private pages (GPU ... / host ...) |
+        0                                   len(self._committed)              num_blocks
+    """
+
+    __slots__ = (
+        "id", "_manager", "_reuse_scope", "_status", "_capacity", "_history_length",
+        "_num_committed_tokens", "_commit_state", "_committed", "_num_private_gpu",
+        "_num_private_host", "_segment", "_never_resumed", "_partial_reuse",
+    )
+
+    def __init__(self, manager: KVCacheManagerCoreModel, reuse_scope: ReuseScope,
+                 matched: list[Block], num_reused_tokens: int, id: int | None) -> None:
+        self.id = id
+        self._manager = manager
+        self._reuse_scope = reuse_scope
+        self._status = CacheStatus.SUSPENDED
+        self._capacity = num_reused_tokens
+        self._history_length = num_reused_tokens
+        self._num_committed_tokens = num_reused_tokens
+        self._commit_state = CommitState.ALLOWED
+        self._committed: list[Block] = matched
+        self._num_private_gpu = 0
+        self._num_private_host = 0
+        self._segment: HeldSegment | None = None
+        self._never_resumed = True
+        # The reuse backoff can end the match inside the last block: that block is copied into a
+        # private page on the first resume (real: deferred copy of a partial block).
+        self._partial_reuse = num_reused_tokens % manager.tokens_per_block != 0
+        pool = manager.pool
+        for block in matched:
+            block.num_refs += 1
+            pool.refresh_block(block)
+        manager._num_live_caches += 1
+
+    # ---- lengths --------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def history_length(self) -> int:
+        return self._history_length
+
+    @property
+    def num_committed_tokens(self) -> int:
+        return self._num_committed_tokens
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self._manager.tokens_per_block
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._committed) + self._num_private_gpu + self._num_private_host
+
+    @property
+    def num_committed_blocks(self) -> int:
+        return len(self._committed)
+
+    @property
+    def status(self) -> CacheStatus:
+        return self._status
+
+    @property
+    def is_active(self) -> bool:
+        return self._status == CacheStatus.ACTIVE
+
+    @property
+    def commit_state(self) -> CommitState:
+        return self._commit_state
+
+    @property
+    def manager(self) -> KVCacheManagerCoreModel:
+        return self._manager
+
+    # ---- resize ---------------------------------------------------------------------------------
+    def resize(self, capacity: int | None, history_length: int | None = None) -> bool:
+        """Set capacity (tokens) and/or history length. Returns False when GPU pages are short.
+
+        Raises:
+            ValueError: history would decrease, or capacity would drop below history (real text).
+        """
+        assert self._status == CacheStatus.ACTIVE, "resize needs an ACTIVE cache"
+        if capacity is None:
+            capacity = self._capacity
+        if history_length is None:
+            history_length = self._history_length
+        if history_length < self._history_length:
+            raise ValueError("History length cannot be decreased")
+        if capacity < history_length:
+            raise ValueError("History length cannot be greater than capacity")
+        tpb = self._manager.tokens_per_block
+        old_num_blocks = _div_up(self._capacity, tpb)
+        new_num_blocks = _div_up(capacity, tpb)
+        pool = self._manager.pool
+        if new_num_blocks > old_num_blocks:
+            num_new = new_num_blocks - old_num_blocks
+            if not pool.allocate_gpu(num_new):
+                return False
+            self._num_private_gpu += num_new
+            self._manager.num_allocated_blocks += num_new
+        elif new_num_blocks < old_num_blocks:
+            num_freed = old_num_blocks - new_num_blocks
+            assert num_freed <= self._num_private_gpu, "shrink would drop committed blocks"
+            self._num_private_gpu -= num_freed
+            pool.release_gpu(num_freed)
+        self._capacity = capacity
+        self._history_length = history_length
+        return True
+
+    # ---- commit ---------------------------------------------------------------------------------
+    def commit(self, num_tokens: int, block_keys: Sequence[int]) -> None:
+        """Accept ``num_tokens`` more tokens; publish every block that became full.
+
+        Args:
+            num_tokens: newly accepted tokens (appended after ``num_committed_tokens``).
+            block_keys: chained keys of the sequence's full blocks (index = block ordinal). A block
+                without a key cannot be published: committing stops (VIRTUAL_STOP), as in the real
+                core when a block cannot be added.
+
+        Raises:
+            LogicError: after ``stop_committing()`` (real text).
+        """
+        if num_tokens <= 0:
+            return
+        assert self._status == CacheStatus.ACTIVE, "commit needs an ACTIVE cache"
+        if self._commit_state == CommitState.USER_STOP:
+            raise LogicError("Cannot commit tokens after stop_committing()")
+        self._num_committed_tokens += num_tokens
+        if self._num_committed_tokens > self._history_length:
+            self._history_length = self._num_committed_tokens
+        assert self._history_length <= self._capacity, "committed past capacity"
+        if self._commit_state == CommitState.VIRTUAL_STOP:
+            return
+        tpb = self._manager.tokens_per_block
+        tree = self._manager.tree
+        pool = self._manager.pool
+        for ordinal in range(len(self._committed), self._num_committed_tokens // tpb):
+            if ordinal >= len(block_keys):
+                self._commit_state = CommitState.VIRTUAL_STOP
+                return
+            block, is_new = tree.add_or_get_existing(self._reuse_scope, block_keys[ordinal])
+            # Our first private page (GPU, we are ACTIVE) backs this ordinal. A new block takes that
+            # page; an existing one replaces it ("rebasing"): ours is freed, theirs locked.
+            if not is_new:
+                pool.release_gpu(1)
+                if not pool.lock_block_to_gpu(block):  # pragma: no cover - a slot was just freed
+                    raise AssertionError("rebase could not lock the existing block")
+            self._num_private_gpu -= 1
+            block.num_refs += 1
+            block.num_active_refs += 1
+            pool.refresh_block(block)
+            self._committed.append(block)
+            if is_new:
+                self._manager.num_committed_blocks_total += 1
+
+    def stop_committing(self) -> None:
+        """Never publish again (real USER_STOP). Idempotent."""
+        assert self._status != CacheStatus.CLOSED, "stop_committing on a CLOSED cache"
+        self._commit_state = CommitState.USER_STOP
+
+    # ---- suspend / resume -----------------------------------------------------------------------
+    def suspend(self) -> None:
+        """Let the pool move this cache's pages off the GPU (only with a host tier)."""
+        assert self._status == CacheStatus.ACTIVE, "suspend needs an ACTIVE cache"
+        pool = self._manager.pool
+        for block in self._committed:
+            block.num_active_refs -= 1
+            pool.refresh_block(block)
+        self._segment = HeldSegment(self, self._num_private_gpu)
+        pool.add_held_segment(self._segment)
+        self._status = CacheStatus.SUSPENDED
+        self._manager._num_active_caches -= 1
+
+    def resume(self) -> bool:
+        """Lock every page back onto the GPU. False: utilization above the gate, or pages short."""
+        assert self._status == CacheStatus.SUSPENDED, "resume needs a SUSPENDED cache"
+        manager = self._manager
+        pool = manager.pool
+        if pool.utilization() > manager.max_util_for_resume:
+            return False
+        if self._segment is not None:
+            pool.remove_held_segment(self._segment)
+        num_host_blocks = 0
+        for block in self._committed:
+            block.num_active_refs += 1
+            pool.refresh_block(block)
+            if block.level == BlockLevel.HOST:
+                num_host_blocks += 1
+        partial_copy = 1 if (self._never_resumed and self._partial_reuse and self._committed) else 0
+        if not pool.allocate_gpu(num_host_blocks + self._num_private_host + partial_copy):
+            for block in self._committed:
+                block.num_active_refs -= 1
+                pool.refresh_block(block)
+            if self._segment is not None:
+                pool.add_held_segment(self._segment)
+            return False
+        if num_host_blocks:
+            for block in self._committed:
+                if block.level == BlockLevel.HOST:
+                    block.level = BlockLevel.GPU
+            pool.release_host(num_host_blocks)
+        if self._num_private_host:
+            pool.release_host(self._num_private_host)
+            self._num_private_gpu += self._num_private_host
+            self._num_private_host = 0
+        if partial_copy:
+            last = self._committed.pop()
+            last.num_refs -= 1
+            last.num_active_refs -= 1
+            pool.refresh_block(last)
+            self._num_private_gpu += 1
+        self._segment = None
+        self._never_resumed = False
+        self._status = CacheStatus.ACTIVE
+        manager._num_active_caches += 1
+        return True
+
+    def _on_private_pages_evicted(self, num_blocks: int) -> None:
+        """Pool callback: ``num_blocks`` of our HELD private pages moved to the host tier."""
+        self._num_private_gpu -= num_blocks
+        self._num_private_host += num_blocks
+
+    # ---- close ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release every page; committed blocks become reusable (tail block evicted first)."""
+        if self._status == CacheStatus.CLOSED:
+            return
+        manager = self._manager
+        pool = manager.pool
+        was_active = self._status == CacheStatus.ACTIVE
+        if self._segment is not None:
+            pool.remove_held_segment(self._segment)
+            self._segment = None
+        pool.release_gpu(self._num_private_gpu)
+        pool.release_host(self._num_private_host)
+        self._num_private_gpu = self._num_private_host = 0
+        # NOTE: released tail first so the tail block joins the LRU queue first and is evicted
+        # before the prefix it extends (a leaf before its parent).
+        for block in reversed(self._committed):
+            block.num_refs -= 1
+            if was_active:
+                block.num_active_refs -= 1
+            pool.refresh_block(block)
+        self._committed = []
+        self._commit_state = CommitState.USER_STOP
+        if was_active:
+            manager._num_active_caches -= 1
+        manager._num_live_caches -= 1
+        self._status = CacheStatus.CLOSED
+
+    def __repr__(self) -> str:
+        return (
+            f"_KVCacheModel(id={self.id}, {self._status.value}, cap={self._capacity}, "
+            f"hist={self._history_length}, committed={self._num_committed_tokens}, "
+            f"blocks={len(self._committed)}+{self._num_private_gpu}g+{self._num_private_host}h)"
+        )

@@ -1,0 +1,135 @@
+"""Radix tree of committed blocks, keyed by chained block keys (model of the V2 block radix tree).
+
+Stands for ``tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py`` (map @ 065ff9e9;
+behaviour cross-checked against ``_core/_kv_cache.py`` @ 00f6bd61f297eaefd98fcabd562d3a8e3df12a96,
+``_commit_block`` and ``_setup_for_reuse``):
+
+- one root per ``ReuseScope(lora_id, salt)``; a block's key chains its parent's key with its tokens,
+  so a key names the whole prefix up to and including that block;
+- only committed (full) blocks are matchable, and a match walks from the root block by block and
+  stops at the first miss;
+- committing a block whose key is already in the tree does not add a second node (``UselessBlockError``
+  in the real code): the existing node is returned and the committing cache may rebase onto it.
+
+Model simplifications (documented, not hidden):
+
+- The workload supplies the chained keys already (``LlmRequestModel.block_keys``); the tree never sees
+  tokens, so partial-block matches (at most 32 children, partial reuse) are not modelled: a match is
+  always a whole number of full blocks.
+- Nodes are kept in one dict keyed by ``(scope, key)``; since keys are chained, a dict lookup per block
+  is the same walk the real tree does. A node whose parent was dropped becomes unreachable by a walk
+  (the walk stops at the parent) and waits for LRU eviction instead of being removed with its subtree.
+
+Per-block work happens only for blocks a call touches; nothing here scans the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .block_pool import BlockPoolModel
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseScope:
+    """Reuse namespace (real name): blocks only match within the same LoRA id and salt."""
+
+    lora_id: int | None = None
+    salt: int | None = None
+
+
+class BlockLevel:
+    """Where a committed block's page lives (cache level, real ``GPU_LEVEL`` = 0)."""
+
+    GPU = 0
+    HOST = 1
+    DROPPED = -1
+
+
+class Block:
+    """One committed block: a node of the radix tree and the page that backs it.
+
+    Attributes:
+        key: chained key of the block (names the whole prefix).
+        scope: reuse scope the block belongs to.
+        num_refs: caches that hold this block (active or suspended).
+        num_active_refs: ACTIVE caches that hold it (page locked on the GPU while > 0).
+        level: ``BlockLevel`` of its page.
+    """
+
+    __slots__ = ("key", "scope", "num_refs", "num_active_refs", "level", "__weakref__")
+
+    def __init__(self, key: int, scope: ReuseScope) -> None:
+        self.key = key
+        self.scope = scope
+        self.num_refs = 0
+        self.num_active_refs = 0
+        self.level = BlockLevel.GPU
+
+    def __repr__(self) -> str:
+        return (
+            f"Block(key={self.key}, refs={self.num_refs}, active={self.num_active_refs}, "
+            f"level={self.level})"
+        )
+
+
+class BlockRadixTreeModel:
+    """Committed blocks by ``(scope, key)``, plus the prefix walk used by matching and probing."""
+
+    def __init__(self) -> None:
+        self._scope_key_to_block: dict[tuple[ReuseScope, int], Block] = {}
+
+    def __len__(self) -> int:
+        return len(self._scope_key_to_block)
+
+    def match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int) -> list[Block]:
+        """Longest run of committed blocks for ``keys[:max_blocks]``, walking from the root.
+
+        Args:
+            scope: reuse namespace.
+            keys: chained keys of the sequence's full blocks.
+            max_blocks: most blocks the caller may use (evidence length // tokens_per_block).
+
+        Returns:
+            The matched blocks in order (possibly empty). Read-only: claims nothing.
+        """
+        matched: list[Block] = []
+        lookup = self._scope_key_to_block.get
+        for i in range(min(max_blocks, len(keys))):
+            block = lookup((scope, keys[i]))
+            if block is None:
+                break
+            matched.append(block)
+        return matched
+
+    def get(self, scope: ReuseScope, key: int) -> Block | None:
+        return self._scope_key_to_block.get((scope, key))
+
+    def add_or_get_existing(self, scope: ReuseScope, key: int) -> tuple[Block, bool]:
+        """Insert a committed block, or return the node already there.
+
+        Returns:
+            ``(block, is_new)``; ``is_new`` False means another cache committed the same prefix first.
+        """
+        existing = self._scope_key_to_block.get((scope, key))
+        if existing is not None:
+            return existing, False
+        block = Block(key, scope)
+        self._scope_key_to_block[(scope, key)] = block
+        return block, True
+
+    def remove(self, block: Block) -> None:
+        """Drop a node whose page was dropped (it can no longer be matched)."""
+        if self._scope_key_to_block.get((block.scope, block.key)) is block:
+            del self._scope_key_to_block[(block.scope, block.key)]
+        block.level = BlockLevel.DROPPED
+
+    def clear_unreferenced(self, pool: BlockPoolModel) -> int:
+        """Drop every unreferenced block (``clear_reusable_blocks``). Returns how many were dropped."""
+        dropped = [b for b in self._scope_key_to_block.values() if b.num_refs == 0]
+        for block in dropped:
+            pool.drop_unreferenced_block(block)
+        return len(dropped)
