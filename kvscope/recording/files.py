@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from kvscope.events import (
-    EVENT_KINDS,
     FIELDS,
     FORMAT_NAME,
-    POOL_ROLES,
     SCHEMA_VERSION,
     WallClockAnchor,
 )
@@ -56,26 +57,36 @@ def arrow_schema() -> pa.Schema:
     return pa.schema(cols)
 
 
-_KIND_VALUES = pa.array([k.value for k in EVENT_KINDS], pa.string())
-_POOL_VALUES = pa.array([p.value for p in POOL_ROLES], pa.string())
-_KIND_INDEX = {k: i for i, k in enumerate(EVENT_KINDS)}
-_POOL_INDEX = {p: i for i, p in enumerate(POOL_ROLES)}
-
-
-def rows_to_table(rows: list[tuple] | tuple) -> pa.Table:
-    """Canonical rows -> Arrow table with the fixed schema."""
-    schema = arrow_schema()
+def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
+    """Canonical rows (FIELDS order) -> Arrow table with the fixed schema."""
     cols = list(zip(*rows)) if rows else [() for _ in FIELDS]
+    return _columns_to_table(dict(zip(FIELDS, cols)), len(rows))
+
+
+def batch_to_table(batch: EventBatch) -> pa.Table:
+    """An :class:`EventBatch` -> Arrow table, straight from the ring's raw rows when possible."""
+    if batch._rows is not None or not batch.raw:
+        return rows_to_table(batch.rows)
+    raw_cols = list(zip(*batch.raw))
+    n = len(batch.raw)
+    cols: dict[str, Any] = {"ts_ns": raw_cols[1], "iteration": raw_cols[2]}
+    cols["rank"] = np.full(n, batch.rank, np.int32)
+    cols["pid"] = np.full(n, batch.pid, np.int32)
+    for f, col in zip(FIELDS[4:], raw_cols[3:]):
+        cols[f] = col
+    return _columns_to_table(cols, n)
+
+
+def _columns_to_table(cols: dict[str, Any], n: int) -> pa.Table:
+    schema = arrow_schema()
     arrays = []
-    for f, col in zip(FIELDS, cols):
-        if f == "kind":
-            idx = pa.array([_KIND_INDEX[k] for k in col], pa.int8())
-            arrays.append(pa.DictionaryArray.from_arrays(idx, _KIND_VALUES))
-        elif f == "pool":
-            idx = pa.array([_POOL_INDEX[p] for p in col], pa.int8())
-            arrays.append(pa.DictionaryArray.from_arrays(idx, _POOL_VALUES))
+    for f in FIELDS:
+        col = cols[f]
+        if f in ("kind", "pool"):
+            # str-Enum members convert as their string values; the dictionary keeps files small.
+            arrays.append(pa.array(col, pa.string()).dictionary_encode().cast(schema.field(f).type))
         elif f == "reason":
-            arrays.append(pa.array([r[:MAX_REASON_CHARS] for r in col], pa.string()))
+            arrays.append(pa.compute.utf8_slice_codeunits(pa.array(col, pa.string()), 0, MAX_REASON_CHARS))
         else:
             arrays.append(pa.array(col, schema.field(f).type))
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -146,9 +157,9 @@ class ParquetSink:
         if self._writer is None:
             self._open(batch.anchor)
         assert self._writer is not None
-        if batch.rows:
-            self._writer.write_table(rows_to_table(list(batch.rows)))
-            self.num_written += len(batch.rows)
+        if len(batch):
+            self._writer.write_table(batch_to_table(batch))
+            self.num_written += len(batch)
 
     def write_header_only(self, anchor: WallClockAnchor) -> None:
         if self._writer is None:

@@ -66,10 +66,11 @@ class BatchPump:
         moved = 0
         with self._lock:
             while True:
-                rows = self.recorder.drain_rows(self.max_batch)
+                rec = self.recorder
+                rows = rec.drain_raw(self.max_batch)
                 if not rows:
                     break
-                batch = EventBatch(rows, self.recorder.anchor, self.recorder.dropped)
+                batch = EventBatch(rows, rec.anchor, rank=rec.rank, pid=rec.pid, dropped_total=rec.dropped)
                 for sink in self.sinks:
                     try:
                         sink.export(batch)

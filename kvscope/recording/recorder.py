@@ -128,6 +128,10 @@ class Recorder:
     def capacity(self) -> int:
         return self._ring.capacity
 
+    def drain_raw(self, max_rows: int | None = None) -> list[tuple]:
+        """Drain raw ring rows (:data:`RAW_FIELDS` order). Call from one consumer thread only."""
+        return self._ring.drain(max_rows)
+
     def drain_rows(self, max_rows: int | None = None) -> list[tuple]:
         """Drain canonical rows (FIELDS order). Call from one consumer thread only."""
         rank, pid = self.rank, self.pid

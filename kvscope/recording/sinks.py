@@ -14,25 +14,67 @@ from typing import Protocol, runtime_checkable
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
 
 
-@dataclass(slots=True)
 class EventBatch:
-    """Rows drained together, with the anchor of the recorder that produced them."""
+    """Events drained together, with the anchor of the recorder that produced them.
 
-    rows: Sequence[tuple]
-    anchor: WallClockAnchor
-    dropped_total: int = 0
-    """The recorder's drop counter when this batch was drained."""
+    Holds the ring's raw rows (``RAW_FIELDS`` order: sequence number first, no rank/pid) and builds
+    canonical rows, columns or :class:`KVEvent` objects only when a sink asks for them.
+    """
+
+    __slots__ = ("raw", "rank", "pid", "anchor", "dropped_total", "_rows")
+
+    def __init__(
+        self,
+        raw: Sequence[tuple],
+        anchor: WallClockAnchor,
+        *,
+        rank: int | None = None,
+        pid: int | None = None,
+        dropped_total: int = 0,
+    ) -> None:
+        self.raw = raw
+        self.anchor = anchor
+        self.rank = anchor.rank if rank is None else rank
+        self.pid = anchor.pid if pid is None else pid
+        self.dropped_total = dropped_total
+        """The recorder's drop counter when this batch was drained."""
+        self._rows: list[tuple] | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple], anchor: WallClockAnchor, dropped_total: int = 0) -> EventBatch:
+        """Build from canonical rows (FIELDS order), e.g. when replaying a file."""
+        b = cls([], anchor, dropped_total=dropped_total)
+        b._rows = list(rows)
+        return b
+
+    @property
+    def rows(self) -> list[tuple]:
+        """Canonical rows in :data:`kvscope.events.FIELDS` order."""
+        if self._rows is None:
+            rank, pid = self.rank, self.pid
+            self._rows = [(r[1], r[2], rank, pid) + r[3:] for r in self.raw]
+        return self._rows
 
     def events(self) -> list[KVEvent]:
         return [KVEvent(*r) for r in self.rows]
 
     def columns(self) -> dict[str, list]:
-        if not self.rows:
-            return {f: [] for f in FIELDS}
-        return {f: list(col) for f, col in zip(FIELDS, zip(*self.rows))}
+        """Column lists in FIELDS order (rank and pid repeated)."""
+        if self._rows is not None or not self.raw:
+            rows = self.rows
+            if not rows:
+                return {f: [] for f in FIELDS}
+            return {f: list(col) for f, col in zip(FIELDS, zip(*rows))}
+        raw_cols = list(zip(*self.raw))
+        n = len(self.raw)
+        cols = {"ts_ns": list(raw_cols[1]), "iteration": list(raw_cols[2]),
+                "rank": [self.rank] * n, "pid": [self.pid] * n}  # fmt: skip
+        for f, col in zip(FIELDS[4:], raw_cols[3:]):
+            cols[f] = list(col)
+        return cols
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self._rows) if self._rows is not None else len(self.raw)
 
 
 @runtime_checkable
