@@ -1,0 +1,393 @@
+"""Closed-loop replay of the Claude Code agentic sessions in ``kv-cache-tester_traces.tar.xz``.
+
+Source: github.com/callanjfox/kv-cache-tester ``traces/trace_NNNN.json`` @ 94f6046d (last change to
+``traces/`` c9b3da54), format per ../shared/traces/SOURCES.md: one session per member, 64-token chained
+hash ids with ``hash_id_scope == "local"``, ``t``/``think_time``/``api_time`` in seconds, sub-agents as
+``type: "subagent"`` entries with nested ``requests`` whose ``t`` is relative to the spawn.
+
+Reading the archive. The ``.tar.xz`` is ONE xz block (461 MB unpacked), so it cannot be seeked: reading
+a member out of order means decompressing from the start (O(archive) per session). Instead the first
+use streams the archive once (about 3 s) and keeps each member's bytes re-compressed with zlib level 1
+(about 56 MB for all 710 members, against 3.4 GB for the parsed hash-id lists); a session start
+decompresses and parses only its own member (O(member)) and drops its bytes, so the store shrinks as a
+pass proceeds. When every session of a pass has started and ``recycle`` is on, the archive is streamed
+again for the next pass. Nothing is ever unpacked to disk.
+
+Sessions. Sessions start in a fixed order: a ``random.Random(seed)`` shuffle of the member names, the
+same in every pass. Each start takes a fresh key namespace (trace ids are local to a file), so a
+recycled session never reuses its earlier pass's blocks. A parsed session keeps, per chain (main agent
+and each sub-agent), every turn's ids delta-encoded against the previous turn of that chain (the
+traces are almost pure appends), and decodes one turn at a time when it is released.
+
+Timing (closed loop, see closed_loop.py). Turn j of a chain is released at the finish of turn j-1 plus
+its ``think_time`` (when absent: ``t_j - (t_{j-1} + api_time_{j-1})``, floored at 0). A sub-agent's
+first turn is released at the finish of the last main-agent turn listed before its spawn entry, plus
+the recorded gap ``spawn t + first nested t - (parent t + parent api_time)``, floored at 0. The parent
+does not wait for its sub-agents (the recordings show the parent going on while they run). Every
+delay is capped by ``max_think_time_s``. The first turn of a session is released when it starts.
+
+``share_system_prefix``: the first ``(tool_tokens + system_tokens) // block_size`` ids of a session's
+first main-agent request are taken as the Claude Code tools+system prefix, common to all sessions (the
+upstream replayer's "warm prefix"). A request's leading blocks whose ids equal those (chain ids: equal
+id means equal prefix) are keyed in the shared namespace by position; the rest stay session-local.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import random
+import tarfile
+import zlib
+from typing import Any
+
+import numpy as np
+
+from kvscope.engine_model._trace_fields import as_id_array, int_field, list_field, number_field
+from kvscope.engine_model.closed_loop import ClosedLoopSession, ClosedLoopWorkload
+from kvscope.engine_model.workload import (
+    MAX_NAMESPACE,
+    TraceFormatError,
+    check_tokens_per_block,
+    map_hash_blocks,
+    num_uncovered,
+)
+
+__all__ = ["ClaudeCodeTraceWorkload"]
+
+
+class _TraceArchive:
+    """Streams the tar.xz once per pass; keeps not-yet-started members zlib-compressed in memory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._names: list[str] | None = None
+        self._store: dict[str, bytes] = {}
+        self.num_scans = 0
+
+    def names(self) -> list[str]:
+        """Sorted names of the session members (``*.json`` regular files)."""
+        if self._names is None:
+            self._scan()
+        assert self._names is not None
+        return self._names
+
+    def take(self, name: str) -> bytes:
+        """The member's bytes; dropped from the store. A member already taken triggers a rescan."""
+        if name not in self._store:
+            self._scan()
+        return zlib.decompress(self._store.pop(name))
+
+    def _scan(self) -> None:
+        store: dict[str, bytes] = {}
+        current = "archive"
+        try:
+            # "r|xz": forward-only stream; tarfile never seeks back (each seek would restart xz)
+            with tarfile.open(self.path, "r|xz") as tf:
+                for member in tf:
+                    if not member.isfile() or not member.name.endswith(".json"):
+                        continue
+                    current = f"member {member.name}"
+                    fh = tf.extractfile(member)
+                    assert fh is not None
+                    store[member.name] = zlib.compress(fh.read(), 1)
+        except FileNotFoundError:
+            raise
+        except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
+            raise TraceFormatError(self.path, current, "<archive>", f"cannot read: {exc}") from exc
+        if not store:
+            raise TraceFormatError(
+                self.path, "archive", "<members>", "holds no *.json session member"
+            )
+        self.num_scans += 1
+        self._store = store
+        if self._names is None:
+            self._names = sorted(store)
+
+
+class _Chain:
+    """One agent's turns, ids delta-encoded against the previous turn of the chain."""
+
+    __slots__ = ("prompt_len", "output_len", "think_s", "keep", "tails", "cur", "next_turn")
+
+    def __init__(self) -> None:
+        self.prompt_len: list[int] = []
+        self.output_len: list[int] = []
+        self.think_s: list[float] = []
+        self.keep: list[int] = []
+        self.tails: list[np.ndarray] = []
+        self.cur = np.zeros(0, dtype=np.int64)
+        self.next_turn = 0
+
+
+class _ClaudeSession(ClosedLoopSession):
+    def __init__(
+        self,
+        session_id: int,
+        namespace: int,
+        tokens_per_block: int,
+        trace_tokens_per_block: int,
+        system_ids: np.ndarray | None,
+    ) -> None:
+        self.session_id = session_id
+        self.namespace = namespace
+        self.tokens_per_block = tokens_per_block
+        self.trace_tokens_per_block = trace_tokens_per_block
+        self.system_ids = system_ids
+        self.chains: list[_Chain] = []
+        self.starts: list[tuple[int, float]] = []
+        self.unlocks: dict[int, list[tuple[int, float]]] = {}  # main turn -> sub chains
+        self._num_uncovered_keys = 0
+
+    def num_chains(self) -> int:
+        return len(self.chains)
+
+    def num_turns(self, chain: int) -> int:
+        return len(self.chains[chain].prompt_len)
+
+    def start_delays(self) -> list[tuple[int, float]]:
+        return list(self.starts)
+
+    def unlocked_by(self, chain: int, turn: int) -> list[tuple[int, float]]:
+        return self.unlocks.get(turn, []) if chain == 0 else []
+
+    def think_s(self, chain: int, turn: int) -> float:
+        return self.chains[chain].think_s[turn]
+
+    def build_request(self, chain: int, turn: int) -> tuple[int, int, tuple[int, ...]]:
+        ch = self.chains[chain]
+        if turn != ch.next_turn:
+            raise RuntimeError(f"turn {turn} of chain {chain} decoded out of order")
+        ids = np.concatenate((ch.cur[: ch.keep[turn]], ch.tails[turn]))
+        ch.cur = ids
+        ch.next_turn += 1
+        prompt_len = ch.prompt_len[turn]
+        covered = len(ids) * self.trace_tokens_per_block
+        shared = 0
+        if self.system_ids is not None and len(self.system_ids):
+            n = min(len(self.system_ids), len(ids))
+            eq = ids[:n] == self.system_ids[:n]
+            shared = n if bool(eq.all()) else int(np.argmin(eq))
+        keys = map_hash_blocks(
+            ids,
+            prompt_len=prompt_len,
+            trace_tokens_per_block=self.trace_tokens_per_block,
+            tokens_per_block=self.tokens_per_block,
+            namespace=self.namespace,
+            covered_tokens=covered,
+            num_shared_trace_blocks=shared,
+            first_uncovered_id=self._num_uncovered_keys,
+        )
+        self._num_uncovered_keys += num_uncovered(prompt_len, self.tokens_per_block, covered)
+        return prompt_len, max(1, ch.output_len[turn]), keys
+
+
+def _add_turn(
+    chain: _Chain, ids: np.ndarray, prompt_len: int, output_len: int, think: float
+) -> None:
+    prev = chain.cur
+    n = min(len(prev), len(ids))
+    diff = np.flatnonzero(prev[:n] != ids[:n])
+    keep = int(diff[0]) if len(diff) else n
+    chain.keep.append(keep)
+    chain.tails.append(ids[keep:].astype(np.int32))
+    chain.cur = ids
+    chain.prompt_len.append(prompt_len)
+    chain.output_len.append(output_len)
+    chain.think_s.append(think)
+
+
+def _parse_llm(
+    path: str, loc: str, req: dict
+) -> tuple[float, int, int, np.ndarray, float | None, float | None]:
+    t = number_field(path, loc, req, "t")
+    prompt_len = int_field(path, loc, req, "in", minimum=1)
+    output_len = int_field(path, loc, req, "out", minimum=0)
+    ids = as_id_array(path, loc, req, "hash_ids")
+    think = number_field(path, loc, req, "think_time", optional=True)
+    api = number_field(path, loc, req, "api_time", optional=True)
+    return t, prompt_len, output_len, ids, think, api
+
+
+def _parse_session(
+    path: str,
+    member: str,
+    data: bytes,
+    session_id: int,
+    namespace: int,
+    tokens_per_block: int,
+    share_system_prefix: bool,
+) -> _ClaudeSession:
+    where = f"member {member}"
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise TraceFormatError(path, where, "<json>", f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise TraceFormatError(path, where, "<json>", "top level must be an object")
+    block = int_field(path, where, doc, "block_size", minimum=1)
+    check_tokens_per_block(tokens_per_block, block)
+    scope = doc.get("hash_id_scope", "local")
+    if scope != "local":
+        raise TraceFormatError(path, where, "hash_id_scope", f"must be 'local', got {scope!r}")
+    prefix_tokens = int_field(path, where, doc, "tool_tokens", minimum=0) + int_field(
+        path, where, doc, "system_tokens", minimum=0
+    )
+    requests = list_field(path, where, doc, "requests")
+    session = _ClaudeSession(session_id, namespace, tokens_per_block, block, None)
+    main = _Chain()
+    session.chains.append(main)
+    prev: tuple[float, float | None] | None = None  # (t, api_time) of the previous main turn
+    for i, req in enumerate(requests):
+        loc = f"{where} requests[{i}]"
+        if not isinstance(req, dict):
+            raise TraceFormatError(path, loc, "<request>", "must be an object")
+        if req.get("type") == "subagent":
+            spawn_t = number_field(path, loc, req, "t")
+            nested = list_field(path, loc, req, "requests")
+            sub = _Chain()
+            sub_prev: tuple[float, float | None] | None = None
+            first_t = 0.0
+            for k, sreq in enumerate(nested):
+                sloc = f"{loc}.requests[{k}]"
+                if not isinstance(sreq, dict) or sreq.get("type") == "subagent":
+                    raise TraceFormatError(path, sloc, "type", "must be an LLM request object")
+                t, p, o, ids, think, api = _parse_llm(path, sloc, sreq)
+                if sub_prev is None:
+                    first_t = t
+                _add_turn(sub, ids, p, o, _think(t, think, sub_prev))
+                sub_prev = (t, api)
+            if not sub.prompt_len:
+                continue
+            sub.cur = np.zeros(0, dtype=np.int64)
+            chain_index = len(session.chains)
+            session.chains.append(sub)
+            parent_turn = len(main.prompt_len) - 1
+            if parent_turn < 0:
+                session.starts.append((chain_index, max(0.0, spawn_t + first_t)))
+            else:
+                assert prev is not None
+                parent_end = prev[0] + (prev[1] or 0.0)
+                delay = max(0.0, spawn_t + first_t - parent_end)
+                session.unlocks.setdefault(parent_turn, []).append((chain_index, delay))
+            continue
+        t, p, o, ids, think, api = _parse_llm(path, loc, req)
+        if not main.prompt_len and share_system_prefix:
+            session.system_ids = ids[: prefix_tokens // block].copy()
+        _add_turn(main, ids, p, o, _think(t, think, prev))
+        prev = (t, api)
+    if not main.prompt_len:
+        raise TraceFormatError(path, where, "requests", "holds no main-agent LLM request")
+    main.cur = np.zeros(0, dtype=np.int64)
+    session.starts.insert(0, (0, 0.0))
+    return session
+
+
+def _think(t: float, think: float | None, prev: tuple[float, float | None] | None) -> float:
+    if prev is None:
+        return 0.0
+    if think is not None:
+        return max(0.0, think)
+    prev_t, prev_api = prev
+    return max(0.0, t - (prev_t + prev_api)) if prev_api is not None else 0.0
+
+
+class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
+    """Closed-loop replay of the Claude Code sessions (see module docstring).
+
+    Args:
+        tokens_per_block: the engine's tokens per block.
+        seed: fixes the session order (a shuffle of the members).
+        path: the ``kv-cache-tester_traces.tar.xz`` archive.
+        requests_in_flight: about this many requests outstanding (>= 1; the report's 16-32).
+        max_think_time_s: cap on think times and sub-agent spawn gaps (None: as recorded).
+        share_system_prefix: key the tools+system prefix blocks across sessions (see module doc).
+        max_requests: stop after releasing this many requests (None: no limit).
+        max_sessions: stop after starting this many sessions, recycled ones included (None: no limit).
+        recycle: start the archive again under fresh namespaces once every session has started.
+        end_session_on_failure: a failed/rejected request ends its session.
+    """
+
+    def __init__(
+        self,
+        tokens_per_block: int,
+        seed: int = 0,
+        *,
+        path: str,
+        requests_in_flight: int = 24,
+        max_think_time_s: float | None = None,
+        share_system_prefix: bool = False,
+        max_requests: int | None = None,
+        max_sessions: int | None = None,
+        recycle: bool = True,
+        end_session_on_failure: bool = False,
+    ) -> None:
+        check_tokens_per_block(tokens_per_block)
+        super().__init__(
+            tokens_per_block,
+            requests_in_flight=requests_in_flight,
+            max_think_time_s=max_think_time_s,
+            max_requests=max_requests,
+            end_session_on_failure=end_session_on_failure,
+        )
+        if max_sessions is not None and max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1 or None, got {max_sessions}")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"trace archive not found: {path}")
+        self.seed = seed
+        self.path = str(path)
+        self.share_system_prefix = bool(share_system_prefix)
+        self.max_sessions = max_sessions
+        self.recycle = bool(recycle)
+        self._archive = _TraceArchive(self.path)
+        self._order: list[str] | None = None
+
+    @property
+    def num_archive_scans(self) -> int:
+        """How many times the archive was streamed (1 per pass over its sessions)."""
+        return self._archive.num_scans
+
+    def session_order(self) -> list[str]:
+        """Member names in the order sessions start (same in every pass)."""
+        if self._order is None:
+            order = list(self._archive.names())
+            random.Random(self.seed).shuffle(order)
+            self._order = order
+        return list(self._order)
+
+    def _next_session(self) -> ClosedLoopSession | None:
+        index = self.num_sessions_started
+        if self.max_sessions is not None and index >= self.max_sessions:
+            return None
+        order = self.session_order()
+        if index >= len(order) and not self.recycle:
+            return None
+        namespace = index + 1
+        if namespace > MAX_NAMESPACE:
+            raise ValueError(f"key namespaces exhausted: at most {MAX_NAMESPACE} session starts")
+        name = order[index % len(order)]
+        return _parse_session(
+            self.path,
+            name,
+            self._archive.take(name),
+            index,
+            namespace,
+            self.tokens_per_block,
+            self.share_system_prefix,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "workload": "claude-code-trace",
+            "path": self.path,
+            "tokens_per_block": self.tokens_per_block,
+            "seed": self.seed,
+            "requests_in_flight": self.requests_in_flight,
+            "max_think_time_s": self.max_think_time_s,
+            "share_system_prefix": self.share_system_prefix,
+            "max_requests": self.max_requests,
+            "max_sessions": self.max_sessions,
+            "recycle": self.recycle,
+            "end_session_on_failure": self.end_session_on_failure,
+        }
