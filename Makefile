@@ -21,7 +21,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,notebook]'
+	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
 demo: $(VENV)/.demo-installed
