@@ -144,6 +144,9 @@ class PyExecutorModel:
         self.stats = ExecutorStats()
         self.records: dict[int, RequestRecord] = {}
         self._acceptance_phase: dict[int, float] = {}
+        # (id(manager), request id) -> (capacity - tokens, history - tokens) seen at the end of the
+        # last full decode iteration; owned by fast_forward.py.
+        self.fast_forward_offsets: dict[tuple[int, int], tuple[int, int]] = {}
         self._last_batch_pure_decode = False
         self._last_step_s = 0.0
         self._workload: Any = None

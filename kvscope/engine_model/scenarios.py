@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,9 @@ from typing import Any
 from .config import DraftCursorSizing, EngineConfig
 
 GIB = 1 << 30
-TRACES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-"""``../shared/traces`` relative to the repository root."""
+TRACES_DIR = Path(os.environ.get("KVSCOPE_TRACES_DIR")
+                  or Path(__file__).resolve().parents[2].parent / "shared" / "traces")
+"""``../shared/traces`` relative to the repository root (``KVSCOPE_TRACES_DIR`` overrides)."""
 
 GLM5_DSA = EngineConfig(
     max_batch_size=64, max_num_tokens=8192, max_seq_len=262144, tokens_per_block=64,
@@ -72,10 +74,13 @@ def _module(name: str) -> Any:
     return importlib.import_module(f"kvscope.engine_model.{name}")
 
 
-def _claude_workload(config: EngineConfig) -> Any:
-    return _module("traces_claude").create_claude_code_workload(
-        TRACES_DIR / "kv-cache-tester_traces.tar.xz", **_closed_loop_kwargs(config),
-        share_system_prefix=config.share_system_prefix, max_sessions=config.max_sessions or None)
+def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> Any:
+    return _module("traces_claude").ClaudeCodeTraceWorkload(
+        config.tokens_per_block, config.seed, path=str(path or TRACES_DIR / "kv-cache-tester_traces.tar.xz"),
+        requests_in_flight=config.requests_in_flight,
+        max_think_time_s=None if config.think_time_cap_s < 0 else config.think_time_cap_s,
+        share_system_prefix=config.share_system_prefix, max_requests=config.max_requests or None,
+        max_sessions=config.max_sessions or None)
 
 
 def _mooncake_workload(config: EngineConfig) -> Any:
@@ -111,9 +116,7 @@ def trace_workload_builder(path: str | Path) -> Callable[[EngineConfig], Any]:
         return lambda config: _module("traces_mooncake").create_mooncake_workload(
             path, tokens_per_block=config.tokens_per_block, max_requests=config.max_requests or None)
     if path.name.endswith((".tar.xz", ".tar")):
-        return lambda config: _module("traces_claude").create_claude_code_workload(
-            path, **_closed_loop_kwargs(config), share_system_prefix=config.share_system_prefix,
-            max_sessions=config.max_sessions or None)
+        return lambda config: _claude_workload(config, path)
     raise ValueError(f"unknown trace format {path.name!r}: expected .jsonl (Mooncake) or .tar.xz (kv-cache-tester)")
 
 

@@ -16,7 +16,7 @@ class RecordingManager:
     def prepare_resources(self, batch):
         self.calls.append(f"prepare:{self.name}")
         if self.fail_prepare:
-            raise RuntimeError(f"Draft KV cache context resize failed for request 7: could not resize to 128 tokens")
+            raise RuntimeError("Draft KV cache context resize failed for request 7: could not resize to 128 tokens")
 
     def update_resources(self, batch, attn_metadata=None, kv_cache_dtype_byte_size=None):
         self.calls.append(f"update:{self.name}")
