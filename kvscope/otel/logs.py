@@ -1,0 +1,165 @@
+"""Failures, rejections, containments and analyzer findings -> OpenTelemetry log records.
+
+Each record carries a severity, the request id (when there is one), the pool, the event kind and
+the event's epoch time; when the request's span is open the record is linked to it (trace and span
+id), so a backend can jump from the log line to the request's trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from opentelemetry._logs import Logger, LogRecord, SeverityNumber
+from opentelemetry.trace import set_span_in_context
+
+from kvscope.events import EventKind
+from kvscope.otel import names as n
+from kvscope.otel.metrics import KIND, NT, POOL, REASON, RID
+from kvscope.otel.traces import RequestSpans
+
+_EVENT_LOGS: dict[EventKind, tuple[SeverityNumber, str, str]] = {
+    EventKind.ENGINE_FAILED: (SeverityNumber.FATAL, "FATAL", n.LOG_ENGINE_FAILED),
+    EventKind.RESIZE_FAILED: (SeverityNumber.ERROR, "ERROR", n.LOG_POOL_FAILURE),
+    EventKind.RESUME_FAILED: (SeverityNumber.ERROR, "ERROR", n.LOG_POOL_FAILURE),
+    EventKind.REQUEST_FAILED: (SeverityNumber.ERROR, "ERROR", n.LOG_REQUEST_FAILED),
+    EventKind.ADMISSION_REJECTED: (SeverityNumber.WARN, "WARN", n.LOG_REJECTED),
+    EventKind.FAILURE_CONTAINED: (SeverityNumber.WARN, "WARN", n.LOG_CONTAINED),
+}
+LOGGED_KINDS = frozenset(_EVENT_LOGS)
+
+_FINDING_SEVERITY: dict[str, tuple[SeverityNumber, str]] = {
+    "debug": (SeverityNumber.DEBUG, "DEBUG"),
+    "info": (SeverityNumber.INFO, "INFO"),
+    "warning": (SeverityNumber.WARN, "WARN"),
+    "warn": (SeverityNumber.WARN, "WARN"),
+    "error": (SeverityNumber.ERROR, "ERROR"),
+    "critical": (SeverityNumber.FATAL, "FATAL"),
+    "fatal": (SeverityNumber.FATAL, "FATAL"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRecord:
+    """What a finding log record says (the analyzer's Finding maps onto this; see :func:`from_finding`)."""
+
+    kind: str
+    """e.g. 'admission_gap', 'time_to_exhaustion', 'engine_fatal'."""
+    severity: str
+    """'info' | 'warning' | 'error' | 'critical' (case-insensitive)."""
+    message: str
+    t_start_s: float
+    """In the event file's clock (ts_ns / 1e9)."""
+    t_end_s: float
+    pools: tuple[str, ...] = ()
+    request_ids: tuple[int, ...] = ()
+
+
+def from_finding(finding: object) -> FindingRecord:
+    """Adapt an analyzer finding (duck-typed: kind, severity, t_start_s, t_end_s, pools,
+    request_ids, and evidence or message) without importing kvscope.analysis."""
+    kind = finding.kind
+    severity = finding.severity
+    evidence = getattr(finding, "message", None) or getattr(finding, "evidence", "")
+    if isinstance(evidence, Mapping):
+        evidence = " ".join(f"{k}={v}" for k, v in evidence.items())
+    pools = tuple(getattr(p, "value", p) for p in (getattr(finding, "pools", None) or ()))
+    if not pools and getattr(finding, "pool", None) is not None:
+        pools = (getattr(finding.pool, "value", finding.pool),)  # type: ignore[attr-defined]
+    rids = getattr(finding, "request_ids", None)
+    if rids is None:
+        rid = getattr(finding, "request_id", -1)
+        rids = () if rid is None or rid < 0 else (rid,)
+    return FindingRecord(
+        kind=str(getattr(kind, "value", kind)),
+        severity=str(getattr(severity, "value", getattr(severity, "name", severity))).lower(),
+        message=str(evidence),
+        t_start_s=float(finding.t_start_s),
+        t_end_s=float(finding.t_end_s),
+        pools=tuple(str(p) for p in pools),
+        request_ids=tuple(int(r) for r in rids),
+    )
+
+
+class KVLogs:
+    """Emits kvscope's log records on ``logger`` (a passed-in provider's logger).
+
+    Args:
+        logger: from ``logger_provider.get_logger("kvscope")``.
+        spans: the request span tracker, for trace/log correlation (optional).
+    """
+
+    def __init__(self, logger: Logger, spans: RequestSpans | None = None) -> None:
+        self.logger = logger
+        self.spans = spans
+        self.num_emitted = 0
+
+    def observe(self, r: tuple, t_ns: int) -> None:
+        """Log one canonical row if its kind is a failure, rejection or containment."""
+        spec = _EVENT_LOGS.get(r[KIND])
+        if spec is None:
+            return
+        sev, text, event_name = spec
+        rid = r[RID]
+        attrs: dict[str, object] = {
+            n.EVENT_KIND: r[KIND].value,
+            n.POOL: r[POOL].value,
+            n.REQUEST_ID: rid,
+        }
+        if r[NT]:
+            attrs[n.NUM_TOKENS] = r[NT]
+        body = r[REASON] or f"{r[KIND].value} (request {rid}, pool {r[POOL].value})"
+        self._emit(t_ns, sev, text, event_name, body, attrs, rid)
+
+    def emit_finding(self, finding: FindingRecord, epoch_offset_ns: int) -> None:
+        """Log an analyzer finding at its start time (``t_start_s`` + the file's epoch offset)."""
+        sev, text = _FINDING_SEVERITY.get(finding.severity.lower(), (SeverityNumber.WARN, "WARN"))
+        attrs: dict[str, object] = {
+            n.FINDING_KIND: finding.kind,
+            n.FINDING_T_START: finding.t_start_s,
+            n.FINDING_T_END: finding.t_end_s,
+            n.FINDING_POOLS: list(finding.pools),
+            n.FINDING_REQUEST_IDS: list(finding.request_ids),
+        }
+        rid = finding.request_ids[0] if finding.request_ids else -1
+        attrs[n.REQUEST_ID] = rid
+        t_ns = int(finding.t_start_s * 1e9) + epoch_offset_ns
+        self._emit(t_ns, sev, text, n.LOG_FINDING, finding.message or finding.kind, attrs, rid)
+
+    def emit_drops(self, dropped: Mapping[str, int], t_ns: int) -> None:
+        """One WARN record summarising what the exporter dropped (if anything)."""
+        total = sum(dropped.values())
+        if total <= 0:
+            return
+        body = "kvscope export dropped " + ", ".join(f"{v} {k}" for k, v in dropped.items() if v)
+        self._emit(t_ns, SeverityNumber.WARN, "WARN", n.LOG_EXPORT_DROPPED, body, dict(dropped), -1)
+
+    def _emit(
+        self,
+        t_ns: int,
+        sev: SeverityNumber,
+        text: str,
+        event_name: str,
+        body: str,
+        attrs: dict[str, object],
+        rid: int,
+    ) -> None:
+        span = self.spans.span_for(rid) if self.spans is not None and rid >= 0 else None
+        ctx = set_span_in_context(span) if span is not None else None
+        self.logger.emit(
+            LogRecord(
+                timestamp=t_ns,
+                observed_timestamp=t_ns,
+                context=ctx,
+                severity_number=sev,
+                severity_text=text,
+                body=body,
+                attributes=attrs,
+                event_name=event_name,
+            )
+        )
+        self.num_emitted += 1
+
+
+def finding_records(findings: Iterable[object]) -> list[FindingRecord]:
+    return [f if isinstance(f, FindingRecord) else from_finding(f) for f in findings]
