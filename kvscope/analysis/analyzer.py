@@ -1,0 +1,94 @@
+"""analyze(): every frame and detector over one event frame, in one vectorized pass.
+
+This is the batch entry point the CLI, the HTML report and notebooks call; the streaming analyzer
+(:mod:`kvscope.analysis.streaming`) raises the same kinds of findings incrementally.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.debt import DebtResult, compute_debt
+from kvscope.analysis.detectors import (
+    estimate_time_to_exhaustion,
+    exhaustion_frame,
+    find_admission_gaps,
+)
+from kvscope.analysis.findings import Finding, order_findings
+from kvscope.analysis.frame import (
+    header_meta,
+    iteration_view,
+    pool_configs,
+    pool_series,
+    request_timeline,
+)
+from kvscope.analysis.request_detectors import (
+    find_engine_fatal,
+    find_never_fitting,
+    find_reuse_loss,
+    find_stalled_requests,
+)
+from kvscope.recording import read_frame
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Findings plus the frames they were computed from (for figures and notebooks)."""
+
+    findings: list[Finding]
+    configs: pd.DataFrame
+    timeline: pd.DataFrame
+    debt: DebtResult
+    exhaustion: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+    num_events: int = 0
+
+    def findings_frame(self) -> pd.DataFrame:
+        """Findings as a DataFrame (one row each, evidence as a dict column)."""
+        return pd.DataFrame([f.to_dict() for f in self.findings])
+
+    def to_dict(self) -> dict:
+        """The ``kvscope analyze --json`` object."""
+        return {
+            "num_events": self.num_events,
+            "scenario": self.meta.get("scenario"),
+            "engine": self.meta.get("engine"),
+            "pools": {p: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+                      for p, row in self.configs.to_dict(orient="index").items()},
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def analyze(events: pd.DataFrame, config: DetectorConfig | None = None) -> Analysis:
+    """Run every detector over an event frame; findings ordered by time, then severity."""
+    cfg = config or DetectorConfig()
+    configs = pool_configs(events)
+    timeline = request_timeline(events)
+    debt = compute_debt(events, configs)
+    ex = exhaustion_frame(events, debt, cfg)
+    findings: list[Finding] = []
+    findings += find_admission_gaps(events, debt, configs, cfg)
+    findings += estimate_time_to_exhaustion(events, debt, configs, cfg, ex)
+    findings += find_stalled_requests(events, cfg)
+    findings += find_never_fitting(events, configs, timeline)
+    findings += find_reuse_loss(events, configs, timeline, cfg)
+    findings += find_engine_fatal(events, debt, findings)
+    return Analysis(
+        findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
+        exhaustion=ex, meta=header_meta(events), num_events=len(events),
+    )
+
+
+def analyze_files(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], config: DetectorConfig | None = None
+) -> Analysis:
+    """Read event files (Parquet or JSON Lines) and analyze them."""
+    return analyze(read_frame(paths), config)
+
+
+__all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "pool_series"]

@@ -1,0 +1,61 @@
+"""Detector thresholds and the run-finding helper shared by the detectors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    """Thresholds of the detectors (defaults are the documented product defaults)."""
+
+    min_debt_blocks: float = 0.0
+    """An admission gap needs debt strictly above this (blocks of the pool)."""
+    merge_gap_iterations: int = 10
+    """Episodes of one finding separated by at most this many iterations are merged."""
+    rate_window_iterations: int = 16
+    """Trailing window for consumption rates (iterations)."""
+    risk_horizon_s: float = 30.0
+    """Time-to-exhaustion at-risk warning when the trend empties the pool within this time..."""
+    risk_min_utilization: float = 0.85
+    """...and the pool is at least this full."""
+    stall_min_iterations: int = 200
+    """Starved request: deferred/reserved at least this many iterations without progress..."""
+    stall_min_s: float = 10.0
+    """...and at least this long in seconds."""
+    reuse_loss_warn_fraction: float = 0.5
+    """Reuse loss is a warning when the duplicated prefix held at once reaches this pool fraction."""
+    max_named_requests: int = 50
+    """Most request ids listed in one finding (evidence keeps the full counts)."""
+
+    def __post_init__(self) -> None:
+        if self.merge_gap_iterations < 0:
+            raise ValueError(f"merge_gap_iterations must be >= 0, got {self.merge_gap_iterations}")
+        if self.rate_window_iterations < 1:
+            raise ValueError(f"rate_window_iterations must be >= 1, got {self.rate_window_iterations}")
+        if not 0.0 <= self.risk_min_utilization <= 1.0:
+            raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
+        if self.stall_min_iterations < 1 or self.stall_min_s < 0:
+            raise ValueError("stall_min_iterations must be >= 1 and stall_min_s >= 0")
+        if self.max_named_requests < 1:
+            raise ValueError(f"max_named_requests must be >= 1, got {self.max_named_requests}")
+
+
+def runs(mask: np.ndarray, it: np.ndarray, merge_gap: int) -> list[tuple[int, int]]:
+    """(first, last) index pairs of True runs, merged when the iteration gap is <= merge_gap."""
+    if not len(mask) or not mask.any():
+        return []
+    m = mask.astype(np.int8)
+    d = np.diff(np.concatenate([[0], m, [0]]))
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1
+    out: list[tuple[int, int]] = []
+    for s, e in zip(starts, ends):
+        if out and it[s] - it[out[-1][1]] <= merge_gap:
+            out[-1] = (out[-1][0], int(e))
+        else:
+            out.append((int(s), int(e)))
+    return out
+
+

@@ -1,0 +1,191 @@
+"""Detectors: pure, vectorized functions from event frames (and the derived debt) to findings.
+
+Each detector reads the event frame and derived frames only, loops over *findings* (few), never
+over events, and returns a list of :class:`~kvscope.analysis.findings.Finding`. Thresholds live in
+:class:`DetectorConfig`; :func:`kvscope.analysis.analyzer.analyze` runs them all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kvscope.analysis.config import DetectorConfig, runs
+from kvscope.analysis.debt import DebtResult, owing_at
+from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.frame import K, codes
+from kvscope.events import EventKind
+
+
+def _t(ts: np.ndarray, i: int) -> float:
+    return float(ts[i]) / 1e9
+
+
+def find_admission_gaps(
+    events: pd.DataFrame, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig
+) -> list[Finding]:
+    """Admission gaps: runs where a pool outside admission has positive debt.
+
+    The finding starts at the first event of the run (the admission that made the debt positive),
+    names the requests admitted while in debt (``evidence["admitted_into_debt"]``) and those still
+    owed pages when it started (``evidence["owing_at_start"]``).
+    """
+    kind, _ = codes(events)
+    ts = events["ts_ns"].to_numpy(np.int64)
+    it = events["iteration"].to_numpy(np.int64)
+    rid = events["request_id"].to_numpy(np.int64)
+    adm_pos = np.flatnonzero(kind == K[EventKind.ADMITTED])
+    out = []
+    for role, f in debt.full.items():
+        if role not in configs.index or bool(configs.loc[role, "in_admission"]):
+            continue
+        d = f["debt"]
+        mask = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
+        for s, e in runs(mask, it, cfg.merge_gap_iterations):
+            inside = adm_pos[(adm_pos >= s) & (adm_pos <= e)]
+            admitted = list(dict.fromkeys(int(x) for x in rid[inside]))
+            owing = owing_at(debt.track, role, s)
+            first_adm = int(rid[s]) if kind[s] == K[EventKind.ADMITTED] else (admitted[0] if admitted else -1)
+            named = list(dict.fromkeys(admitted + owing))
+            peak = float(np.nanmax(d[s : e + 1]))
+            cap = float(f["capacity"][s])
+            out.append(Finding(
+                kind=FindingKind.ADMISSION_GAP,
+                severity=Severity.CRITICAL,
+                t_start_s=_t(ts, s), t_end_s=_t(ts, e), iteration_start=it[s], iteration_end=it[e],
+                pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
+                summary=(
+                    f"{role} pool owes {d[s]:.0f} blocks: admitted requests still need {f['need'][s]:.0f} "
+                    f"blocks there but only {f['available'][s]:.0f} are available"
+                    + (f" (request {first_adm} admitted into debt)" if first_adm >= 0 else "")
+                    + f"; peak debt {peak:.0f} blocks of {cap:.0f}."
+                ),
+                evidence={
+                    "debt_blocks": d[s], "peak_debt_blocks": peak, "need_blocks": f["need"][s],
+                    "available_blocks": f["available"][s], "target_shortfall_blocks": f["shortfall"][s],
+                    "capacity_blocks": cap, "tokens_per_block": f["tpb"],
+                    "debt_tokens": d[s] * f["tpb"], "first_admission_request": first_adm,
+                    "admitted_into_debt": admitted[: cfg.max_named_requests],
+                    "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: cfg.max_named_requests],
+                    "paired": bool(configs.loc[role, "paired"]),
+                },
+            ))
+    return out
+
+
+def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig) -> pd.DataFrame:
+    """Per iteration and pool: availability, debt, consumption rates and time to exhaustion.
+
+    Columns: iteration, ts_ns, t_s, pool, pos (last event of the iteration), available_blocks,
+    capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
+    alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
+    basis ('debt': certain, admitted requests already owe more than is available; 'trend':
+    projection of the net usage growth; '' no exhaustion in sight).
+    """
+    n = len(events)
+    if n == 0 or not debt.full:
+        return pd.DataFrame()
+    it = events["iteration"].to_numpy(np.int64)
+    ts = events["ts_ns"].to_numpy(np.int64)
+    ends = np.concatenate([np.flatnonzero(it[1:] != it[:-1]), [n - 1]])
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    w = cfg.rate_window_iterations
+    frames = []
+    for role, f in debt.full.items():
+        avail = f["available"][ends]
+        cap = f["capacity"][ends]
+        d = f["debt"][ends]
+        alloc = np.add.reduceat(f["alloc"], starts)
+        used = cap - avail
+        t = ts[ends] / 1e9
+        back = np.maximum(np.arange(len(t)) - w, 0)  # window (back, i]: w iterations, fewer at the start
+        cs_alloc = np.cumsum(alloc)
+        roll_alloc = cs_alloc - cs_alloc[back]
+        span_t = t - t[back]
+        span_i = (np.arange(len(t)) - back).astype(float)
+        net = used - used[back]
+        certain = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
+            net_rate = np.where(span_t > 0, net / span_t, np.nan)
+            per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
+            per_it_net = np.where(span_i > 0, net / span_i, np.nan)
+            eta_s = np.where(certain, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
+            eta_it = np.where(certain, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
+        basis = np.where(certain, "debt", np.where(np.isfinite(eta_s), "trend", ""))
+        frames.append(pd.DataFrame({
+            "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pool": role, "pos": ends,
+            "available_blocks": avail, "capacity_blocks": cap,
+            "utilization": np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan),
+            "debt_blocks": d, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
+            "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis": basis,
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def estimate_time_to_exhaustion(
+    events: pd.DataFrame, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
+    exhaustion: pd.DataFrame | None = None,
+) -> list[Finding]:
+    """Time-to-exhaustion findings for pools outside admission.
+
+    Critical when certain (debt > 0: the pool runs out after ``available`` more blocks at the
+    current allocation rate); warning when at risk (net usage growth empties the pool within
+    ``risk_horizon_s`` while it is at least ``risk_min_utilization`` full). One finding per episode;
+    it names the requests still owed pages and those queued (arrived, not yet admitted).
+    """
+    ex = exhaustion if exhaustion is not None else exhaustion_frame(events, debt, cfg)
+    if ex.empty:
+        return []
+    out = []
+    for role, g in ex.groupby("pool", sort=False):
+        if role not in configs.index or bool(configs.loc[role, "in_admission"]):
+            continue
+        g = g.reset_index(drop=True)
+        certain = (g["basis"] == "debt").to_numpy()
+        risk = ((g["basis"] == "trend") & (g["eta_s"] <= cfg.risk_horizon_s)
+                & (g["utilization"] >= cfg.risk_min_utilization)).to_numpy()
+        it = g["iteration"].to_numpy()
+        for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
+            row = g.iloc[s]
+            pos = int(row["pos"])
+            owing = owing_at(debt.track, role, pos)
+            queued = queued_at(events, pos)
+            is_certain = bool(certain[s : e + 1].any())
+            eta = float(row["eta_s"])
+            named = list(dict.fromkeys(owing + queued))
+            out.append(Finding(
+                kind=FindingKind.TIME_TO_EXHAUSTION,
+                severity=Severity.CRITICAL if is_certain else Severity.WARNING,
+                t_start_s=row["t_s"], t_end_s=g.iloc[e]["t_s"],
+                iteration_start=row["iteration"], iteration_end=g.iloc[e]["iteration"],
+                pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
+                summary=(
+                    f"{role} pool runs out in about {eta:.2f} s ({row['eta_iterations']:.0f} iterations) "
+                    f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available"
+                    f" ({'certain: admitted requests owe ' + format(row['debt_blocks'], '.0f') + ' blocks more' if row['basis'] == 'debt' else 'at the current growth'})."
+                ),
+                evidence={
+                    "eta_s": eta, "eta_iterations": float(row["eta_iterations"]),
+                    "predicted_exhaustion_s": float(row["t_s"]) + eta,
+                    "basis": row["basis"], "certain": is_certain,
+                    "min_eta_s": float(g["eta_s"].iloc[s : e + 1].min()),
+                    "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
+                    "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
+                    "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
+                    "owing_requests": owing[: cfg.max_named_requests], "queued_requests": queued[: cfg.max_named_requests],
+                },
+            ))
+    return out
+
+
+def queued_at(events: pd.DataFrame, pos: int) -> list[int]:
+    """Requests arrived at or before ``pos`` and neither admitted nor ended by then."""
+    head = events.iloc[: pos + 1]
+    kind, _ = codes(head)
+    rid = head["request_id"].to_numpy(np.int64)
+    arrived = rid[kind == K[EventKind.REQUEST_ARRIVED]]
+    gone_kinds = [K[k] for k in (EventKind.ADMITTED, EventKind.REQUEST_FINISHED, EventKind.REQUEST_FAILED,
+                                 EventKind.REQUEST_CANCELLED, EventKind.ADMISSION_REJECTED)]
+    gone = set(rid[np.isin(kind, gone_kinds)].tolist())
+    return [int(r) for r in dict.fromkeys(arrived.tolist()) if r not in gone]

@@ -1,0 +1,314 @@
+"""Events -> tidy DataFrames with fixed dtypes: pool configs, pool time series, request timeline,
+iteration view.
+
+Input is an event frame as :func:`kvscope.recording.read_frame` returns it (FIELDS + ``epoch_ns``,
+``kind``/``pool`` categoricals in :data:`kvscope.events.EVENT_KINDS` order). Every builder is a pure,
+vectorized function of that frame: no Python loop runs per event. Times are seconds in the event
+file's clock (``t_s = ts_ns / 1e9``; the simulated clock in engine-model replays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvscope.events import EVENT_KINDS, FIELDS, POOL_ROLES, EventKind, KVEvent, PoolRole, parse_kv
+from kvscope.recording import frame_dtypes
+
+K: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
+"""Event kind -> categorical code in event frames."""
+P: dict[PoolRole, int] = {p: i for i, p in enumerate(POOL_ROLES)}
+"""Pool role -> categorical code in event frames."""
+KV_POOLS: tuple[PoolRole, ...] = (PoolRole.TARGET, PoolRole.DRAFT)
+"""Pools whose per-request caches are sized in tokens (mamba slots are counted, not sized)."""
+
+END_KINDS = (
+    EventKind.REQUEST_FINISHED,
+    EventKind.REQUEST_FAILED,
+    EventKind.REQUEST_CANCELLED,
+    EventKind.ADMISSION_REJECTED,
+)
+OUTCOME_DTYPE = pd.CategoricalDtype(["running", "finished", "failed", "cancelled", "rejected"])
+POOL_DTYPE = pd.CategoricalDtype([p.value for p in POOL_ROLES])
+
+CONFIG_COLUMNS: dict[str, str] = {
+    "capacity_blocks": "int64",
+    "tokens_per_block": "int64",
+    "bytes_per_token": "int64",
+    "index_slots": "int64",
+    "max_draft_len": "int64",
+    "num_extra_kv_tokens": "int64",
+    "enable_block_reuse": "bool",
+    "paired": "bool",
+    "is_draft": "bool",
+    "max_util_for_resume": "float64",
+    "in_admission": "bool",
+}
+
+
+def events_to_frame(events: Iterable[KVEvent | tuple]) -> pd.DataFrame:
+    """KVEvent objects or canonical rows (FIELDS order) -> an event frame with the fixed dtypes.
+
+    ``epoch_ns`` equals ``ts_ns`` here (no anchor is known); detectors only use ``ts_ns``.
+    """
+    rows = [e.as_row() if isinstance(e, KVEvent) else tuple(e) for e in events]
+    dtypes = frame_dtypes()
+    cols = list(zip(*rows)) if rows else [() for _ in FIELDS]
+    data: dict[str, Any] = {}
+    for f, col in zip(FIELDS, cols):
+        if f in ("kind", "pool"):
+            col = [getattr(v, "value", v) for v in col]
+        data[f] = pd.Series(list(col), dtype=dtypes[f] if f not in ("kind", "pool") else None)
+        data[f] = data[f].astype(dtypes[f])
+    df = pd.DataFrame(data)
+    df["epoch_ns"] = df["ts_ns"].astype("int64")
+    return df
+
+
+def codes(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(kind codes, pool codes) as int8 numpy arrays."""
+    return (
+        events["kind"].cat.codes.to_numpy(),
+        events["pool"].cat.codes.to_numpy(),
+    )
+
+
+def header_meta(events: pd.DataFrame) -> dict[str, Any]:
+    """The first file header's ``meta`` dict (``{}`` for frames built in memory)."""
+    files = events.attrs.get("kvscope", {}).get("files", [])
+    for f in files:
+        header = f.get("header") or {}
+        if header.get("meta"):
+            return dict(header["meta"])
+    return dict(events.attrs.get("meta", {}))
+
+
+def pool_configs(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per configured pool (index: pool role string), columns :data:`CONFIG_COLUMNS`.
+
+    Sources: POOL_CONFIGURED events (last one per pool wins), else the file header's
+    ``meta["pools"]``. ``in_admission`` is True for the target and for a paired draft pool: a
+    shortage there is backpressure, while a pool outside admission can only raise.
+    """
+    kind, pool = codes(events)
+    rows: dict[str, dict[str, Any]] = {}
+    meta_pools = header_meta(events).get("pools") or {}
+    for role, d in meta_pools.items():
+        if isinstance(d, dict):
+            rows[str(role)] = _config_row(str(role), d, capacity=int(d.get("capacity_blocks", -1)))
+    idx = np.flatnonzero(kind == K[EventKind.POOL_CONFIGURED])
+    if len(idx):
+        sub = events.iloc[idx]
+        for p, cap, tpb, bpt, slots, reason in zip(
+            sub["pool"].astype(str), sub["capacity_blocks"], sub["num_tokens"], sub["num_blocks"],
+            sub["num_requests"], sub["reason"].fillna(""),
+        ):
+            d = parse_kv(str(reason))
+            d.setdefault("tokens_per_block", int(tpb))
+            rows[p] = _config_row(p, d, capacity=int(cap), bytes_per_token=int(bpt), slots=int(slots))
+    if not rows:
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in CONFIG_COLUMNS.items()})
+    out = pd.DataFrame.from_dict(rows, orient="index").astype(CONFIG_COLUMNS)
+    out.index.name = "pool"
+    return out
+
+
+def _config_row(
+    role: str, d: dict[str, Any], *, capacity: int, bytes_per_token: int = 0, slots: int = -1
+) -> dict[str, Any]:
+    is_draft = bool(int(d.get("is_draft", role == PoolRole.DRAFT.value)))
+    paired = bool(int(d.get("paired", 0)))
+    return {
+        "capacity_blocks": capacity,
+        "tokens_per_block": max(1, int(d.get("tokens_per_block", 1) or 1)),
+        "bytes_per_token": int(d.get("bytes_per_token", bytes_per_token) or bytes_per_token),
+        "index_slots": int(d.get("index_slots", slots)),
+        "max_draft_len": int(d.get("max_draft_len", 0)),
+        "num_extra_kv_tokens": int(d.get("num_extra_kv_tokens", 0)),
+        "enable_block_reuse": bool(int(d.get("enable_block_reuse", 0))),
+        "paired": paired,
+        "is_draft": is_draft,
+        "max_util_for_resume": float(d.get("max_util_for_resume", 0.95)),
+        "in_admission": role == PoolRole.TARGET.value or paired,
+    }
+
+
+def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.DataFrame:
+    """Pool state over time, one row per observation.
+
+    Columns: ts_ns, t_s, iteration, pool (categorical), capacity_blocks, free_blocks,
+    evictable_blocks, reserved_blocks (0 when unknown), used_blocks (= capacity - free - evictable),
+    available_blocks (= free + evictable), utilization (used / capacity), num_live (live caches;
+    -1 when the row is not a snapshot).
+
+    Args:
+        snapshots_only: True: POOL_SNAPSHOT rows only (one per iteration and pool, the tidy view);
+            False: every event that carries the state of its pool (finer, for debt curves).
+    """
+    kind, pool = codes(events)
+    known = events["capacity_blocks"].to_numpy() >= 0
+    if snapshots_only:
+        mask = (kind == K[EventKind.POOL_SNAPSHOT]) & known
+    else:
+        mask = known & (pool != P[PoolRole.NONE])
+    sub = events.loc[mask]
+    cap = sub["capacity_blocks"].to_numpy(np.int64)
+    free = np.maximum(sub["free_blocks"].to_numpy(np.int64), 0)
+    evict = np.maximum(sub["evictable_blocks"].to_numpy(np.int64), 0)
+    reserved = np.maximum(sub["reserved_blocks"].to_numpy(np.int64), 0)
+    used = cap - free - evict
+    is_snap = (sub["kind"].cat.codes.to_numpy() == K[EventKind.POOL_SNAPSHOT])
+    out = pd.DataFrame(
+        {
+            "ts_ns": sub["ts_ns"].to_numpy(np.int64),
+            "t_s": sub["ts_ns"].to_numpy(np.int64) / 1e9,
+            "iteration": sub["iteration"].to_numpy(np.int64),
+            "pool": pd.Categorical(sub["pool"].astype(str).to_numpy(), dtype=POOL_DTYPE),
+            "capacity_blocks": cap,
+            "free_blocks": free,
+            "evictable_blocks": evict,
+            "reserved_blocks": reserved,
+            "used_blocks": used,
+            "available_blocks": free + evict,
+            "utilization": np.where(cap > 0, used / np.maximum(cap, 1), 0.0),
+            "num_live": np.where(is_snap, sub["num_requests"].to_numpy(np.int64), -1),
+        }
+    )
+    return out.reset_index(drop=True)
+
+
+def _first_by_request(events: pd.DataFrame, mask: np.ndarray, cols: list[str], how: str = "first"):
+    sub = events.loc[mask, ["request_id", *cols]]
+    sub = sub[sub["request_id"] >= 0]
+    g = sub.groupby("request_id", sort=False)
+    return getattr(g, how)()
+
+
+def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per request id: arrival, deferrals, admission, chunks, end, reuse vs compute per pool.
+
+    Columns (fixed dtypes; NaN times / -1 counts when the event never happened):
+    arrival_s, prompt_tokens, max_new_tokens, num_deferrals, first_deferred_s, deferred_pool,
+    admitted_s, admitted_iteration, queue_wait_s, num_chunks, computed_tokens, context_done_s,
+    end_s, end_iteration, outcome (running|finished|failed|cancelled|rejected), output_tokens,
+    reason, and per KV pool ``reused_tokens_<pool>`` / ``peak_tokens_<pool>`` (largest cache
+    capacity) / ``allocated_tokens_<pool>`` (peak minus reused: what the pool had to compute/hold
+    privately).
+    """
+    kind, pool = codes(events)
+    rid = events["request_id"].to_numpy(np.int64)
+    ts = events["ts_ns"].to_numpy(np.int64)
+    ids = np.unique(rid[rid >= 0])
+    out = pd.DataFrame(index=pd.Index(ids, name="request_id", dtype="int64"))
+
+    def first(kmask: np.ndarray, cols: list[str], how: str = "first") -> pd.DataFrame:
+        return _first_by_request(events, kmask, ["ts_ns", "iteration", *cols], how).reindex(ids)
+
+    arr = first(kind == K[EventKind.REQUEST_ARRIVED], ["num_tokens", "num_blocks"])
+    out["arrival_s"] = arr["ts_ns"] / 1e9
+    out["prompt_tokens"] = arr["num_tokens"].fillna(-1).astype("int64")
+    out["max_new_tokens"] = arr["num_blocks"].fillna(-1).astype("int64")
+
+    dmask = (kind == K[EventKind.ADMISSION_DEFERRED]) & (rid >= 0)
+    out["num_deferrals"] = pd.Series(rid[dmask]).value_counts().reindex(ids).fillna(0).astype("int64").to_numpy()
+    dfirst = first(dmask, ["pool"])
+    dlast = first(dmask, ["pool"], how="last")
+    out["first_deferred_s"] = dfirst["ts_ns"] / 1e9
+    out["deferred_pool"] = pd.Categorical(dlast["pool"].astype(object).where(dlast["pool"].notna()), dtype=POOL_DTYPE)
+
+    adm = first(kind == K[EventKind.ADMITTED], ["num_tokens"])
+    out["admitted_s"] = adm["ts_ns"] / 1e9
+    out["admitted_iteration"] = adm["iteration"].fillna(-1).astype("int64")
+    out["queue_wait_s"] = out["admitted_s"] - out["arrival_s"]
+
+    cmask = (kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED]) & (rid >= 0)
+    chunks = pd.DataFrame({"r": rid[cmask], "n": events["num_tokens"].to_numpy(np.int64)[cmask], "ts": ts[cmask]})
+    cg = chunks.groupby("r")
+    out["num_chunks"] = cg.size().reindex(ids).fillna(0).astype("int64")
+    out["computed_tokens"] = cg["n"].sum().reindex(ids).fillna(0).astype("int64")
+    out["context_done_s"] = cg["ts"].max().reindex(ids) / 1e9
+
+    emask = np.isin(kind, [K[k] for k in END_KINDS]) & (rid >= 0)
+    end = first(emask, ["kind", "num_tokens", "reason"])
+    out["end_s"] = end["ts_ns"] / 1e9
+    out["end_iteration"] = end["iteration"].fillna(-1).astype("int64")
+    outcome = end["kind"].astype(object).map(
+        {
+            EventKind.REQUEST_FINISHED.value: "finished",
+            EventKind.REQUEST_FAILED.value: "failed",
+            EventKind.REQUEST_CANCELLED.value: "cancelled",
+            EventKind.ADMISSION_REJECTED.value: "rejected",
+        }
+    )
+    out["outcome"] = pd.Categorical(outcome.fillna("running"), dtype=OUTCOME_DTYPE)
+    fin = end["kind"].astype(object) == EventKind.REQUEST_FINISHED.value
+    out["output_tokens"] = end["num_tokens"].where(fin, -1).fillna(-1).astype("int64")
+    out["reason"] = end["reason"].astype("string").fillna("")
+
+    for role in KV_POOLS:
+        pm = pool == P[role]
+        reuse = _sum_by_request(rid, events["num_tokens"], (kind == K[EventKind.BLOCKS_REUSED]) & pm, ids)
+        capm = np.isin(kind, [K[EventKind.BLOCKS_ALLOCATED], K[EventKind.RESIZED]]) & pm & (rid >= 0)
+        peak = pd.Series(events["num_tokens"].to_numpy(np.int64)[capm]).groupby(rid[capm]).max().reindex(ids)
+        peak = peak.fillna(0).astype("int64").to_numpy()
+        out[f"reused_tokens_{role.value}"] = reuse
+        out[f"peak_tokens_{role.value}"] = np.maximum(peak, reuse)
+        out[f"allocated_tokens_{role.value}"] = np.maximum(peak - reuse, 0)
+    # ADMITTED carries the target's reuse even when no BLOCKS_REUSED event was recorded.
+    tgt_reuse = adm["num_tokens"].fillna(0).astype("int64").to_numpy()
+    out["reused_tokens_target"] = np.maximum(out["reused_tokens_target"].to_numpy(), tgt_reuse)
+    return out
+
+
+def _sum_by_request(rid: np.ndarray, col: pd.Series, mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    s = pd.Series(col.to_numpy(np.int64)[mask]).groupby(rid[mask]).sum()
+    return s.reindex(ids).fillna(0).astype("int64").to_numpy()
+
+
+def iteration_view(events: pd.DataFrame) -> pd.DataFrame:
+    """One row per scheduler iteration (from ITERATION_SCHEDULED), scheduler and pool view.
+
+    Columns: iteration, ts_ns, t_s, num_scheduled, batch_tokens, num_context, prefill_tokens
+    (sum of context chunks), num_admitted, num_deferred, num_ended, and ``utilization_<pool>`` /
+    ``available_blocks_<pool>`` from that iteration's POOL_SNAPSHOT (NaN when none).
+    """
+    kind, pool = codes(events)
+    it = events["iteration"].to_numpy(np.int64)
+    imask = kind == K[EventKind.ITERATION_SCHEDULED]
+    sub = events.loc[imask]
+    out = pd.DataFrame(
+        {
+            "iteration": sub["iteration"].to_numpy(np.int64),
+            "ts_ns": sub["ts_ns"].to_numpy(np.int64),
+            "t_s": sub["ts_ns"].to_numpy(np.int64) / 1e9,
+            "num_scheduled": sub["num_requests"].to_numpy(np.int64),
+            "batch_tokens": sub["num_tokens"].to_numpy(np.int64),
+            "num_context": sub["num_blocks"].to_numpy(np.int64),
+        }
+    ).drop_duplicates("iteration", keep="last")
+    iters = out["iteration"].to_numpy()
+    ntok = events["num_tokens"].to_numpy(np.int64)
+
+    def per_iter(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        s = pd.Series(weights[mask] if weights is not None else np.ones(mask.sum(), np.int64))
+        return s.groupby(it[mask]).sum().reindex(iters).fillna(0).astype("int64").to_numpy()
+
+    out["prefill_tokens"] = per_iter(kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED], ntok)
+    out["num_admitted"] = per_iter(kind == K[EventKind.ADMITTED])
+    out["num_deferred"] = per_iter(kind == K[EventKind.ADMISSION_DEFERRED])
+    out["num_ended"] = per_iter(np.isin(kind, [K[k] for k in END_KINDS]))
+    snaps = pool_series(events)
+    for role in (PoolRole.TARGET, PoolRole.DRAFT, PoolRole.MAMBA):
+        s = snaps[snaps["pool"] == role.value].drop_duplicates("iteration", keep="last").set_index("iteration")
+        if len(s):
+            out[f"utilization_{role.value}"] = s["utilization"].reindex(iters).to_numpy()
+            out[f"available_blocks_{role.value}"] = s["available_blocks"].reindex(iters).to_numpy()
+    return out.reset_index(drop=True)
+
+
+def iteration_at(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(ts_ns, iteration) arrays of every event, for mapping a time back to an iteration."""
+    return events["ts_ns"].to_numpy(np.int64), events["iteration"].to_numpy(np.int64)

@@ -1,0 +1,244 @@
+"""Request-level detectors: starved requests, never-fitting requests, reuse loss, the fatal event.
+
+Pure functions over the event frame and the frames derived from it; vectorized over events, with
+Python loops only over findings.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.debt import DebtResult
+from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.frame import END_KINDS, K, codes
+from kvscope.events import EventKind, PoolRole
+
+_STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
+_PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *END_KINDS)
+
+
+def find_stalled_requests(events: pd.DataFrame, cfg: DetectorConfig) -> list[Finding]:
+    """Requests deferred or holding a reservation without progress for >= both stall thresholds.
+
+    An episode starts at the first ADMISSION_DEFERRED / RESERVATION_MADE after the request's last
+    progress (admission, context chunk, resume, end) and lasts until its next progress or the end
+    of the stream.
+    """
+    n = len(events)
+    if n == 0:
+        return []
+    kind, pool = codes(events)
+    rid = events["request_id"].to_numpy(np.int64)
+    ts = events["ts_ns"].to_numpy(np.int64)
+    it = events["iteration"].to_numpy(np.int64)
+    stall = np.isin(kind, [K[k] for k in _STALL_KINDS])
+    prog = np.isin(kind, [K[k] for k in _PROGRESS_KINDS])
+    pos = np.flatnonzero((stall | prog) & (rid >= 0))
+    if not stall[pos].any():
+        return []
+    r = rid[pos]
+    order = np.lexsort((pos, r))
+    pos, r = pos[order], r[order]
+    is_prog = prog[pos]
+    gs = np.ones(len(r), dtype=bool)
+    gs[1:] = r[1:] != r[:-1]
+    heads = np.flatnonzero(is_prog | gs)  # first row of every episode
+    ep = np.cumsum(is_prog | gs) - 1
+    stall_rows = np.flatnonzero(~is_prog)
+    eps, first_idx = np.unique(ep[stall_rows], return_index=True)
+    first_rows = stall_rows[first_idx]
+    counts = np.bincount(ep[stall_rows], minlength=len(heads))[eps]
+    nxt = np.minimum(eps + 1, len(heads) - 1)
+    next_head = heads[nxt]
+    has_end = (eps + 1 < len(heads)) & (r[next_head] == r[first_rows])
+    end_pos = np.where(has_end, pos[next_head], n - 1)
+    start_pos = pos[first_rows]
+    dur_s = (ts[end_pos] - ts[start_pos]) / 1e9
+    dur_it = it[end_pos] - it[start_pos]
+    hit = (dur_s >= cfg.stall_min_s) & (dur_it >= cfg.stall_min_iterations)
+    out = []
+    pools = events["pool"].astype(str).to_numpy()
+    for i in np.flatnonzero(hit):
+        s, e = int(start_pos[i]), int(end_pos[i])
+        req = int(r[first_rows[i]])
+        is_res = kind[s] == K[EventKind.RESERVATION_MADE]
+        blocking = pools[s]
+        out.append(Finding(
+            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING,
+            t_start_s=ts[s] / 1e9, t_end_s=ts[e] / 1e9, iteration_start=it[s], iteration_end=it[e],
+            pools=(blocking,) if blocking != PoolRole.NONE.value else (), request_ids=(req,),
+            summary=(
+                f"request {req} {'held a reservation' if is_res else 'was deferred'} for "
+                f"{dur_s[i]:.1f} s ({dur_it[i]} iterations) without progress"
+                + (f", blocked by the {blocking} pool" if blocking != PoolRole.NONE.value else "")
+                + ("" if has_end[i] else " (still waiting at the end of the events)") + "."
+            ),
+            evidence={
+                "wait_s": dur_s[i], "wait_iterations": dur_it[i], "num_deferrals": counts[i],
+                "reservation": bool(is_res), "resolved": bool(has_end[i]), "blocking_pool": blocking,
+            },
+        ))
+    return out
+
+
+def find_never_fitting(
+    events: pd.DataFrame, configs: pd.DataFrame, timeline: pd.DataFrame
+) -> list[Finding]:
+    """Requests whose full context (+ draft and extra tokens) needs more blocks than a pool has.
+
+    Critical for a pool outside admission (the resize there can only raise), warning for a pool
+    in admission (the request would wait forever), info when the request was rejected at arrival.
+    """
+    if timeline.empty or configs.empty:
+        return []
+    stream_end = float(events["ts_ns"].iloc[-1]) / 1e9
+    arrived = timeline[timeline["prompt_tokens"] >= 0]
+    out = []
+    for role, cfg in configs.iterrows():
+        if role not in (PoolRole.TARGET.value, PoolRole.DRAFT.value) or cfg["capacity_blocks"] <= 0:
+            continue
+        tpb = int(cfg["tokens_per_block"])
+        need_tokens = arrived["prompt_tokens"] + int(cfg["max_draft_len"]) + int(cfg["num_extra_kv_tokens"])
+        need = -(-need_tokens // tpb)
+        cap = int(cfg["capacity_blocks"])
+        for req, nb in need[need > cap].items():
+            row = arrived.loc[req]
+            rejected = row["outcome"] == "rejected"
+            sev = Severity.INFO if rejected else (Severity.WARNING if cfg["in_admission"] else Severity.CRITICAL)
+            t0 = float(row["arrival_s"])
+            t1 = float(row["end_s"]) if not np.isnan(row["end_s"]) else stream_end
+            out.append(Finding(
+                kind=FindingKind.NEVER_FITTING, severity=sev, t_start_s=t0, t_end_s=max(t0, t1),
+                iteration_start=-1, iteration_end=int(row["end_iteration"]),
+                pools=(role,), request_ids=(int(req),),
+                summary=(
+                    f"request {req} needs {nb} blocks ({need_tokens[req]} tokens) in the {role} pool, "
+                    f"which has {cap}" + (" (rejected at arrival)." if rejected else
+                                          "; it can never fit" + ("." if cfg["in_admission"] else
+                                                                  " and its resize there will raise."))
+                ),
+                evidence={"need_blocks": nb, "need_tokens": need_tokens[req], "capacity_blocks": cap,
+                          "tokens_per_block": tpb, "prompt_tokens": row["prompt_tokens"],
+                          "outcome": str(row["outcome"]), "in_admission": bool(cfg["in_admission"])},
+            ))
+    return out
+
+
+def find_reuse_loss(
+    events: pd.DataFrame, configs: pd.DataFrame, timeline: pd.DataFrame, cfg: DetectorConfig
+) -> list[Finding]:
+    """Prefix tokens the target reused that an unpaired draft mirror had to hold privately.
+
+    Reports the total, the duplicated blocks held at once (peak) and its share of the draft pool.
+    """
+    out = []
+    if timeline.empty:
+        return out
+    for role, pc in configs.iterrows():
+        if role == PoolRole.TARGET.value or pc["paired"] or role not in (PoolRole.DRAFT.value,):
+            continue
+        adm = timeline[timeline["admitted_s"].notna()]
+        lost = (adm["reused_tokens_target"] - adm[f"reused_tokens_{role}"]).clip(lower=0)
+        lost = lost[lost > 0]
+        if lost.empty:
+            continue
+        tpb = int(pc["tokens_per_block"])
+        lost_blocks = -(-lost // tpb)
+        t0 = adm.loc[lost.index, "admitted_s"].to_numpy()
+        t1 = adm.loc[lost.index, "end_s"].fillna(np.inf).to_numpy()
+        times = np.concatenate([t0, t1])
+        delta = np.concatenate([lost_blocks.to_numpy(), -lost_blocks.to_numpy()])
+        order = np.lexsort((delta, times))  # frees before admissions at the same instant
+        conc = np.cumsum(delta[order])
+        ipk = int(np.argmax(conc))
+        peak = float(conc[ipk])
+        cap = max(int(pc["capacity_blocks"]), 1)
+        frac = peak / cap
+        stream_end = float(events["ts_ns"].iloc[-1]) / 1e9
+        top = lost.sort_values(ascending=False).index[: cfg.max_named_requests]
+        out.append(Finding(
+            kind=FindingKind.REUSE_LOSS,
+            severity=Severity.WARNING if frac >= cfg.reuse_loss_warn_fraction else Severity.INFO,
+            t_start_s=float(t0.min()), t_end_s=max(float(t0.min()), min(float(np.max(t1)), stream_end)),
+            iteration_start=int(adm.loc[lost.index, "admitted_iteration"].min()), iteration_end=-1,
+            pools=(PoolRole.TARGET.value, role), request_ids=tuple(int(x) for x in top),
+            summary=(
+                f"the unpaired {role} mirrors held {int(lost.sum())} prefix tokens the target reused "
+                f"({len(lost)} requests); at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {role} pool."
+            ),
+            evidence={
+                "lost_tokens": int(lost.sum()), "lost_blocks": int(lost_blocks.sum()),
+                "lost_bytes": int(lost.sum()) * int(pc["bytes_per_token"]),
+                "peak_concurrent_lost_blocks": peak, "peak_fraction_of_pool": frac,
+                "t_peak_s": float(times[order][ipk]), "num_requests": len(lost),
+                "target_reused_tokens": int(adm["reused_tokens_target"].sum()),
+                "draft_reused_tokens": int(adm[f"reused_tokens_{role}"].sum()), "capacity_blocks": cap,
+            },
+        ))
+    return out
+
+
+_REQ_RE = re.compile(r"request (\d+)")
+
+
+def find_engine_fatal(
+    events: pd.DataFrame, debt: DebtResult, prior: list[Finding]
+) -> list[Finding]:
+    """ENGINE_FAILED events with the request, pool, asked size, pool state, and the lead time of
+    every earlier alarm finding (``evidence["lead_times"]``)."""
+    kind, _ = codes(events)
+    fpos = np.flatnonzero(kind == K[EventKind.ENGINE_FAILED])
+    out = []
+    ts = events["ts_ns"].to_numpy(np.int64)
+    it = events["iteration"].to_numpy(np.int64)
+    for p in fpos:
+        row = events.iloc[int(p)]
+        reason = str(row["reason"]) if not pd.isna(row["reason"]) else ""
+        req = int(row["request_id"])
+        if req < 0 and (m := _REQ_RE.search(reason)):
+            req = int(m.group(1))
+        role = str(row["pool"])
+        t = ts[p] / 1e9
+        state = {"capacity_blocks": int(row["capacity_blocks"]), "free_blocks": int(row["free_blocks"]),
+                 "evictable_blocks": int(row["evictable_blocks"]), "reserved_blocks": int(row["reserved_blocks"])}
+        f = debt.full.get(role)
+        if f is not None:
+            state["debt_blocks"] = f["debt"][p]
+            state["need_blocks"] = f["need"][p]
+            if state["capacity_blocks"] < 0:
+                state["capacity_blocks"] = f["capacity"][p]
+                state["available_blocks"] = f["available"][p]
+        leads = []
+        for g in prior:
+            if g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t:
+                continue
+            leads.append({
+                "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
+                "lead_iterations": int(it[p]) - g.iteration_start if g.iteration_start >= 0 else None,
+                "names_request": req in g.request_ids, "pools": list(g.pools),
+            })
+        naming = [x for x in leads if x["names_request"] and x["lead_iterations"] is not None]
+        best = max(naming, key=lambda x: x["lead_iterations"], default=None)
+        out.append(Finding(
+            kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
+            iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
+            request_ids=(req,) if req >= 0 else (),
+            summary=(
+                f"engine failed on request {req} in the {role} pool (asked {int(row['num_tokens'])} tokens): "
+                f"{reason[:160]}"
+                + (f" — first warned {best['lead_iterations']} iterations ({best['lead_s']:.2f} s) earlier "
+                   f"by {best['kind']}." if best else " — no earlier finding named this request.")
+            ),
+            evidence={
+                "message": reason, "asked_tokens": int(row["num_tokens"]), "pool_state": state,
+                "lead_times": leads,
+                "lead_iterations": best["lead_iterations"] if best else None,
+                "lead_s": best["lead_s"] if best else None,
+                "num_failed_after": int(((kind[p:] == K[EventKind.REQUEST_FAILED])).sum()),
+            },
+        ))
+    return out

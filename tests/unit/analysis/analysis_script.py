@@ -1,0 +1,132 @@
+"""EventScript: hand-built event streams that follow EVENTS_CONTRACT.md, for exact detector tests.
+
+It records through a real :class:`kvscope.recording.Recorder` with a fake clock and keeps the
+pool arithmetic of a target pool (with prefix reuse) and a draft pool (unpaired: full private
+mirror; paired: the target's reuse), so every event carries the pool state after the fact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from kvscope.analysis import events_to_frame
+from kvscope.events import EventKind, PoolRole, format_kv
+from kvscope.recording import Recorder
+
+STEP_NS = 10_000_000  # 10 ms per iteration
+
+
+class EventScript:
+    def __init__(
+        self, *, target_blocks: int = 100, draft_blocks: int = 100, tpb: int = 16, draft_len: int = 1,
+        paired: bool = False, reuse: bool = True, evictable: int = 0,
+    ) -> None:
+        self.now = 1_000_000_000
+        self.rec = Recorder(clock=lambda: self.now, capacity=1 << 18, clock_name="simulated")
+        self.tpb, self.draft_len, self.paired = tpb, draft_len, paired
+        self.cap = {PoolRole.TARGET: target_blocks, PoolRole.DRAFT: draft_blocks}
+        self.used = {PoolRole.TARGET: 0, PoolRole.DRAFT: 0}
+        self.evictable = {PoolRole.TARGET: evictable, PoolRole.DRAFT: 0}
+        self.held: dict[tuple[int, PoolRole], int] = {}
+        self.prompt: dict[int, int] = {}
+        self.reused: dict[int, int] = {}
+        self.done: set[int] = set()
+        for role in (PoolRole.TARGET, PoolRole.DRAFT):
+            cfg = {"tokens_per_block": tpb, "max_draft_len": draft_len, "num_extra_kv_tokens": 0,
+                   "enable_block_reuse": int(reuse), "paired": int(paired),
+                   "is_draft": int(role == PoolRole.DRAFT), "max_util_for_resume": 0.95, "rank_holds": 0}
+            self.rec.record(EventKind.POOL_CONFIGURED, pool=role, capacity_blocks=self.cap[role],
+                            num_tokens=tpb, num_blocks=0, num_requests=65, reason=format_kv(cfg),
+                            free_blocks=self.free(role), evictable_blocks=self.evictable[role], reserved_blocks=0)
+
+    # ---- pool state ----
+    def free(self, role: PoolRole) -> int:
+        return self.cap[role] - self.used[role] - self.evictable[role]
+
+    def _state(self, role: PoolRole) -> dict:
+        return {"capacity_blocks": self.cap[role], "free_blocks": self.free(role),
+                "evictable_blocks": self.evictable[role], "reserved_blocks": 0}
+
+    # ---- lifecycle ----
+    def iteration(self, n_ctx: int = 0, tokens: int = 0) -> None:
+        self.now += STEP_NS
+        self.rec.iteration += 1
+        self.rec.record(EventKind.ITERATION_SCHEDULED, num_requests=n_ctx, num_tokens=tokens, num_blocks=n_ctx)
+
+    def snapshot(self) -> None:
+        for role in (PoolRole.TARGET, PoolRole.DRAFT):
+            live = sum(1 for (r, p) in self.held if p == role)
+            self.rec.record(EventKind.POOL_SNAPSHOT, pool=role, num_requests=live, **self._state(role))
+
+    def arrive(self, rid: int, prompt: int, max_new: int = 16) -> None:
+        self.prompt[rid] = prompt
+        self.rec.record(EventKind.REQUEST_ARRIVED, request_id=rid, num_tokens=prompt, num_blocks=max_new)
+
+    def defer(self, rid: int, pool: PoolRole = PoolRole.TARGET) -> None:
+        self.rec.record(EventKind.ADMISSION_DEFERRED, request_id=rid, pool=pool, **self._state(pool))
+
+    def admit(self, rid: int, reused: int = 0) -> None:
+        self.reused[rid] = reused
+        self.rec.record(EventKind.ADMITTED, request_id=rid, num_tokens=reused)
+        if reused:
+            nb = reused // self.tpb
+            self.held[(rid, PoolRole.TARGET)] = 0
+            self.rec.record(EventKind.BLOCKS_REUSED, request_id=rid, pool=PoolRole.TARGET, num_blocks=nb,
+                            num_tokens=reused, **self._state(PoolRole.TARGET))
+            if self.paired:
+                self.held[(rid, PoolRole.DRAFT)] = 0
+                self.rec.record(EventKind.BLOCKS_REUSED, request_id=rid, pool=PoolRole.DRAFT, num_blocks=nb,
+                                num_tokens=reused, **self._state(PoolRole.DRAFT))
+
+    def _resize(self, rid: int, role: PoolRole, tokens: int) -> bool:
+        shared = (self.reused.get(rid, 0) // self.tpb) if (role == PoolRole.TARGET or self.paired) else 0
+        want = max(0, math.ceil(tokens / self.tpb) - shared)
+        have = self.held.get((rid, role), 0)
+        delta = want - have
+        if delta <= 0:
+            return True
+        if delta > self.free(role):
+            self.rec.record(EventKind.RESIZE_FAILED, request_id=rid, pool=role, num_tokens=tokens,
+                            num_blocks=delta - self.free(role), **self._state(role))
+            return False
+        self.used[role] += delta
+        self.held[(rid, role)] = want
+        self.rec.record(EventKind.BLOCKS_ALLOCATED, request_id=rid, pool=role, num_blocks=delta,
+                        num_tokens=tokens, **self._state(role))
+        return True
+
+    def chunk(self, rid: int, position: int, size: int) -> bool:
+        """Schedules a chunk: target resize, then the draft mirror (draft first in the engine; the
+        order does not change the debt). Returns False (after RESIZE_FAILED) when the draft is short."""
+        last = position + size >= self.prompt[rid]
+        self.rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, request_id=rid, num_tokens=size, num_blocks=position)
+        extra = self.draft_len if last else 0
+        if not self._resize(rid, PoolRole.DRAFT, position + size + extra):
+            return False
+        self._resize(rid, PoolRole.TARGET, position + size + extra)
+        return True
+
+    def finish(self, rid: int) -> None:
+        for role in (PoolRole.DRAFT, PoolRole.TARGET):
+            nb = self.held.pop((rid, role), None)
+            if nb is not None:
+                self.used[role] -= nb
+                self.rec.record(EventKind.BLOCKS_FREED, request_id=rid, pool=role, num_blocks=nb,
+                                **self._state(role))
+        self.done.add(rid)
+        self.rec.record(EventKind.REQUEST_FINISHED, request_id=rid, num_tokens=16)
+
+    def fatal(self, rid: int, asked: int) -> None:
+        msg = f"Draft KV cache context resize failed for request {rid}: could not resize to {asked} tokens"
+        self.rec.record(EventKind.ENGINE_FAILED, request_id=rid, pool=PoolRole.DRAFT, num_tokens=asked,
+                        reason=msg, **self._state(PoolRole.DRAFT))
+        for r in sorted(set(self.prompt) - self.done):
+            self.rec.record(EventKind.REQUEST_FAILED, request_id=r, reason=msg[:60])
+
+    def reserve(self, rid: int, blocks: int, pool: PoolRole = PoolRole.DRAFT) -> None:
+        self.rec.record(EventKind.RESERVATION_MADE, request_id=rid, pool=pool, num_blocks=blocks)
+
+    def frame(self) -> pd.DataFrame:
+        return events_to_frame(self.rec.drain())
