@@ -74,33 +74,49 @@ class KVCacheManagerCoreModel:
         self.num_committed_blocks_total = 0
 
     # ---- caches ---------------------------------------------------------------------------------
-    def _match(self, reuse_scope: ReuseScope, input_tokens: ReuseInputModel | None):
+    def _match(self, reuse_scope: ReuseScope, input_tokens: ReuseInputModel | None,
+               memo: dict | None = None):
         if input_tokens is None or input_tokens.num_tokens <= 0:
             return [], 0
         tpb = self.tokens_per_block
-        matched = self.tree.match(reuse_scope, input_tokens.block_keys, input_tokens.num_tokens // tpb)
+        max_blocks = input_tokens.num_tokens // tpb
+        tree = self.tree
+        if memo is None:
+            matched = tree.match(reuse_scope, input_tokens.block_keys, max_blocks)
+        else:
+            # Model-only speed-up: a per-request memo of the full-prompt match, extended while no
+            # block was removed (keys are chained, so a match can only grow until then).
+            entry = memo.get(id(self))
+            if entry is None or entry[0] != tree.num_removals or entry[2] != reuse_scope:
+                entry = (tree.num_removals, [], reuse_scope)
+                memo[id(self)] = entry
+            matched = tree.extend_match(reuse_scope, input_tokens.block_keys, len(input_tokens.block_keys),
+                                        entry[1])[:max_blocks]
         num_reused = max(len(matched) * tpb - self.reuse_match_backoff, 0)
         return matched[: -(-num_reused // tpb)] if num_reused else [], num_reused
 
     def create_kv_cache(self, reuse_scope: ReuseScope | None = None,
                         input_tokens: ReuseInputModel | None = None, *, id: int | None = None,
-                        expected_prompt_length: int | None = None) -> _KVCacheModel:
+                        expected_prompt_length: int | None = None,
+                        match_memo: dict | None = None) -> _KVCacheModel:
         """Create a SUSPENDED cache holding the blocks matched for ``input_tokens`` (None: no match).
 
         Internal updates: matched blocks gain a reference (they leave the DROPPABLE queue); the reuse
         counters grow by the matched and missed full blocks of the offered tokens.
         """
         scope = reuse_scope if reuse_scope is not None else ReuseScope()
-        matched, num_reused = self._match(scope, input_tokens)
+        matched, num_reused = self._match(scope, input_tokens, match_memo)
         if input_tokens is not None:
             num_offered_blocks = input_tokens.num_tokens // self.tokens_per_block
             self.num_reused_blocks += len(matched)
             self.num_missed_blocks += max(num_offered_blocks - len(matched), 0)
         return _KVCacheModel(self, scope, matched, num_reused, id)
 
-    def probe_reuse(self, reuse_scope: ReuseScope | None, input_tokens: ReuseInputModel) -> int:
+    def probe_reuse(self, reuse_scope: ReuseScope | None, input_tokens: ReuseInputModel,
+                    match_memo: dict | None = None) -> int:
         """Tokens a ``create_kv_cache`` with the same input would reuse now. Claims nothing."""
-        return self._match(reuse_scope if reuse_scope is not None else ReuseScope(), input_tokens)[1]
+        scope = reuse_scope if reuse_scope is not None else ReuseScope()
+        return self._match(scope, input_tokens, match_memo)[1]
 
     def clear_reusable_blocks(self) -> int:
         return self.tree.clear_unreferenced(self.pool)

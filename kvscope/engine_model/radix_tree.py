@@ -81,6 +81,8 @@ class BlockRadixTreeModel:
 
     def __init__(self) -> None:
         self._scope_key_to_block: dict[tuple[ReuseScope, int], Block] = {}
+        # Bumped on every removal: a match computed at the same value can only have grown since.
+        self.num_removals = 0
 
     def __len__(self) -> int:
         return len(self._scope_key_to_block)
@@ -96,9 +98,16 @@ class BlockRadixTreeModel:
         Returns:
             The matched blocks in order (possibly empty). Read-only: claims nothing.
         """
-        matched: list[Block] = []
+        return self.extend_match(scope, keys, max_blocks, [])
+
+    def extend_match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int,
+                     matched: list[Block]) -> list[Block]:
+        """Continue a match that is known to still hold (no removal since it was computed).
+
+        Internal updates: appends to ``matched`` in place and returns it. Costs O(new blocks).
+        """
         lookup = self._scope_key_to_block.get
-        for i in range(min(max_blocks, len(keys))):
+        for i in range(len(matched), min(max_blocks, len(keys))):
             block = lookup((scope, keys[i]))
             if block is None:
                 break
@@ -125,6 +134,7 @@ class BlockRadixTreeModel:
         """Drop a node whose page was dropped (it can no longer be matched)."""
         if self._scope_key_to_block.get((block.scope, block.key)) is block:
             del self._scope_key_to_block[(block.scope, block.key)]
+            self.num_removals += 1
         block.level = BlockLevel.DROPPED
 
     def clear_unreferenced(self, pool: BlockPoolModel) -> int:

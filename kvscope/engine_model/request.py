@@ -75,6 +75,7 @@ class LlmRequestModel:
         self.py_request_id = request_id
         self.request_id = request_id
         self.prompt_len = prompt_len
+        self.orig_prompt_len = prompt_len
         self.output_len = output_len
         self.max_new_tokens = output_len if max_new_tokens is None else max_new_tokens
         self.block_keys: list[int] = list(block_keys)
@@ -93,6 +94,8 @@ class LlmRequestModel:
         self.py_rewind_len = 0
         self.py_is_dummy = False
         self.is_dummy = False
+        # Model-only: per-manager memo of the radix match (see core_manager._match).
+        self.py_reuse_probe_memo: dict = {}
 
     # --- state predicates (real names) ---------------------------------------------------------
     @property
@@ -138,7 +141,28 @@ class LlmRequestModel:
 
     def get_num_tokens(self, beam: int = 0) -> int:
         """Tokens in the sequence: prompt plus generated tokens (beam width is always 1 in V2)."""
-        return self.prompt_len + self.num_generated_tokens
+        return self.orig_prompt_len + self.num_generated_tokens
+
+    def reset_for_recompute(self) -> None:
+        """Recompute pause (real ``reset_for_recompute``): the tokens so far become the prompt and
+        the request goes back to context from position 0; its draft tokens are dropped."""
+        self.prompt_len = self.orig_prompt_len + self.num_generated_tokens
+        self.state = LlmRequestState.CONTEXT_INIT
+        self.context_current_position = 0
+        self.context_chunk_size = 0
+        self.py_draft_tokens = []
+        self.py_ctx_pre_resize_cap = None
+
+
+def prepare_draft_requests(requests: list[LlmRequestModel], max_total_draft_tokens: int) -> None:
+    """Real ``PyExecutor._prepare_draft_requests`` (py_executor.py, several stored versions): before
+    scheduling, every GENERATION_IN_PROGRESS request gets ``max_total_draft_tokens`` placeholder draft
+    tokens so the scheduler and the KV managers reserve their slots. Context requests keep theirs
+    (empty): the real code stamps generation requests only."""
+    for req in requests:
+        if req.state != LlmRequestState.GENERATION_IN_PROGRESS:
+            continue
+        req.py_draft_tokens = [0] * max_total_draft_tokens if max_total_draft_tokens > 0 else []
 
     def __repr__(self) -> str:
         return (

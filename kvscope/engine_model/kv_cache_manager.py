@@ -1,0 +1,561 @@
+"""PyTorch-executor adapters over the runtime core: ``KVCacheManagerV2Model`` and ``DSACacheManagerV2Model``.
+
+Stand for ``KVCacheManagerV2`` in ``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py``
+(read at 0004396720054fd8e205cbf616f21f0b57c6b412 and 00746ef9992943a9bb604dbf1ecf00c64af58c32) and
+``DSACacheManagerV2`` in ``tensorrt_llm/_torch/attention_backend/sparse/dsa/cache_manager.py`` (map @
+0bbb76d2). Method names and signatures are the real ones (seams). Modelled, by method:
+
+- ``__init__``: IndexMapper capacity = max_batch_size x pp_size x (2 if disagg) + num_reserved_index_slots;
+  ``reuse_match_backoff`` = draft prompt lookahead (max_draft_len for MTP) when the class supports it;
+  ``_can_publish_block_reuse`` = joint reuse or not a draft manager; ``_kv_reserve_draft_tokens`` =
+  max_total_draft_tokens (0004396).
+- ``_create_kv_cache`` returns None when the IndexMapper has no free slot (0004396).
+- ``prepare_context_cache`` / ``prepare_context`` / ``probe_context_reuse`` / ``_context_reuse_tokens``:
+  match on the prompt minus its last token plus D lookahead tokens, capped by ``reuse_limit``;
+  ``stop_committing`` at once when block reuse is off; resume; settle the cursor on the reused length.
+- ``resize_context``: capacity = max(capacity, position + num_tokens + num_extra_kv_tokens), a failed
+  first chunk is suspended, ``py_ctx_pre_resize_cap`` recorded; ``revert_allocate_context`` undoes it.
+- ``try_allocate_generation``: resume if suspended, grow by 1 + ``_generation_draft_slots`` and record
+  ``_allocated_draft_lens``; ``revert_allocate_generation`` undoes it.
+- ``_mirror_draft_kv_cache`` (no match, ``stop_committing`` at once), ``admit_mirror``,
+  ``mirror_admission_certainly_blocked``, ``preempt_request``, ``has_active_cache``,
+  ``has_cache_tier_below_gpu``, ``_draft_pool_diagnostic`` (00746ef).
+- ``_prepare_draft_resources``: the four raise sites with their real messages (00746ef text, which adds
+  the diagnostic to the two resize messages); capacity = position + chunk + draft_len (last chunk
+  only at 0004396; every chunk in the older build, ``draft_len_on_every_chunk=True``) + extra tokens.
+- ``update_context_resources`` (commit full blocks as the context advances under ALL_REUSABLE, else
+  advance history), ``update_resources`` (rewind unused draft slots, resize, raise on failure),
+  ``free_resources``, ``copy_batch_block_offsets`` (unmapped id fails), ``get_kv_cache_stats``.
+
+Model-only knobs (documented, default = real behaviour): ``draft_len_on_every_chunk``,
+``draft_cursor_sizing`` ("chunk" real; "prompt": the mirror is sized from the prompt end, as the
+qwen-hybrid report describes), ``target_reserves_draft_slots`` (True real: the target reserves the
+same draft slots and extra tokens as the mirror; False gives a capacity-only model, see SOURCES.md
+"What keeps equal-token pools in step with reuse off"). ``pool_state()`` is a model-only helper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors
+from .batch import ScheduledRequestsModel
+from .core_manager import KVCacheManagerCoreModel, ReuseInputModel
+from .kv_cache import _KVCacheModel
+from .radix_tree import ReuseScope
+from .request import LlmRequestModel, LlmRequestState
+
+
+def get_draft_token_length(req: LlmRequestModel) -> int:
+    """Real helper (``llm_request.py``): number of draft tokens proposed for the next step."""
+    return len(req.py_draft_tokens) if req.py_draft_tokens is not None else 0
+
+
+def _settle_context_cursor(req: LlmRequestModel, reused: int, tokens_per_block: int) -> None:
+    """Move the context cursor to the reused length (real helper @ 00746ef, rewinds or advances)."""
+    req.context_current_position = reused
+
+
+class IndexMapperModel:
+    """Per-request page-table slots (real C++ ``IndexMapper``): a fixed number of slots."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError(f"IndexMapper capacity must be > 0, got {capacity}")
+        self.capacity = capacity
+        self._request_id_to_index: dict[int, int] = {}
+        self._free_indices = list(range(capacity - 1, -1, -1))
+
+    def num_free_slots(self) -> int:
+        return len(self._free_indices)
+
+    def size(self) -> int:
+        return len(self._request_id_to_index)
+
+    def add_new_sequence(self, request_id: int) -> int:
+        index = self._free_indices.pop()
+        self._request_id_to_index[request_id] = index
+        return index
+
+    def remove_sequence(self, request_id: int) -> None:
+        self._free_indices.append(self._request_id_to_index.pop(request_id))
+
+    def get_index(self, request_id: int) -> int:
+        index = self._request_id_to_index.get(request_id)
+        if index is None:
+            raise RuntimeError(errors.unmapped_request_id(request_id))
+        return index
+
+    def get_copy_index(self, request_ids: list[int], num_contexts: int, beam_width: int) -> list[int]:
+        return [self.get_index(request_id) for request_id in request_ids]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStateModel:
+    """Model-only snapshot of one pool (the binding derives the same from storage statistics).
+
+    Attributes:
+        capacity_blocks: GPU blocks in the pool.
+        free_blocks: GPU blocks with no page.
+        evictable_blocks: GPU pages that can be reclaimed (unreferenced committed; HELD with a host tier).
+        used_blocks: capacity - free - evictable (the real "unavailable").
+        num_live_caches: caches in ``kv_cache_map``.
+        tokens_per_block: tokens per block.
+    """
+
+    capacity_blocks: int
+    free_blocks: int
+    evictable_blocks: int
+    used_blocks: int
+    num_live_caches: int
+    tokens_per_block: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheStatsModel:
+    """Subset of the real ``KvCacheStats`` (blocks). ``free_num_blocks`` counts evictable as free."""
+
+    max_num_blocks: int
+    free_num_blocks: int
+    used_num_blocks: int
+    tokens_per_block: int
+    alloc_total_blocks: int
+    alloc_new_blocks: int
+    reused_blocks: int
+    missed_blocks: int
+    cache_hit_rate: float
+
+
+class KVCacheManagerV2Model:
+    """One KV pool as the PyTorch executor sees it (target, or draft with ``is_draft=True``).
+
+    Args:
+        num_blocks: GPU blocks (the model takes the pool size in blocks; see config.py for the split).
+        tokens_per_block: tokens per block.
+        max_seq_len, max_batch_size, max_num_tokens: real names and meaning.
+        pp_size: pipeline-parallel size (IndexMapper slots scale with it).
+        max_draft_len / max_total_draft_tokens: speculative draft width (MTP: equal).
+        num_extra_kv_tokens: extra KV tokens speculative decoding needs (real get_num_extra_kv_tokens).
+        is_draft: the one-model draft manager.
+        enable_block_reuse, joint_kv_cache_reuse, num_reserved_index_slots, is_disagg,
+            max_util_for_resume: real names and meaning.
+        num_host_blocks: host-tier blocks (0: GPU only; real default auto-sizes a host tier).
+        reuse_match_backoff: None -> max_draft_len when the class supports backoff, else 0.
+        draft_len_on_every_chunk, draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
+    """
+
+    _supports_reuse_match_backoff = True
+
+    def __init__(self, *, num_blocks: int, tokens_per_block: int, max_seq_len: int,
+                 max_batch_size: int, max_num_tokens: int = 8192, pp_size: int = 1,
+                 max_draft_len: int = 0, max_total_draft_tokens: int | None = None,
+                 num_extra_kv_tokens: int = 0, is_draft: bool = False,
+                 enable_block_reuse: bool = True, joint_kv_cache_reuse: bool = False,
+                 num_reserved_index_slots: int = 1, is_disagg: bool = False,
+                 max_util_for_resume: float = 0.95, num_host_blocks: int = 0,
+                 reuse_match_backoff: int | None = None, bytes_per_token: int = 0,
+                 draft_len_on_every_chunk: bool = False, draft_cursor_sizing: str = "chunk",
+                 target_reserves_draft_slots: bool = True) -> None:
+        if num_reserved_index_slots < 0:
+            raise ValueError("num_reserved_index_slots must be non-negative")
+        if draft_cursor_sizing not in ("chunk", "prompt"):
+            raise ValueError(f"draft_cursor_sizing must be 'chunk' or 'prompt', got {draft_cursor_sizing!r}")
+        self.tokens_per_block = tokens_per_block
+        self.max_seq_len = max_seq_len
+        self.max_batch_size = max_batch_size
+        self.max_num_tokens = max_num_tokens
+        self.is_draft = is_draft
+        self.is_disagg = is_disagg
+        self.num_extra_kv_tokens = num_extra_kv_tokens
+        self.max_draft_len = max_draft_len
+        self.max_total_draft_tokens = max_draft_len if max_total_draft_tokens is None else max_total_draft_tokens
+        self._kv_reserve_draft_tokens = self.max_total_draft_tokens
+        self.enable_block_reuse = enable_block_reuse
+        self.enable_joint_kv_cache_reuse = joint_kv_cache_reuse
+        self._can_publish_block_reuse = joint_kv_cache_reuse or not is_draft
+        if reuse_match_backoff is None:
+            reuse_match_backoff = max_draft_len if self._supports_reuse_match_backoff else 0
+        self.reuse_match_backoff = reuse_match_backoff
+        self.max_util_for_resume = max_util_for_resume
+        self.bytes_per_token = bytes_per_token
+        self.draft_len_on_every_chunk = draft_len_on_every_chunk
+        self.draft_cursor_sizing = draft_cursor_sizing
+        self.target_reserves_draft_slots = target_reserves_draft_slots
+        self.block_reuse_policy = "all_reusable"
+        self.kv_connector_manager = None
+        self.impl = KVCacheManagerCoreModel(
+            num_blocks, tokens_per_block, num_host_blocks=num_host_blocks,
+            max_util_for_resume=max_util_for_resume, reuse_match_backoff=reuse_match_backoff)
+        self.can_evict = num_host_blocks > 0
+        self.kv_cache_map: dict[int, _KVCacheModel] = {}
+        self._allocated_draft_lens: dict[int, int] = {}
+        self._gpu_max_tokens = num_blocks * tokens_per_block
+        self.index_mapper = IndexMapperModel(
+            max_batch_size * pp_size * (2 if is_disagg else 1) + num_reserved_index_slots)
+
+    # ---- queries --------------------------------------------------------------------------------
+    def is_request_active(self, request_id: int) -> bool:
+        kv_cache = self.kv_cache_map.get(request_id)
+        return kv_cache is not None and kv_cache.is_active
+
+    def has_active_cache(self, req: LlmRequestModel) -> bool:
+        return self.is_request_active(req.py_request_id)
+
+    @property
+    def has_cache_tier_below_gpu(self) -> bool:
+        return len(self.impl.cache_tier_list) > 1
+
+    def get_num_free_blocks(self) -> int:
+        assert len(self.kv_cache_map) == 0, "get_num_free_blocks is only used when the kv cache manager is empty"
+        return self.impl.pool.num_gpu_blocks
+
+    def pool_state(self) -> PoolStateModel:
+        """Model-only: live pool counters, O(1)."""
+        pool = self.impl.pool
+        stats = pool.statistics()
+        return PoolStateModel(stats.total, stats.free, stats.evictable, stats.unavailable,
+                              len(self.kv_cache_map), self.tokens_per_block)
+
+    def get_kv_cache_stats(self) -> KvCacheStatsModel:
+        stats = self.impl.pool.statistics()
+        impl = self.impl
+        total_reuse = impl.num_reused_blocks + impl.num_missed_blocks
+        return KvCacheStatsModel(
+            stats.total, stats.available, stats.unavailable, self.tokens_per_block,
+            impl.num_allocated_blocks + impl.num_reused_blocks, impl.num_allocated_blocks,
+            impl.num_reused_blocks, impl.num_missed_blocks,
+            impl.num_reused_blocks / total_reuse if total_reuse else 0.0)
+
+    # ---- cache creation -------------------------------------------------------------------------
+    def _create_kv_cache(self, request_id: int, lora_task_id: int | None,
+                         input_tokens: ReuseInputModel | None, *, cache_salt: str | None = None,
+                         is_dummy: bool = False, enable_request_stats: bool = False,
+                         expected_prompt_length: int | None = None,
+                         match_memo: dict | None = None) -> _KVCacheModel | None:
+        assert request_id not in self.kv_cache_map, f"KV cache for request {request_id} already exists"
+        if self.index_mapper.num_free_slots() == 0:
+            return None  # real: warning, retry next iteration
+        kv_cache = self.impl.create_kv_cache(
+            ReuseScope(lora_id=lora_task_id, salt=None if cache_salt is None else hash(cache_salt)),
+            input_tokens, id=request_id, expected_prompt_length=expected_prompt_length,
+            match_memo=match_memo)
+        self.kv_cache_map[request_id] = kv_cache
+        self.index_mapper.add_new_sequence(request_id)
+        return kv_cache
+
+    def _context_reuse_tokens(self, req: LlmRequestModel, reuse_limit: int | None = None) -> ReuseInputModel:
+        """Prompt minus its last token, plus the D-token draft lookahead, capped by ``reuse_limit``."""
+        num_tokens = req.prompt_len
+        reuse_end = min(num_tokens, max(num_tokens - 1, 0) + self.reuse_match_backoff)
+        if reuse_limit is not None:
+            evidence_limit = 0 if reuse_limit <= 0 else reuse_limit + self.reuse_match_backoff
+            reuse_end = min(reuse_end, evidence_limit)
+        return ReuseInputModel(reuse_end, req.block_keys)
+
+    def probe_context_reuse(self, req: LlmRequestModel) -> int | None:
+        if not self.enable_block_reuse or req.py_request_id in self.kv_cache_map:
+            return None
+        return self.impl.probe_reuse(ReuseScope(lora_id=req.py_lora_task_id), self._context_reuse_tokens(req),
+                                     req.py_reuse_probe_memo)
+
+    def probe_first_new_block_key(self, req: LlmRequestModel) -> tuple[int | None, int] | None:
+        """Key of the first full block ``req`` would commit past its reusable prefix, or None."""
+        if not self.enable_block_reuse:
+            return None
+        tokens = self._context_reuse_tokens(req)
+        if tokens.num_tokens == 0:
+            return None
+        num_reusable = self.impl.probe_reuse(ReuseScope(lora_id=req.py_lora_task_id), tokens,
+                                             req.py_reuse_probe_memo)
+        block_index = num_reusable // self.tokens_per_block
+        if (block_index + 1) * self.tokens_per_block > tokens.num_tokens or block_index >= len(req.block_keys):
+            return None
+        return (req.py_lora_task_id, req.block_keys[block_index])
+
+    def prepare_context_cache(self, req: LlmRequestModel, reuse_limit: int | None = None) -> int | None:
+        """Create (first chunk) and resume a context cache. Returns the reused length, or None."""
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if req.is_first_context_chunk:
+            if kv_cache is None:
+                tokens = self._context_reuse_tokens(req, reuse_limit) if self.enable_block_reuse else None
+                kv_cache = self._create_kv_cache(req.py_request_id, req.py_lora_task_id, tokens,
+                                                 expected_prompt_length=req.prompt_len - 1,
+                                                 match_memo=req.py_reuse_probe_memo)
+                if kv_cache is None:
+                    return None
+            if not self.enable_block_reuse:
+                kv_cache.stop_committing()
+        else:
+            assert kv_cache is not None, (
+                f"KV cache missing for non-first context chunk, request {req.py_request_id}")
+        if not self._resume_and_restore(req.py_request_id, kv_cache):
+            return None
+        return kv_cache.num_committed_tokens
+
+    def prepare_context(self, req: LlmRequestModel) -> bool:
+        """Create/resume the cache and settle the cursor on the reused prefix. Does NOT resize."""
+        reused = self.prepare_context_cache(req)
+        if reused is None:
+            return False
+        if req.is_first_context_chunk and self.enable_block_reuse:
+            _settle_context_cursor(req, reused, self.tokens_per_block)
+        return True
+
+    # ---- context allocation ---------------------------------------------------------------------
+    def resize_context(self, req: LlmRequestModel, num_tokens: int) -> bool:
+        """Cover position + num_tokens + extra tokens. False on shortage (a first chunk is suspended)."""
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None:
+            return False
+        extra = self.num_extra_kv_tokens if self.target_reserves_draft_slots or self.is_draft else 0
+        target = req.context_current_position + num_tokens + extra
+        capacity = max(kv_cache.capacity, target)
+        pre_cap = kv_cache.capacity
+        if not kv_cache.resize(capacity):
+            if req.is_first_context_chunk:
+                kv_cache.suspend()
+            return False
+        req.py_ctx_pre_resize_cap = pre_cap if capacity > pre_cap else None
+        return True
+
+    def try_allocate_draft_context(self, req: LlmRequestModel, num_tokens: int) -> bool:
+        """Joint mode: size the draft cache at admission like ``resize_context``."""
+        assert self.is_draft
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None or not self._resume_and_restore(req.py_request_id, kv_cache):
+            return False
+        target = req.context_current_position + num_tokens + self.num_extra_kv_tokens
+        return kv_cache.resize(max(kv_cache.capacity, target))
+
+    def revert_allocate_context(self, req: LlmRequestModel) -> bool:
+        """Undo this iteration's context resize. False: the cache was dropped and the cursor rewound."""
+        pre_cap = req.py_ctx_pre_resize_cap
+        if pre_cap is None:
+            return True
+        req.py_ctx_pre_resize_cap = None
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None or not kv_cache.is_active or pre_cap >= kv_cache.capacity:
+            return True
+        if kv_cache.history_length > pre_cap:
+            self.free_resources(req)
+            req.context_current_position = 0
+            req.context_chunk_size = req.prompt_len
+            return False
+        if not kv_cache.resize(pre_cap, min(kv_cache.history_length, pre_cap)):
+            raise RuntimeError(errors.revert_context_failed(req.py_request_id, kv_cache.capacity, pre_cap))
+        if pre_cap > 0:
+            kv_cache.suspend()
+        return True
+
+    # ---- generation allocation ------------------------------------------------------------------
+    def _effective_draft_len(self, req: LlmRequestModel) -> int:
+        return get_draft_token_length(req)
+
+    def _generation_draft_slots(self, req: LlmRequestModel) -> int:
+        slots = self._effective_draft_len(req)
+        if self.is_draft:
+            slots = max(slots, self._kv_reserve_draft_tokens)
+        elif not self.target_reserves_draft_slots:
+            slots = 0  # model-only capacity-only control
+        return slots
+
+    def _required_gen_capacity(self, req: LlmRequestModel, current_capacity: int) -> int:
+        return current_capacity + 1 + self._generation_draft_slots(req)
+
+    def try_allocate_generation(self, req: LlmRequestModel) -> bool:
+        """Resume if suspended, then grow by 1 + draft slots. False on shortage."""
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None:
+            return False
+        if not kv_cache.is_active and not kv_cache.resume():
+            return False
+        draft_slots = self._generation_draft_slots(req)
+        self._allocated_draft_lens.pop(req.py_request_id, None)
+        if not kv_cache.resize(kv_cache.capacity + 1 + draft_slots):
+            return False
+        self._allocated_draft_lens[req.py_request_id] = draft_slots
+        return True
+
+    def revert_allocate_generation(self, req: LlmRequestModel) -> None:
+        draft_slots = self._allocated_draft_lens.pop(req.py_request_id, None)
+        if draft_slots is None:
+            return
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None or not kv_cache.is_active:
+            return
+        reverted_cap = kv_cache.capacity - 1 - draft_slots
+        if reverted_cap < 0:
+            return
+        if not kv_cache.resize(reverted_cap):
+            raise RuntimeError(errors.revert_generation_failed(req.py_request_id, kv_cache.capacity, reverted_cap))
+
+    # ---- suspend / resume / preempt -------------------------------------------------------------
+    def _resume_and_restore(self, req_id: int, kv_cache: _KVCacheModel) -> bool:
+        return kv_cache.is_active or kv_cache.resume()
+
+    def suspend_request(self, req: LlmRequestModel) -> None:
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is not None and kv_cache.is_active:
+            kv_cache.suspend()
+
+    def resume_request(self, req: LlmRequestModel) -> bool:
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        return kv_cache is not None and self._resume_and_restore(req.py_request_id, kv_cache)
+
+    def preempt_request(self, req: LlmRequestModel) -> bool:
+        """Give the pages up (committed blocks stay reusable); the caller resets the request."""
+        self.free_resources(req)
+        return True
+
+    # ---- draft mirror ---------------------------------------------------------------------------
+    def _mirror_draft_kv_cache(self, req: LlmRequestModel) -> _KVCacheModel | None:
+        """The draft cache for ``req``, created on first sight with no prefix match, never committing."""
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is not None:
+            return kv_cache
+        kv_cache = self._create_kv_cache(req.py_request_id, req.py_lora_task_id, None)
+        if kv_cache is None:
+            return None
+        kv_cache.stop_committing()
+        return kv_cache
+
+    def admit_mirror(self, req: LlmRequestModel) -> bool:
+        """Create and resume the mirror at scheduling time (00746ef). False: defer the request."""
+        kv_cache = self._mirror_draft_kv_cache(req)
+        return kv_cache is not None and self._resume_and_restore(req.py_request_id, kv_cache)
+
+    def _resume_gate_refuses(self) -> bool:
+        return max(self.impl.get_utilization()) > self.max_util_for_resume
+
+    def mirror_admission_certainly_blocked(self, req: LlmRequestModel) -> bool:
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is None or kv_cache.is_active:
+            return False
+        return self._resume_gate_refuses()
+
+    def _draft_pool_diagnostic(self) -> str:
+        live = sum(c.capacity for c in self.kv_cache_map.values())
+        return (f" [draft pool: {len(self.kv_cache_map)} live caches holding {live} tokens, "
+                f"gpu_max_tokens={self._gpu_max_tokens}]")
+
+    # ---- resource-manager hooks -----------------------------------------------------------------
+    def prepare_resources(self, scheduled_batch: ScheduledRequestsModel) -> None:
+        """Target: nothing (the scheduler allocated). Draft: ``_prepare_draft_resources``."""
+        if self.is_draft:
+            self._prepare_draft_resources(scheduled_batch)
+
+    def _prepare_draft_resources(self, scheduled_batch: ScheduledRequestsModel) -> None:
+        """Mirror the scheduled requests in the draft pool; any shortage here raises (fatal)."""
+        for req in scheduled_batch.context_requests:
+            kv_cache = self._mirror_draft_kv_cache(req)
+            if kv_cache is None:
+                continue  # real: warning; copy_batch_block_offsets fails later on this id
+            if not self._resume_and_restore(req.py_request_id, kv_cache):
+                raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
+            on_last = req.is_last_context_chunk or self.draft_len_on_every_chunk
+            draft_len = get_draft_token_length(req) if on_last else 0
+            if self.draft_cursor_sizing == "prompt":
+                covered = max(req.prompt_len, req.context_current_position + req.context_chunk_size)
+            else:
+                covered = req.context_current_position + req.context_chunk_size
+            capacity = covered + draft_len + self.num_extra_kv_tokens
+            if not kv_cache.resize(capacity):
+                raise RuntimeError(errors.draft_context_resize_failed(
+                    req.py_request_id, capacity, self._draft_pool_diagnostic()))
+        for req in scheduled_batch.generation_requests:
+            kv_cache = self._mirror_draft_kv_cache(req)
+            if kv_cache is None:
+                raise RuntimeError(errors.draft_index_mapper_exhausted(req.py_request_id))
+            if not self._resume_and_restore(req.py_request_id, kv_cache):
+                raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
+            if req.py_request_id in self._allocated_draft_lens:
+                continue  # paired: the scheduler already grew both pools
+            new_cap = self._required_gen_capacity(req, kv_cache.capacity)
+            if not kv_cache.resize(new_cap):
+                raise RuntimeError(errors.draft_generation_resize_failed(
+                    req.py_request_id, new_cap, self._draft_pool_diagnostic()))
+
+    def try_commit_blocks(self, request: LlmRequestModel) -> None:
+        if not (self.enable_block_reuse and self._can_publish_block_reuse):
+            return
+        kv_cache = self.kv_cache_map.get(request.py_request_id)
+        if kv_cache is None:
+            return
+        commit_end = request.context_current_position
+        if commit_end > kv_cache.num_committed_tokens:
+            kv_cache.commit(commit_end - kv_cache.num_committed_tokens, request.block_keys)
+        if request.context_remaining_length == 0:
+            kv_cache.stop_committing()
+
+    def update_context_resources(self, scheduled_batch: ScheduledRequestsModel) -> None:
+        """After the forward: publish full blocks (ALL_REUSABLE) or advance history, per context request."""
+        for req in scheduled_batch.context_requests:
+            kv_cache = self.kv_cache_map.get(req.py_request_id)
+            if kv_cache is None or not kv_cache.is_active:
+                continue
+            should_block_reuse = self.enable_block_reuse and self._can_publish_block_reuse
+            is_all_reusable = self.block_reuse_policy == "all_reusable"
+            if not should_block_reuse or not is_all_reusable:
+                self._resize_context_history(req, kv_cache, req.context_current_position)
+            if is_all_reusable or req.context_remaining_length == 0:
+                self.try_commit_blocks(req)
+
+    def _resize_context_history(self, req: LlmRequestModel, kv_cache: _KVCacheModel, history_length: int) -> None:
+        if not kv_cache.resize(None, history_length):
+            raise ValueError(errors.context_history_update_failed(req.py_request_id, history_length))
+
+    def update_resources(self, scheduled_batch: ScheduledRequestsModel, attn_metadata: Any = None,
+                         kv_cache_dtype_byte_size: float | None = None) -> None:
+        """Give back rejected draft slots and advance history for each generation request; raise on failure."""
+        for req in scheduled_batch.generation_requests:
+            kv_cache = self.kv_cache_map.get(req.py_request_id)
+            if kv_cache is None or not kv_cache.is_active:
+                continue
+            accepted = req.py_num_accepted_draft_tokens
+            runtime_draft_len = req.py_rewind_len + accepted
+            allocated = self._allocated_draft_lens.get(
+                req.py_request_id,
+                max(runtime_draft_len, self._kv_reserve_draft_tokens) if self.is_draft else runtime_draft_len)
+            rewind_len = max(allocated - accepted, 0)
+            done = req.state in (LlmRequestState.GENERATION_COMPLETE, LlmRequestState.CONTEXT_INIT)
+            new_capacity = None if done else kv_cache.capacity - rewind_len
+            history_length = req.get_num_tokens(0) - 1
+            if not kv_cache.resize(new_capacity, history_length):
+                raise ValueError(errors.generation_update_failed(req.py_request_id, new_capacity, history_length))
+            self._allocated_draft_lens.pop(req.py_request_id, None)
+
+    def free_resources(self, request: LlmRequestModel, pin_on_release: bool = False) -> None:
+        self._allocated_draft_lens.pop(request.py_request_id, None)
+        kv_cache = self.kv_cache_map.pop(request.py_request_id, None)
+        if kv_cache is None:
+            return
+        kv_cache.close()
+        self.index_mapper.remove_sequence(request.py_request_id)
+
+    def copy_batch_block_offsets(self, dst_tensor: Any, request_ids: list[int], beam_width: int,
+                                 num_contexts: int, num_seqs: int, max_blocks: int | None = None) -> list[int]:
+        """Page-table copy for the batch: every id must hold an IndexMapper slot (C++ check)."""
+        assert beam_width == 1, "beam_width must be 1 for KVCacheManagerV2"
+        return self.index_mapper.get_copy_index(request_ids, num_contexts, beam_width)
+
+    def shutdown(self) -> None:
+        for kv_cache in self.kv_cache_map.values():
+            kv_cache.close()
+        self.kv_cache_map.clear()
+
+
+class DSACacheManagerV2Model(KVCacheManagerV2Model):
+    """DSA (DeepSeek V3.2 / GLM-5) manager: the indexer K cache rides in every page.
+
+    The real class registers the indexer K buffer (``Role.INDEX_KEY``) per full-indexer layer, allocated
+    in lockstep with the layer's KV pages, so its only effect on admission is a larger per-token cost
+    (``index_head_dim`` bytes, halved for FP4, plus ``index_head_dim / 128 * 4`` scale bytes per layer).
+    Pages are counted in blocks here, so the cost enters through the pool size (config.py's split).
+    It does not override ``_supports_reuse_match_backoff`` (0bbb76d).
+    """
+
+    @staticmethod
+    def indexer_bytes_per_token_per_layer(index_head_dim: int, *, fp4: bool = False) -> int:
+        data = index_head_dim // 2 if fp4 else index_head_dim
+        return data + index_head_dim // 128 * 4

@@ -1,0 +1,574 @@
+"""V2 capacity scheduler model: ``KVCacheV2SchedulerModel``, ``BudgetTracker``, ``ScheduleAction``.
+
+Stands for ``KVCacheV2Scheduler`` in ``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py`` @
+00746ef9992943a9bb604dbf1ecf00c64af58c32. Modelled (our words; names and call order real so a
+wrapper observes the same manager calls):
+
+- MAX_UTILIZATION only (other policies are coerced); ``can_schedule`` always True.
+- Phase 1, generation requests in list order: charge 1 + draft tokens to the token budget, then
+  ``_try_allocate_generation`` (target ``try_allocate_generation``, then the joint draft's, or when
+  unpaired ``_admit_unpaired_draft`` -> ``admit_mirror``; target reverted if the draft side fails). On
+  failure: ``_try_evict_for_gen`` suspends started requests from the tail, then
+  ``_try_recompute_pause_for_gen`` frees them (re-prefill later), then the request suspends itself.
+- Phase 2, pending context requests: chunk-budget check, ``_pending_ctx_certainly_blocked`` fast skip,
+  prefix-aware deferral behind a request committing the same first new block, then
+  ``_try_schedule_context``: ``_prepare_context_pair`` (unpaired: target ``prepare_context`` then the
+  mirror is only created and resumed; paired: both claim ``_reuse_claim_limit`` = min of the probes),
+  chunk sizing (min of remaining budget and remaining context, rounded down to ``chunk_unit_size``
+  unless it ends the prompt), draft tokens added on the last chunk to the budget AND to the target
+  resize, ``_try_allocate_context`` (target ``resize_context``; joint draft ``try_allocate_draft_context``;
+  revert both on failure). A failed page allocation may preempt one started request when there is no
+  tier below the GPU; a failed first chunk releases its caches in every manager.
+- Deadlock detection: ``RuntimeError("V2 scheduler deadlock: ...")`` after 1000 consecutive passes with
+  candidates but no progress; a warning every 250 passes (collected in ``warnings`` for tests).
+
+Model knob: the draft tokens the target reserves on the last chunk follow the target manager's
+``target_reserves_draft_slots`` (True = real). Not modelled: encoder/cross, disaggregated, PEFT pages
+(the budget accepts a manager but the model never has one), multimodal chunk alignment, connectors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .errors import scheduler_deadlock
+from .kv_cache_manager import KVCacheManagerV2Model, get_draft_token_length
+from .request import LlmRequestModel, LlmRequestState
+
+logger = logging.getLogger(__name__)
+
+
+class CapacitySchedulerPolicy(str, Enum):
+    MAX_UTILIZATION = "MAX_UTILIZATION"
+    GUARANTEED_NO_EVICT = "GUARANTEED_NO_EVICT"
+    STATIC_BATCH = "STATIC_BATCH"
+
+
+class ContextChunkingPolicy(str, Enum):
+    FIRST_COME_FIRST_SERVED = "FIRST_COME_FIRST_SERVED"
+    EQUAL_PROGRESS = "EQUAL_PROGRESS"
+    FORCE_CHUNK = "FORCE_CHUNK"
+
+
+class ScheduleAction(str, Enum):
+    """Result of one per-request scheduling attempt (real values)."""
+
+    SCHEDULED = "scheduled"
+    SKIP = "skip"
+    STOP = "stop"
+
+
+@dataclass(slots=True)
+class SchedulerOutputModel:
+    """Real ``SchedulerOutput`` fields."""
+
+    encoder_requests: list[LlmRequestModel] = field(default_factory=list)
+    context_requests: list[LlmRequestModel] = field(default_factory=list)
+    generation_requests: list[LlmRequestModel] = field(default_factory=list)
+    paused_requests: list[LlmRequestModel] = field(default_factory=list)
+    recompute_paused_requests: list[LlmRequestModel] = field(default_factory=list)
+    fitting_disagg_gen_init_requests: list[LlmRequestModel] = field(default_factory=list)
+    num_fitting_requests: int = 0
+
+
+class BudgetTracker:
+    """Token and request budget of one scheduling pass (PEFT pages: accepted, never used here)."""
+
+    def __init__(self, max_num_tokens: int | None, max_num_requests: int, peft_cache_manager=None) -> None:
+        self.max_num_tokens = max_num_tokens
+        self.max_num_requests = max_num_requests
+        self.num_tokens = 0
+        self.num_requests = 0
+
+    @property
+    def requests_full(self) -> bool:
+        return self.num_requests >= self.max_num_requests
+
+    def can_fit_tokens(self, num_tokens: int) -> bool:
+        return self.max_num_tokens is None or self.num_tokens + num_tokens <= self.max_num_tokens
+
+    @property
+    def remaining_tokens(self) -> int | None:
+        return None if self.max_num_tokens is None else self.max_num_tokens - self.num_tokens
+
+    def commit(self, req: LlmRequestModel, num_tokens: int, peft_pages: int) -> None:
+        self.num_tokens += num_tokens
+        self.num_requests += 1
+
+    def peft_pages_needed(self, req: LlmRequestModel) -> int | None:
+        return 0
+
+
+class _RecomputePauseState:
+    def __init__(self, frontier: int) -> None:
+        self.frontier = frontier
+        self.victim_indices: set[int] = set()
+
+
+_SCHEDULABLE = (LlmRequestState.CONTEXT_INIT, LlmRequestState.GENERATION_IN_PROGRESS)
+
+
+class KVCacheV2SchedulerModel:
+    """Try-and-see admission: allocation happens inside scheduling, on the target pool (+ joint draft)."""
+
+    _DEADLOCK_STALL_ITERS = 1000
+
+    def __init__(self, max_batch_size: int, max_num_tokens: int | None,
+                 kv_cache_manager: KVCacheManagerV2Model,
+                 scheduler_policy: CapacitySchedulerPolicy = CapacitySchedulerPolicy.MAX_UTILIZATION,
+                 ctx_chunk_config: tuple[ContextChunkingPolicy, int] | None = None,
+                 peft_cache_manager=None, scheduler_capacity: int | None = None,
+                 no_schedule_until_state: LlmRequestState = LlmRequestState.CONTEXT_INIT,
+                 no_schedule_after_state: LlmRequestState = LlmRequestState.GENERATION_TO_COMPLETE,
+                 draft_kv_cache_manager: KVCacheManagerV2Model | None = None,
+                 cross_kv_cache_manager=None, enable_prefix_aware_scheduling: bool = True,
+                 enable_recompute_pause: bool = True) -> None:
+        if not isinstance(kv_cache_manager, KVCacheManagerV2Model):
+            raise TypeError(f"KVCacheV2Scheduler requires KVCacheManagerV2, got {type(kv_cache_manager).__name__}")
+        self.max_num_tokens = max_num_tokens
+        self.max_num_requests = scheduler_capacity if scheduler_capacity is not None else max_batch_size
+        self.kv_cache_manager = kv_cache_manager
+        self.draft_kv_cache_manager = draft_kv_cache_manager
+        self.enable_joint_kv_cache_reuse = kv_cache_manager.enable_joint_kv_cache_reuse
+        self._joint_draft_manager = draft_kv_cache_manager if self.enable_joint_kv_cache_reuse else None
+        self.cross_kv_cache_manager = cross_kv_cache_manager
+        self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
+        self.enable_recompute_pause = enable_recompute_pause
+        self._prefix_skip_enabled = (enable_prefix_aware_scheduling and kv_cache_manager.enable_block_reuse
+                                     and kv_cache_manager.block_reuse_policy == "all_reusable")
+        if scheduler_policy != CapacitySchedulerPolicy.MAX_UTILIZATION:
+            logger.warning("KVCacheV2Scheduler only supports MAX_UTILIZATION for now, got %s", scheduler_policy)
+        self.policy = CapacitySchedulerPolicy.MAX_UTILIZATION
+        self.peft_cache_manager = peft_cache_manager
+        self.chunking_enabled = ctx_chunk_config is not None
+        self.chunking_policy = ctx_chunk_config[0] if ctx_chunk_config else None
+        self.chunk_unit_size = ctx_chunk_config[1] if ctx_chunk_config else 0
+        self.max_context_length = max_num_tokens
+        self.tokens_per_block = kv_cache_manager.tokens_per_block
+        self._stalled_schedules = 0
+        self.warnings: list[str] = []  # model-only: the stall warnings the real logger prints
+
+    # ---- entry point ------------------------------------------------------------------------------
+    def schedule_request(self, active_requests: list[LlmRequestModel],
+                         inflight_request_ids: set[int]) -> SchedulerOutputModel:
+        ctx, gen, evicted, recompute_paused, has_chunking = self._schedule_loop(
+            active_requests, inflight_request_ids)
+        self._sort_requests(ctx, gen, has_chunking)
+        return SchedulerOutputModel(context_requests=ctx, generation_requests=gen, paused_requests=evicted,
+                                    recompute_paused_requests=recompute_paused,
+                                    num_fitting_requests=len(ctx) + len(gen))
+
+    def can_schedule(self, requests: list[LlmRequestModel]) -> bool:
+        """PP dry-run: always True (V2 has no free-block query)."""
+        return True
+
+    def _schedule_loop(self, active_requests, inflight_request_ids):
+        scheduled_ctx: list[LlmRequestModel] = []
+        scheduled_gen: list[LlmRequestModel] = []
+        evicted: list[LlmRequestModel] = []
+        recompute_paused: list[LlmRequestModel] = []
+        has_chunking = False
+        budget = BudgetTracker(self.max_num_tokens, self.max_num_requests, self.peft_cache_manager)
+        requests_list = list(active_requests)
+        req_it_end = len(requests_list)
+        recompute_pause_state = _RecomputePauseState(req_it_end)
+        req_it = 0
+        pending_ctx: list[LlmRequestModel] = []
+        scheduled_beam_width = 0
+        # --- Phase 1: generation ---
+        while req_it < req_it_end:
+            req = requests_list[req_it]
+            if req_it in recompute_pause_state.victim_indices or req.request_id in inflight_request_ids:
+                req_it += 1
+                continue
+            if budget.requests_full:
+                break
+            if req.state not in _SCHEDULABLE:
+                req_it += 1
+                continue
+            if req.state == LlmRequestState.CONTEXT_INIT:
+                pending_ctx.append(req)
+                req_it += 1
+                continue
+            action, tokens, scheduled_beam_width, req_it_end = self._try_schedule_generation(
+                req, budget, requests_list, req_it, req_it_end, recompute_pause_state, evicted,
+                recompute_paused, inflight_request_ids, scheduled_beam_width)
+            if action is ScheduleAction.STOP:
+                break
+            if action is ScheduleAction.SCHEDULED:
+                scheduled_gen.append(req)
+                budget.commit(req, tokens, 0)
+            req_it += 1
+
+        preempted_ids: set[int] = set()
+
+        def preempt_for_pages(req: LlmRequestModel) -> bool:
+            protected = {r.py_request_id for r in scheduled_gen}
+            protected.update(r.py_request_id for r in scheduled_ctx)
+            protected.add(req.py_request_id)
+            return self._try_preempt_for_pages(requests_list, protected, inflight_request_ids,
+                                               recompute_paused, preempted_ids)
+
+        # --- Phase 2: pending context ---
+        contributed_blocks = self._collect_contributed_blocks(requests_list, pending_ctx, inflight_request_ids)
+        deferred_behind_contributor = False
+        for req in pending_ctx:
+            if budget.requests_full:
+                break
+            if self.chunking_enabled and not self._has_context_chunk_budget(budget):
+                continue
+            if req.py_request_id in preempted_ids or self._pending_ctx_certainly_blocked(req):
+                continue
+            first_new_block = None
+            if contributed_blocks is not None:
+                first_new_block = self.kv_cache_manager.probe_first_new_block_key(req)
+                if req.is_first_context_chunk and first_new_block is not None \
+                        and first_new_block in contributed_blocks:
+                    deferred_behind_contributor = True
+                    continue
+            action, tokens, chunking_flag = self._try_schedule_context(req, budget, preempt_for_pages)
+            if action is ScheduleAction.STOP:
+                break
+            if action is ScheduleAction.SKIP:
+                continue
+            has_chunking = has_chunking or chunking_flag
+            scheduled_ctx.append(req)
+            budget.commit(req, tokens, 0)
+            if first_new_block is not None:
+                contributed_blocks.add(first_new_block)
+
+        self._detect_deadlock(active_requests, inflight_request_ids, pending_ctx, preempted_ids,
+                              made_progress=bool(scheduled_gen or scheduled_ctx or evicted
+                                                 or recompute_paused or deferred_behind_contributor))
+        return scheduled_ctx, scheduled_gen, evicted, recompute_paused, has_chunking
+
+    # ---- prefix-aware deferral --------------------------------------------------------------------
+    def _collect_contributed_blocks(self, requests_list, pending_ctx, inflight_request_ids):
+        if not self._prefix_skip_enabled:
+            return None
+        num_candidates = sum(1 for r in pending_ctx if r.is_first_context_chunk)
+        if num_candidates == 0:
+            return None
+        in_flight = [r for r in requests_list if r.state == LlmRequestState.CONTEXT_INIT
+                     and not r.is_first_context_chunk and r.request_id in inflight_request_ids]
+        if not in_flight and num_candidates < 2 and not any(not r.is_first_context_chunk for r in pending_ctx):
+            return None
+        contributed = set()
+        for req in in_flight:
+            key = self.kv_cache_manager.probe_first_new_block_key(req)
+            if key is not None:
+                contributed.add(key)
+        return contributed
+
+    def _pending_ctx_certainly_blocked(self, req: LlmRequestModel) -> bool:
+        draft_manager = self.draft_kv_cache_manager
+        if not self.chunking_enabled or draft_manager is None or self._joint_draft_manager is not None:
+            return False
+        if req.state != LlmRequestState.CONTEXT_INIT or not self.kv_cache_manager.has_active_cache(req):
+            return False
+        return draft_manager.mirror_admission_certainly_blocked(req)
+
+    # ---- context ----------------------------------------------------------------------------------
+    def _has_context_chunk_budget(self, budget: BudgetTracker) -> bool:
+        remaining = budget.remaining_tokens
+        return remaining is None or (remaining > 0 and (
+            self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK or remaining >= self.chunk_unit_size))
+
+    def _draft_len_for_target(self, req: LlmRequestModel) -> int:
+        return get_draft_token_length(req) if self.kv_cache_manager.target_reserves_draft_slots else 0
+
+    def _try_schedule_context(self, req: LlmRequestModel, budget: BudgetTracker,
+                              preempt_for_pages: Callable[[LlmRequestModel], bool]):
+        first_chunk = req.is_first_context_chunk
+        if self.chunking_enabled:
+            result = self._try_schedule_context_chunked(req, budget, preempt_for_pages)
+        else:
+            result = self._try_schedule_context_full(req, budget, preempt_for_pages)
+        if first_chunk and result[0] is not ScheduleAction.SCHEDULED:
+            # A failed admission must not keep its prefix-reuse holds.
+            for manager in (self.kv_cache_manager, self.draft_kv_cache_manager):
+                if manager is not None and req.py_request_id in manager.kv_cache_map:
+                    manager.free_resources(req)
+            req.context_current_position = 0  # rewind_context_after_cache_drop
+        return result
+
+    def _try_schedule_context_full(self, req, budget, preempt_for_pages):
+        if not self._prepare_context_pair(req):
+            return ScheduleAction.STOP, 0, False
+        context_tokens = req.context_remaining_length
+        req_tokens = context_tokens + get_draft_token_length(req)
+        if not budget.can_fit_tokens(req_tokens):
+            return ScheduleAction.STOP, 0, False
+        req.context_chunk_size = context_tokens
+        if not self._try_allocate_context(req, context_tokens + self._draft_len_for_target(req)):
+            if preempt_for_pages(req):
+                return ScheduleAction.STOP, 0, False
+            return ScheduleAction.SKIP, 0, False
+        return ScheduleAction.SCHEDULED, req_tokens, False
+
+    def _try_schedule_context_chunked(self, req, budget, preempt_for_pages):
+        remaining_budget = budget.remaining_tokens
+        if not self._has_context_chunk_budget(budget):
+            return ScheduleAction.SKIP, 0, False
+        if not self._prepare_context_pair(req):
+            return ScheduleAction.SKIP, 0, False
+        context_remaining = req.context_remaining_length
+        chunk_size = min(remaining_budget, context_remaining) if remaining_budget is not None else context_remaining
+        if self.max_context_length is not None:
+            chunk_size = min(chunk_size, self.max_context_length)
+        if chunk_size < context_remaining and self.chunk_unit_size > 0:
+            chunk_size = (chunk_size // self.chunk_unit_size) * self.chunk_unit_size
+        if chunk_size <= 0:
+            return ScheduleAction.SKIP, 0, False
+        req.context_chunk_size = min(chunk_size, context_remaining)
+        chunk_tokens = chunk_size
+        resize_tokens = req.context_chunk_size
+        if req.is_last_context_chunk:
+            draft_len = get_draft_token_length(req)
+            chunk_tokens += draft_len
+            resize_tokens += self._draft_len_for_target(req)
+        if not self._try_allocate_context(req, resize_tokens):
+            if preempt_for_pages(req):
+                return ScheduleAction.STOP, 0, False
+            return ScheduleAction.SKIP, 0, False
+        return ScheduleAction.SCHEDULED, chunk_tokens, req.context_chunk_size < req.context_remaining_length
+
+    def _reuse_claim_limit(self, req: LlmRequestModel) -> int | None:
+        draft_manager = self._joint_draft_manager
+        if draft_manager is None:
+            return None
+        draft_match = draft_manager.probe_context_reuse(req)
+        target_match = self.kv_cache_manager.probe_context_reuse(req)
+        if draft_match is None or target_match is None:
+            return None
+        return min(draft_match, target_match)
+
+    def _admit_unpaired_draft(self, req: LlmRequestModel) -> bool:
+        draft_manager = self.draft_kv_cache_manager
+        if draft_manager is None or self._joint_draft_manager is not None:
+            return True
+        return draft_manager.admit_mirror(req)
+
+    def _prepare_context_pair(self, req: LlmRequestModel) -> bool:
+        """Prepare target (and draft) caches on one verified reuse depth."""
+        draft_manager = self._joint_draft_manager
+        if draft_manager is None:
+            return self.kv_cache_manager.prepare_context(req) and self._admit_unpaired_draft(req)
+        if not req.is_first_context_chunk:
+            if self.kv_cache_manager.prepare_context(req) and draft_manager.prepare_context(req):
+                return True
+            self._suspend_request(req)
+            return False
+        draft_reuse = draft_manager.prepare_context_cache(req, self._reuse_claim_limit(req))
+        if draft_reuse is None:
+            self._free_kv_caches(req)
+            return False
+        common_reuse = self.kv_cache_manager.prepare_context_cache(req, draft_reuse)
+        if common_reuse is None:
+            self._free_kv_caches(req)
+            return False
+        if draft_reuse != common_reuse:
+            draft_manager.free_resources(req)
+            draft_reuse = draft_manager.prepare_context_cache(req, common_reuse)
+            if draft_reuse != common_reuse:
+                self._free_kv_caches(req)
+                common_reuse = self.kv_cache_manager.prepare_context_cache(req, 0)
+                draft_reuse = draft_manager.prepare_context_cache(req, 0)
+                if common_reuse is None or draft_reuse is None:
+                    self._free_kv_caches(req)
+                    return False
+                if common_reuse != 0 or draft_reuse != 0:
+                    raise RuntimeError(
+                        f"Could not establish a common no-reuse fallback for request "
+                        f"{req.py_request_id}: target={common_reuse}, draft={draft_reuse}")
+        req.context_current_position = common_reuse  # _settle_context_cursor
+        return True
+
+    def _try_allocate_context(self, req: LlmRequestModel, num_tokens: int) -> bool:
+        """Admit one context chunk in the target (and joint draft) pool; revert both on failure."""
+        if not self.kv_cache_manager.resize_context(req, num_tokens):
+            if self.enable_joint_kv_cache_reuse:
+                self._suspend_request(req)
+            return False
+        draft_manager = self._joint_draft_manager
+        if draft_manager is None or draft_manager.try_allocate_draft_context(req, num_tokens):
+            return True
+        if not self.kv_cache_manager.revert_allocate_context(req):
+            draft_manager.free_resources(req)
+        self._suspend_request(req)
+        return False
+
+    # ---- generation -------------------------------------------------------------------------------
+    def _try_schedule_generation(self, req, budget, requests_list, req_it, req_it_end,
+                                 recompute_pause_state, evicted, recompute_paused,
+                                 inflight_request_ids, scheduled_beam_width):
+        req_tokens = 1 + get_draft_token_length(req)
+        if not budget.can_fit_tokens(req_tokens):
+            return ScheduleAction.STOP, 0, scheduled_beam_width, req_it_end
+        scheduled_beam_width = scheduled_beam_width or 1
+        success = self._try_allocate_generation(req)
+        if not success:
+            req_it_end, success = self._try_evict_for_gen(req, requests_list, req_it, req_it_end,
+                                                          evicted, inflight_request_ids)
+        if not success:
+            req_it_end, success = self._try_recompute_pause_for_gen(
+                req, requests_list, req_it, req_it_end, recompute_pause_state, evicted,
+                recompute_paused, inflight_request_ids)
+        if success:
+            return ScheduleAction.SCHEDULED, req_tokens, scheduled_beam_width, req_it_end
+        if self.kv_cache_manager.is_request_active(req.py_request_id):
+            self._suspend_request(req)  # self-eviction frees its pages for others' resume
+            evicted.append(req)
+        return ScheduleAction.STOP, 0, scheduled_beam_width, req_it_end
+
+    def _try_allocate_generation(self, req: LlmRequestModel) -> bool:
+        """One generation step in the target and (joint) draft pools, atomically."""
+        if not self.kv_cache_manager.try_allocate_generation(req):
+            return False
+        draft_manager = self._joint_draft_manager
+        if draft_manager is None:
+            if self._admit_unpaired_draft(req):
+                return True
+        elif draft_manager.try_allocate_generation(req):
+            return True
+        self.kv_cache_manager.revert_allocate_generation(req)
+        return False
+
+    @staticmethod
+    def _is_started_request(req: LlmRequestModel) -> bool:
+        return (req.is_context_init_state and not req.is_first_context_chunk) or req.is_generation_in_progress_state
+
+    def _suspend_request(self, req: LlmRequestModel) -> None:
+        self.kv_cache_manager.suspend_request(req)
+        if self.draft_kv_cache_manager is not None:
+            self.draft_kv_cache_manager.suspend_request(req)
+
+    def _free_kv_caches(self, req: LlmRequestModel) -> None:
+        self.kv_cache_manager.free_resources(req)
+        if self.draft_kv_cache_manager is not None:
+            self.draft_kv_cache_manager.free_resources(req)
+
+    def _is_evictable(self, req: LlmRequestModel, inflight_request_ids: set[int]) -> bool:
+        return (req.request_id not in inflight_request_ids and self._is_started_request(req)
+                and self.kv_cache_manager.is_request_active(req.py_request_id))
+
+    def _is_recompute_pause_candidate(self, req: LlmRequestModel, inflight_request_ids: set[int]) -> bool:
+        if req.request_id in inflight_request_ids or req.state == LlmRequestState.GENERATION_TO_COMPLETE:
+            return False
+        return self._is_started_request(req)
+
+    def _try_evict_for_gen(self, req, requests_list, req_it, req_it_end, evicted, inflight_request_ids):
+        """Suspend started requests from the tail of the list until ``req`` fits."""
+        while req_it_end > req_it:
+            victim_idx = None
+            for i in range(req_it_end - 1, req_it, -1):
+                if self._is_evictable(requests_list[i], inflight_request_ids):
+                    victim_idx = i
+                    break
+            if victim_idx is None:
+                break
+            victim = requests_list[victim_idx]
+            self._suspend_request(victim)
+            evicted.append(victim)
+            req_it_end = victim_idx
+            if self._try_allocate_generation(req):
+                return req_it_end, True
+        return req_it_end, False
+
+    def _try_recompute_pause_for_gen(self, req, requests_list, req_it, req_it_end, state,
+                                     evicted, recompute_paused, inflight_request_ids):
+        """Free started requests entirely (they re-prefill later) when suspension is not enough."""
+        if not self.enable_recompute_pause:
+            return req_it_end, False
+        can_evict = self.kv_cache_manager.can_evict
+        while True:
+            victim_idx = None
+            for i in range(state.frontier - 1, req_it, -1):
+                if i in state.victim_indices:
+                    continue
+                candidate = requests_list[i]
+                was_evicted = any(e is candidate for e in evicted)
+                if (can_evict or not was_evicted) and self._is_recompute_pause_candidate(candidate, inflight_request_ids):
+                    victim_idx = i
+                    break
+            if victim_idx is None and can_evict:
+                victim = next((c for c in evicted if self._is_recompute_pause_candidate(c, inflight_request_ids)), None)
+                if victim is None:
+                    break
+                victim_idx = next(i for i, c in enumerate(requests_list) if c is victim)
+            elif victim_idx is not None:
+                victim = requests_list[victim_idx]
+            else:
+                break
+            pos = next((i for i, c in enumerate(evicted) if c is victim), None)
+            if pos is not None:
+                evicted.pop(pos)
+            self._free_kv_caches(victim)
+            recompute_paused.append(victim)
+            state.victim_indices.add(victim_idx)
+            state.frontier = min(state.frontier, victim_idx)
+            success = self._try_allocate_generation(req)
+            if not success and can_evict:
+                req_it_end, success = self._try_evict_for_gen(req, requests_list, req_it, req_it_end,
+                                                              evicted, inflight_request_ids)
+            if success:
+                return req_it_end, True
+        return req_it_end, False
+
+    def _try_preempt_for_pages(self, requests_list, protected_ids, inflight_request_ids,
+                               recompute_paused, preempted_ids) -> bool:
+        """Without a tier below the GPU, give up the newest started request so a context can allocate."""
+        if self.kv_cache_manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
+            return False
+        for victim in reversed(requests_list):
+            if victim.py_request_id in protected_ids:
+                continue
+            if not self._is_recompute_pause_candidate(victim, inflight_request_ids):
+                continue
+            if not self.kv_cache_manager.is_request_active(victim.py_request_id):
+                continue
+            self.kv_cache_manager.preempt_request(victim)
+            if self.draft_kv_cache_manager is not None:
+                self.draft_kv_cache_manager.free_resources(victim)
+            recompute_paused.append(victim)
+            preempted_ids.add(victim.py_request_id)
+            return True
+        return False
+
+    # ---- deadlock / sorting -----------------------------------------------------------------------
+    def _detect_deadlock(self, active_requests, inflight_request_ids, pending_ctx, preempted_ids,
+                         made_progress: bool) -> None:
+        if made_progress:
+            self._stalled_schedules = 0
+            return
+        num_gen = sum(1 for r in active_requests if r.is_generation_in_progress_state
+                      and r.request_id not in inflight_request_ids)
+        num_ctx = sum(1 for r in pending_ctx if r.py_request_id not in preempted_ids
+                      and r.request_id not in inflight_request_ids)
+        if num_gen == 0 and num_ctx == 0:
+            self._stalled_schedules = 0
+            return
+        self._stalled_schedules += 1
+        if self._stalled_schedules < self._DEADLOCK_STALL_ITERS:
+            if self._stalled_schedules % max(1, self._DEADLOCK_STALL_ITERS // 4) == 0:
+                message = (f"[V2Scheduler] Stalled {self._stalled_schedules}/{self._DEADLOCK_STALL_ITERS} "
+                           f"consecutive passes: {num_gen} generation and {num_ctx} context request(s) blocked")
+                self.warnings.append(message)
+                logger.warning(message)
+            return
+        raise RuntimeError(scheduler_deadlock(num_gen, num_ctx, self._stalled_schedules))
+
+    def _sort_requests(self, context_requests, generation_requests, has_chunks: bool) -> None:
+        """By LoRA id; with chunking, non-last chunks before last chunks (stable)."""
+        def key(r):
+            return -1 if r.py_lora_task_id is None else r.py_lora_task_id
+        if has_chunks:
+            not_last = sorted((r for r in context_requests if not r.is_last_context_chunk), key=key)
+            last = sorted((r for r in context_requests if r.is_last_context_chunk), key=key)
+            context_requests[:] = not_last + last
+        else:
+            context_requests.sort(key=key)
+        generation_requests.sort(key=key)
