@@ -344,6 +344,11 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         self._order: list[str] | None = None
 
     @property
+    def num_members_stored(self) -> int:
+        """Members held (compressed) for sessions not yet started in this pass."""
+        return len(self._archive._store)
+
+    @property
     def num_archive_scans(self) -> int:
         """How many times the archive was streamed (1 per pass over its sessions)."""
         return self._archive.num_scans
