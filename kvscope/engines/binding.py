@@ -1,0 +1,252 @@
+"""Binding: the state one instrumentation shares across its wrappers, and how facts become events.
+
+The wrappers in :mod:`kvscope.engines.hooks` only observe; everything they learn goes through a
+:class:`Binding`, which
+
+* keeps per-request bookkeeping (arrived, admitted, pending, deferral streaks),
+* turns a before/after view of a request's cache in one pool into block events
+  (:meth:`Binding.emit_cache_diff`), so every manager method is observed the same way,
+* reads pool state through a :class:`PoolReader` (one for the engine model, one for TensorRT-LLM),
+* reports a fatal exception once: ENGINE_FAILED, a POOL_SNAPSHOT per pool, REQUEST_FAILED for every
+  pending request.
+
+Nothing here raises into the engine: callers wrap their recording in ``try`` and count failures in
+:attr:`Binding.hook_errors`. Threading: the engine thread only (like the executor loop itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kvscope.events import UNKNOWN, EventKind, PoolRole, format_kv
+from kvscope.recording import Recorder
+
+log = logging.getLogger(__name__)
+
+CacheView = tuple  # (num_blocks, capacity, is_active, num_committed_tokens)
+
+_REQUEST_RE = re.compile(r"request (\d+)")
+_ASKED_RE = re.compile(r"resize to (\d+) tokens")
+MAX_MESSAGE_CHARS = 512
+
+
+class PoolReader(Protocol):
+    """Reads live pool state from one engine's managers (model or TensorRT-LLM)."""
+
+    state_on_every_event: bool
+    """True when :meth:`state` is cheap enough to stamp every event (the model); else snapshots only."""
+
+    def state(self, manager: Any) -> tuple[int, int, int, int]:
+        """``(capacity_blocks, free_blocks, evictable_blocks, reserved_blocks)``; -1 where unknown."""
+        ...
+
+    def config(self, manager: Any, rank: int) -> dict[str, int | float | str]:
+        """POOL_CONFIGURED fields (see EVENTS_CONTRACT) plus ``capacity_blocks``, ``bytes_per_token``,
+        ``index_slots``."""
+        ...
+
+    def evicted_total(self, manager: Any) -> int | None:
+        """Blocks evicted from this pool so far (None: not observable)."""
+        ...
+
+
+def role_of(manager: Any) -> PoolRole:
+    return PoolRole.DRAFT if getattr(manager, "is_draft", False) else PoolRole.TARGET
+
+
+def cache_view(manager: Any, request_id: int) -> CacheView | None:
+    cache = manager.kv_cache_map.get(request_id)
+    if cache is None:
+        return None
+    return (cache.num_blocks, cache.capacity, cache.is_active, cache.num_committed_tokens)
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b) if b > 0 else 0
+
+
+class Binding:
+    """Shared state of one instrumentation (see module docstring).
+
+    Args:
+        recorder: where events go (its ``iteration`` is advanced by the schedule hook).
+        reader: pool-state reader for this engine.
+        device_memory: zero-arg callable returning device memory figures (or None when absent).
+    """
+
+    def __init__(self, recorder: Recorder, reader: PoolReader,
+                 device_memory: Callable[[], dict[str, int] | None] | None = None) -> None:
+        self.rec = recorder
+        self.reader = reader
+        self.device_memory = device_memory
+        self.state_every = bool(reader.state_on_every_event)
+        self.arrived: set[int] = set()
+        self.pending: set[int] = set()
+        self.admitted: set[int] = set()
+        self.streaks: set[tuple[int, PoolRole, EventKind]] = set()
+        self.managers: dict[int, Any] = {}
+        """id(manager) -> manager, in discovery order (target and draft)."""
+        self.pool_meta: dict[str, dict[str, Any]] = {}
+        """role value -> POOL_CONFIGURED dict; the composition root copies it to the file header."""
+        self.depth: dict[int, int] = {}
+        self.iteration_hint: int | None = None
+        self.num_iterations = 0
+        self.raising_pool = PoolRole.NONE
+        self.failed_pool = PoolRole.NONE
+        self.hook_errors = 0
+        self._fatal_ids: set[int] = set()
+        self._evicted: dict[int, int] = {}
+
+    # ---- emission -----------------------------------------------------------------------------
+    def emit(self, kind: EventKind, request_id: int = -1, pool: PoolRole = PoolRole.NONE,
+             num_blocks: int = 0, num_tokens: int = 0, num_requests: int = 0,
+             manager: Any = None, reason: str = "") -> None:
+        if manager is not None and self.state_every:
+            cap, free, evictable, reserved = self.reader.state(manager)
+        else:
+            cap = free = evictable = reserved = UNKNOWN
+        self.rec.record(kind, request_id, pool, num_blocks, num_tokens, num_requests,
+                        cap, free, evictable, reserved, reason)
+
+    def hook_failed(self) -> None:
+        """A recording step failed: count it, never disturb the engine."""
+        self.hook_errors += 1
+        if self.hook_errors <= 3:
+            log.exception("kvscope hook failed (engine unaffected)")
+
+    # ---- managers -----------------------------------------------------------------------------
+    def discover(self, manager: Any) -> None:
+        """Register a KV manager; the first time, emit POOL_CONFIGURED for its pool."""
+        if manager is None or id(manager) in self.managers or not hasattr(manager, "kv_cache_map"):
+            return
+        self.managers[id(manager)] = manager
+        role = role_of(manager)
+        if role.value in self.pool_meta:
+            return
+        cfg = self.reader.config(manager, self.rec.rank)
+        meta = {k: v for k, v in cfg.items() if k not in ("capacity_blocks", "bytes_per_token", "index_slots")}
+        self.pool_meta[role.value] = meta
+        cap, free, evictable, reserved = self.reader.state(manager)
+        self.rec.record(EventKind.POOL_CONFIGURED, -1, role, int(cfg.get("bytes_per_token", 0)),
+                        int(cfg.get("tokens_per_block", 0)), int(cfg.get("index_slots", UNKNOWN)),
+                        cap, free, evictable, reserved, format_kv(meta))
+
+    def snapshot_pools(self) -> None:
+        """POOL_SNAPSHOT per known pool (+ BLOCKS_EVICTED deltas, + device memory when present)."""
+        extra = ""
+        if self.device_memory is not None:
+            figures = self.device_memory()
+            if figures:
+                extra = format_kv(figures)
+        for manager in self.managers.values():
+            role = role_of(manager)
+            evicted = self.reader.evicted_total(manager)
+            if evicted is not None:
+                last = self._evicted.get(id(manager), 0)
+                if evicted > last:
+                    self.emit(EventKind.BLOCKS_EVICTED, -1, role, evicted - last, manager=manager)
+                self._evicted[id(manager)] = evicted
+            cap, free, evictable, reserved = self.reader.state(manager)
+            caches = manager.kv_cache_map
+            tokens = sum(c.capacity for c in caches.values())
+            self.rec.record(EventKind.POOL_SNAPSHOT, -1, role, 0, tokens, len(caches),
+                            cap, free, evictable, reserved, extra)
+
+    # ---- per-request cache diffs --------------------------------------------------------------
+    def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
+        """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
+        after = cache_view(manager, rid)
+        if before == after:
+            return
+        role = role_of(manager)
+        if after is None:
+            self.emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
+            return
+        nb1, cap1, active1, committed1 = after
+        tpb = manager.tokens_per_block
+        if before is None:
+            reused = min(nb1, _div_up(committed1, tpb)) if committed1 else 0
+            if reused:
+                self.emit(EventKind.BLOCKS_REUSED, rid, role, reused, committed1, manager=manager)
+            if nb1 > reused:
+                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - reused, cap1, manager=manager)
+            return
+        nb0, cap0, active0, committed0 = before
+        if active1 and not active0:
+            self.emit(EventKind.RESUMED, rid, role, nb1, cap1, manager=manager)
+        if nb1 > nb0:
+            self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cap1, manager=manager)
+            self.streaks.discard((rid, role, EventKind.RESIZE_FAILED))
+        elif nb1 < nb0:
+            self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cap1, manager=manager)
+        if committed1 // tpb > committed0 // tpb:
+            self.emit(EventKind.BLOCKS_COMMITTED, rid, role, committed1 // tpb - committed0 // tpb,
+                      committed1, manager=manager)
+        if active0 and not active1:
+            self.emit(EventKind.SUSPENDED, rid, role, nb0, cap1, manager=manager)
+
+    def emit_once(self, kind: EventKind, rid: int, pool: PoolRole, num_blocks: int, num_tokens: int,
+                  manager: Any = None, reason: str = "") -> None:
+        """Emit the first of a streak of identical refusals (a pending request retries every
+        iteration; the streak ends when the request is admitted or its pool allocates)."""
+        key = (rid, pool, kind)
+        if key in self.streaks:
+            return
+        self.streaks.add(key)
+        self.emit(kind, rid, pool, num_blocks, num_tokens, manager=manager, reason=reason)
+
+    def end_streaks(self, rid: int) -> None:
+        if self.streaks:
+            self.streaks = {k for k in self.streaks if k[0] != rid}
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def arrive(self, req: Any) -> None:
+        rid = req.py_request_id
+        if rid in self.arrived:
+            return
+        self.arrived.add(rid)
+        self.pending.add(rid)
+        self.emit(EventKind.REQUEST_ARRIVED, rid, PoolRole.NONE, int(getattr(req, "max_new_tokens", 0) or 0),
+                  int(req.prompt_len))
+
+    def end_request(self, rid: int) -> None:
+        self.pending.discard(rid)
+        self.admitted.discard(rid)
+        self.end_streaks(rid)
+
+    def next_iteration(self) -> int:
+        self.num_iterations += 1
+        if self.iteration_hint is not None:
+            it, self.iteration_hint = self.iteration_hint, None
+        else:
+            it = self.rec.iteration + 1
+        self.rec.iteration = it
+        return it
+
+    def on_fatal(self, exc: BaseException) -> None:
+        """ENGINE_FAILED once per exception, then the pools at the fatal moment, then every pending
+        request's REQUEST_FAILED (the executor fails them all)."""
+        if id(exc) in self._fatal_ids:
+            return
+        self._fatal_ids.add(id(exc))
+        message = str(exc)
+        m = _REQUEST_RE.search(message)
+        rid = int(m.group(1)) if m else -1
+        a = _ASKED_RE.search(message)
+        asked = int(a.group(1)) if a else 0
+        self.emit(EventKind.ENGINE_FAILED, rid, self.raising_pool, 0, asked,
+                  reason=f"{type(exc).__name__}: {message}"[:MAX_MESSAGE_CHARS])
+        self.snapshot_pools()
+        short = f"engine failed: {message}"[:MAX_MESSAGE_CHARS]
+        for pending in sorted(self.pending):
+            self.emit(EventKind.REQUEST_FAILED, pending, PoolRole.NONE, reason=short)
+        self.pending.clear()
+        self.raising_pool = PoolRole.NONE
+
+
+def parse_asked_tokens(message: str) -> int:
+    a = _ASKED_RE.search(message)
+    return int(a.group(1)) if a else 0

@@ -1,0 +1,373 @@
+"""Wrapper factories: one per seam, shared by the real engine and the engine model.
+
+Each factory takes a :class:`~kvscope.engines.binding.Binding` and returns a wrapt-style wrapper
+``wrapper(wrapped, instance, args, kwargs)``. Contract of every wrapper:
+
+* it calls the wrapped method exactly once, with the same arguments, and returns its result;
+* an exception from the engine propagates unchanged (``finally`` / bare ``raise``); the wrapper only
+  records what happened first;
+* a failure of the recording itself is counted (``Binding.hook_errors``) and never reaches the
+  engine;
+* with a disabled recorder it is one attribute check plus the call.
+
+Manager methods are observed by diffing the request's cache (blocks, capacity, active, committed)
+before and after the call, so nested calls on the same manager (``prepare_context`` ->
+``prepare_context_cache``) are recorded once, by the outermost wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvscope.engines.binding import _REQUEST_RE, Binding, cache_view, parse_asked_tokens, role_of
+from kvscope.events import EventKind, PoolRole
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple, dict], Any]
+OnResult = Callable[[Binding, Any, Any, tuple, dict, Any, Any], None]
+
+
+def _first(args: tuple, kwargs: dict, name: str) -> Any:
+    return args[0] if args else kwargs[name]
+
+
+def _second(args: tuple, kwargs: dict, name: str) -> Any:
+    return args[1] if len(args) > 1 else kwargs[name]
+
+
+# ---- per-request manager methods ---------------------------------------------------------------
+def _diff_request(name: str = "req", on_result: OnResult | None = None) -> Callable[[Binding], Wrapper]:
+    def factory(b: Binding) -> Wrapper:
+        rec = b.rec
+        depth = b.depth
+
+        def wrapper(wrapped, instance, args, kwargs):
+            if not rec.enabled or depth.get(id(instance)):
+                return wrapped(*args, **kwargs)
+            try:
+                req = _first(args, kwargs, name)
+                rid = req.py_request_id
+                before = cache_view(instance, rid)
+            except Exception:
+                b.hook_failed()
+                return wrapped(*args, **kwargs)
+            depth[id(instance)] = 1
+            try:
+                result = wrapped(*args, **kwargs)
+            finally:
+                depth[id(instance)] = 0
+                try:
+                    b.emit_cache_diff(instance, rid, before)
+                except Exception:
+                    b.hook_failed()
+            if on_result is not None:
+                try:
+                    on_result(b, instance, req, args, kwargs, result, before)
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return wrapper
+
+    return factory
+
+
+def _deferred_if_new(b: Binding, req: Any, pool: PoolRole, num_tokens: int, reason: str,
+                     manager: Any = None) -> None:
+    if req.py_request_id not in b.admitted and req.is_first_context_chunk:
+        b.emit_once(EventKind.ADMISSION_DEFERRED, req.py_request_id, pool, 0, num_tokens, manager, reason)
+
+
+def _on_prepare(b, m, req, args, kwargs, result, before) -> None:
+    if result is None or result is False:
+        b.failed_pool = role_of(m)
+        _deferred_if_new(b, req, role_of(m), 0, "prepare_context refused (resume gate or no IndexMapper slot)", m)
+
+
+def _on_context_resize(b, m, req, args, kwargs, result, before) -> None:
+    if result:
+        return
+    role = role_of(m)
+    b.failed_pool = role
+    num_tokens = _second(args, kwargs, "num_tokens")
+    asked = req.context_current_position + num_tokens + getattr(m, "num_extra_kv_tokens", 0)
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b_shortfall(b, m, req, asked), asked, m)
+
+
+def _on_generation(b, m, req, args, kwargs, result, before) -> None:
+    if result:
+        return
+    role = role_of(m)
+    b.failed_pool = role
+    asked = (before[1] if before else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b_shortfall(b, m, req, asked), asked, m)
+
+
+def _on_resume(b, m, req, args, kwargs, result, before) -> None:
+    if not result and before is not None:
+        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, role_of(m), before[0], before[1], m,
+                    "resume refused")
+
+
+def _on_admit_mirror(b, m, req, args, kwargs, result, before) -> None:
+    if result:
+        return
+    b.failed_pool = PoolRole.DRAFT
+    why = "draft mirror resume refused" if req.py_request_id in m.kv_cache_map else "no IndexMapper slot for the mirror"
+    b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, PoolRole.DRAFT, 0, 0, m, why)
+    _deferred_if_new(b, req, PoolRole.DRAFT, 0, why, m)
+
+
+def b_shortfall(b: Binding, m: Any, req: Any, asked_tokens: int) -> int:
+    """Blocks missing for ``asked_tokens`` (0 when the pool state is not read per event)."""
+    if not b.state_every:
+        return 0
+    cache = m.kv_cache_map.get(req.py_request_id)
+    held = cache.num_blocks if cache is not None else 0
+    need = -(-asked_tokens // m.tokens_per_block) - held
+    _, free, evictable, _ = b.reader.state(m)
+    return max(need - max(free, 0) - max(evictable, 0), 0)
+
+
+# ---- batch manager methods ---------------------------------------------------------------------
+def _diff_batch(kinds: tuple[str, ...], *, fatal: bool, failure_events: bool = False) -> Callable[[Binding], Wrapper]:
+    def factory(b: Binding) -> Wrapper:
+        rec = b.rec
+        depth = b.depth
+
+        def wrapper(wrapped, instance, args, kwargs):
+            if not rec.enabled or depth.get(id(instance)):
+                return wrapped(*args, **kwargs)
+            try:
+                batch = _first(args, kwargs, "scheduled_batch")
+                reqs = [r for k in kinds for r in getattr(batch, k)]
+                befores = [(r.py_request_id, cache_view(instance, r.py_request_id)) for r in reqs]
+            except Exception:
+                b.hook_failed()
+                return wrapped(*args, **kwargs)
+            depth[id(instance)] = 1
+            try:
+                result = wrapped(*args, **kwargs)
+            except BaseException as exc:
+                depth[id(instance)] = 0
+                _record_batch(b, instance, befores)
+                try:
+                    b.raising_pool = role_of(instance)
+                    if failure_events:
+                        _record_raise(b, instance, exc)
+                    if fatal:
+                        b.on_fatal(exc)
+                except Exception:
+                    b.hook_failed()
+                raise
+            depth[id(instance)] = 0
+            _record_batch(b, instance, befores)
+            return result
+
+        return wrapper
+
+    return factory
+
+
+def _record_batch(b: Binding, manager: Any, befores: list) -> None:
+    try:
+        for rid, before in befores:
+            b.emit_cache_diff(manager, rid, before)
+    except Exception:
+        b.hook_failed()
+
+
+def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
+    """RESIZE_FAILED / RESUME_FAILED for the request a raise site names, before the raise goes on."""
+    message = str(exc)
+    lowered = message.lower()
+    m = _REQUEST_RE.search(message)
+    rid = int(m.group(1)) if m else -1
+    role = role_of(manager)
+    if "resume" in lowered:
+        cache = manager.kv_cache_map.get(rid)
+        b.emit(EventKind.RESUME_FAILED, rid, role, cache.num_blocks if cache else 0,
+               cache.capacity if cache else 0, manager=manager, reason=message[:512])
+    elif "resize" in lowered:
+        asked = parse_asked_tokens(message)
+        cache = manager.kv_cache_map.get(rid)
+        short = 0
+        if cache is not None and b.state_every:
+            _, free, evictable, _ = b.reader.state(manager)
+            short = max(-(-asked // manager.tokens_per_block) - cache.num_blocks - max(free, 0) - max(evictable, 0), 0)
+        b.emit(EventKind.RESIZE_FAILED, rid, role, short, asked, manager=manager, reason=message[:512])
+
+
+# ---- scheduler -----------------------------------------------------------------------------------
+def schedule_request(b: Binding) -> Wrapper:
+    rec = b.rec
+
+    def wrapper(wrapped, instance, args, kwargs):
+        if not rec.enabled:
+            return wrapped(*args, **kwargs)
+        try:
+            b.next_iteration()
+            b.discover(getattr(instance, "kv_cache_manager", None))
+            b.discover(getattr(instance, "draft_kv_cache_manager", None))
+            for req in _first(args, kwargs, "active_requests"):
+                if req.py_request_id not in b.arrived:
+                    b.arrive(req)
+        except Exception:
+            b.hook_failed()
+        try:
+            out = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                b.on_fatal(exc)
+            except Exception:
+                b.hook_failed()
+            raise
+        try:
+            ctx, gen = out.context_requests, out.generation_requests
+            num_tokens = 0
+            for req in ctx:
+                rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, req.py_request_id, PoolRole.NONE,
+                           req.context_current_position, req.context_chunk_size)
+                num_tokens += req.context_chunk_size
+            for req in gen:
+                num_tokens += 1 + len(req.py_draft_tokens or ())
+            rec.record(EventKind.ITERATION_SCHEDULED, -1, PoolRole.NONE, len(ctx), num_tokens, len(ctx) + len(gen))
+        except Exception:
+            b.hook_failed()
+        return out
+
+    return wrapper
+
+
+def try_allocate_context(b: Binding) -> Wrapper:
+    rec = b.rec
+
+    def wrapper(wrapped, instance, args, kwargs):
+        if not rec.enabled:
+            return wrapped(*args, **kwargs)
+        b.failed_pool = PoolRole.NONE
+        result = wrapped(*args, **kwargs)
+        try:
+            req = _first(args, kwargs, "req")
+            rid = req.py_request_id
+            if result:
+                if rid not in b.admitted:
+                    b.admitted.add(rid)
+                    b.end_streaks(rid)
+                    b.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
+            elif rid not in b.admitted:
+                pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
+                manager = instance.kv_cache_manager if pool is PoolRole.TARGET else instance.draft_kv_cache_manager
+                b.emit_once(EventKind.ADMISSION_DEFERRED, rid, pool, 0, _second(args, kwargs, "num_tokens"),
+                            manager, "pool short at admission")
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return wrapper
+
+
+def passthrough_observed(b: Binding) -> Wrapper:
+    """``_try_allocate_generation``: allocation facts come from the manager wrappers; this one only
+    resets which pool failed so the managers' reports are attributed to this attempt."""
+
+    def wrapper(wrapped, instance, args, kwargs):
+        b.failed_pool = PoolRole.NONE
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
+# ---- resource manager (the executor's call sites) -------------------------------------------------
+def rm_prepare_resources(b: Binding) -> Wrapper:
+    rec = b.rec
+
+    def wrapper(wrapped, instance, args, kwargs):
+        if not rec.enabled:
+            return wrapped(*args, **kwargs)
+        try:
+            for manager in instance.resource_managers.values():
+                b.discover(manager)
+        except Exception:
+            b.hook_failed()
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                b.on_fatal(exc)
+            except Exception:
+                b.hook_failed()
+            raise
+        try:
+            b.snapshot_pools()
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return wrapper
+
+
+def rm_update_resources(b: Binding) -> Wrapper:
+    def wrapper(wrapped, instance, args, kwargs):
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if b.rec.enabled:
+                try:
+                    b.on_fatal(exc)
+                except Exception:
+                    b.hook_failed()
+            raise
+
+    return wrapper
+
+
+def rm_free_resources(b: Binding) -> Wrapper:
+    rec = b.rec
+
+    def wrapper(wrapped, instance, args, kwargs):
+        result = wrapped(*args, **kwargs)
+        if rec.enabled:
+            try:
+                req = _first(args, kwargs, "request")
+                rid = req.py_request_id
+                if rid in b.pending:
+                    state = getattr(getattr(req, "state", None), "name", "")
+                    if state == "GENERATION_COMPLETE":
+                        generated = getattr(req, "num_generated_tokens", None)
+                        if generated is None:
+                            generated = req.get_num_tokens(0) - req.prompt_len
+                        b.emit(EventKind.REQUEST_FINISHED, rid, PoolRole.NONE, 0, int(generated))
+                    else:
+                        b.emit(EventKind.REQUEST_CANCELLED, rid, PoolRole.NONE, reason=f"freed in state {state}")
+                    b.end_request(rid)
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return wrapper
+
+
+HOOKS: dict[str, Callable[[Binding], Wrapper]] = {
+    "KVCacheManagerV2._prepare_draft_resources": _diff_batch(
+        ("context_requests", "generation_requests"), fatal=False, failure_events=True),
+    "KVCacheManagerV2.prepare_context": _diff_request(on_result=_on_prepare),
+    "KVCacheManagerV2.prepare_context_cache": _diff_request(on_result=_on_prepare),
+    "KVCacheManagerV2.resize_context": _diff_request(on_result=_on_context_resize),
+    "KVCacheManagerV2.try_allocate_draft_context": _diff_request(on_result=_on_context_resize),
+    "KVCacheManagerV2.try_allocate_generation": _diff_request(on_result=_on_generation),
+    "KVCacheManagerV2.revert_allocate_context": _diff_request(),
+    "KVCacheManagerV2.suspend_request": _diff_request(),
+    "KVCacheManagerV2.resume_request": _diff_request(on_result=_on_resume),
+    "KVCacheManagerV2.admit_mirror": _diff_request(on_result=_on_admit_mirror),
+    "KVCacheManagerV2.update_context_resources": _diff_batch(("context_requests",), fatal=True),
+    "KVCacheManagerV2.update_resources": _diff_batch(("generation_requests",), fatal=False),
+    "KVCacheManagerV2.free_resources": _diff_request(name="request"),
+    "KVCacheV2Scheduler.schedule_request": schedule_request,
+    "KVCacheV2Scheduler._try_allocate_context": try_allocate_context,
+    "KVCacheV2Scheduler._try_allocate_generation": passthrough_observed,
+    "ResourceManager.prepare_resources": rm_prepare_resources,
+    "ResourceManager.update_resources": rm_update_resources,
+    "ResourceManager.free_resources": rm_free_resources,
+}
+"""Real qualname -> wrapper factory. Seams without an entry (read-only ones) are not wrapped."""

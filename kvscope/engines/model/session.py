@@ -1,0 +1,80 @@
+"""Record a replay of the engine model to an event file: the ``instrument`` callable for
+``kvscope.engine_model.replay.run`` (its documented hook point).
+
+``EventFileSession(path, label=...)`` is called with the built ``EngineParts``: it makes a recorder on
+the SIMULATED clock (anchor ``clock="simulated"``, so ``ts_ns / 1e9`` is simulated seconds),
+instruments the model (POOL_CONFIGURED for both pools at once), opens the file sink with the header
+``meta`` the contract names, and starts a pump. ``close()`` (called by ``run`` after the loop) drains
+everything into the file and uninstruments.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from kvscope.engines.binding import Binding
+from kvscope.engines.instrumentor import instrument, uninstrument
+from kvscope.recording import BatchPump, Recorder, Sink, sink_for_path
+
+
+class EventFileSession:
+    """Instrument one replay and write its events to ``path`` (``.jsonl`` or ``.parquet``).
+
+    Args:
+        path: event file to write.
+        label: scenario name or trace path (header ``meta.scenario``).
+        rank: global rank stamped on every event (header ``meta.rank``).
+        extra_sinks: more sinks fed by the same pump (e.g. a live publisher).
+        capacity: recorder ring size; the pump drains it every ``interval_s`` of wall time.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, *, label: str = "", rank: int = 0,
+                 extra_sinks: list[Sink] | None = None, capacity: int = 1 << 18,
+                 interval_s: float = 0.02) -> None:
+        self.path = Path(path) if path is not None else None
+        self.label = label
+        self.rank = rank
+        self.extra_sinks = list(extra_sinks or [])
+        self.capacity = capacity
+        self.interval_s = interval_s
+        self.recorder: Recorder | None = None
+        self.binding: Binding | None = None
+        self.pump: BatchPump | None = None
+
+    def __call__(self, parts: Any) -> EventFileSession:
+        config = parts.config
+        clock = parts.clock
+        self.recorder = Recorder(capacity=self.capacity, clock=clock.now_ns, rank=self.rank,
+                                 clock_name="simulated")
+        self.binding = instrument(recorder=self.recorder, engine=parts.executor)
+        knobs = config.to_dict() if hasattr(config, "to_dict") else (asdict(config) if is_dataclass(config) else {})
+        meta = {
+            "engine": "engine_model",
+            "engine_version": "model-of-main-00746ef",
+            "scenario": self.label,
+            "seed": knobs.get("seed"),
+            "knobs": knobs,
+            "pools": dict(self.binding.pool_meta),
+            "rank": self.rank,
+            "pp_size": knobs.get("pp_size", 1),
+            "tp_size": knobs.get("tp_size", 1),
+        }
+        sinks: list[Sink] = list(self.extra_sinks)
+        if self.path is not None:
+            sinks.insert(0, sink_for_path(self.path, meta=meta))
+        self.pump = BatchPump(self.recorder, sinks, interval_s=self.interval_s)
+        return self
+
+    def close(self) -> None:
+        try:
+            if self.pump is not None:
+                self.pump.shutdown()
+        finally:
+            uninstrument("model")
+
+    @property
+    def dropped(self) -> int:
+        return self.recorder.dropped if self.recorder is not None else 0

@@ -1,0 +1,41 @@
+"""Pool reader over the engine model's managers (``KVCacheManagerV2Model``).
+
+Reads the model-only ``pool_state()`` helper (O(1)), so every event carries the pool state after
+the fact. Eviction is observable through the core pool's ``num_evicted_blocks`` counter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.events import UNKNOWN
+
+
+class ModelPoolReader:
+    """:class:`kvscope.engines.binding.PoolReader` for the CPU engine model."""
+
+    state_on_every_event = True
+
+    def state(self, manager: Any) -> tuple[int, int, int, int]:
+        s = manager.pool_state()
+        # The engine itself holds no reservations (remediation reports its own): 0, not unknown.
+        return (s.capacity_blocks, s.free_blocks, s.evictable_blocks, 0)
+
+    def config(self, manager: Any, rank: int) -> dict[str, int | float | str]:
+        return {
+            "tokens_per_block": int(manager.tokens_per_block),
+            "max_draft_len": int(getattr(manager, "max_draft_len", 0)),
+            "num_extra_kv_tokens": int(getattr(manager, "num_extra_kv_tokens", 0)),
+            "enable_block_reuse": int(bool(manager.enable_block_reuse)),
+            "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
+            "is_draft": int(bool(manager.is_draft)),
+            "max_util_for_resume": float(getattr(manager, "max_util_for_resume", UNKNOWN)),
+            "rank_holds": int(rank),
+            "capacity_blocks": int(manager.pool_state().capacity_blocks),
+            "bytes_per_token": int(getattr(manager, "bytes_per_token", 0) or 0),
+            "index_slots": int(getattr(getattr(manager, "index_mapper", None), "capacity", UNKNOWN)),
+        }
+
+    def evicted_total(self, manager: Any) -> int | None:
+        pool = getattr(getattr(manager, "impl", None), "pool", None)
+        return getattr(pool, "num_evicted_blocks", None)

@@ -1,0 +1,148 @@
+"""The TensorRT-LLM methods kvscope wraps, keyed by engine version, each with the commit it was read at.
+
+Every entry was read in ``NVIDIA/TensorRT-LLM`` at the commit it names (the signature facts are in
+``snapshots/<version>.json``; tests check this record against them). Only Python adapter classes are
+hooked: ``KVCacheManagerV2`` (and through inheritance ``DSACacheManagerV2``, which overrides none
+of these methods), ``KVCacheV2Scheduler`` and ``ResourceManager`` (the executor's
+``prepare_resources`` call site). The core ``_KVCache`` is never wrapped: a C++ backend can
+replace it.
+
+Versions:
+
+* ``1.3.0rc25``: the build issue #18660 used. The manager lived at the older module path
+  ``_torch/pyexecutor/kv_cache_manager_v2.py`` (read at 00be09f, a pre-#18093 version): no joint
+  reuse, no ``prepare_context_cache`` / ``try_allocate_draft_context`` / ``_mirror_draft_kv_cache``,
+  and ``_prepare_draft_resources`` charges the draft length on EVERY context chunk. The tag commit
+  itself is inferred (the store holds no tags); see ``snapshots/1.3.0rc25.json``.
+* ``main-0004396``: main after #18093 (joint reuse). Draft length only on the last chunk.
+* ``main-00746ef``: the newest code read; adds ``admit_mirror`` (the scheduler creates and resumes
+  an unpaired mirror at admission) and the ``[draft pool: ...]`` suffix on the resize message.
+"""
+
+from __future__ import annotations
+
+from kvscope.engines.seams import PROPERTY, Seam
+
+C_RC25_MGR = "00be09f78ecf0691f2b8e15dea518d1d6468679e"
+C_0004396 = "0004396720054fd8e205cbf616f21f0b57c6b412"
+C_00746EF = "00746ef9992943a9bb604dbf1ecf00c64af58c32"
+C_DSA = "0bbb76d22e61bde633cc5f7733f5194881853501"
+
+MGR_OLD = "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2"
+MGR_NEW = "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2"
+SCHED = "tensorrt_llm._torch.pyexecutor.scheduler.scheduler_v2"
+RES = "tensorrt_llm._torch.pyexecutor.resource_manager"
+DSA = "tensorrt_llm._torch.attention_backend.sparse.dsa.cache_manager"
+
+_NOT_READ_RC25 = "not read at the rc25-era commit; signature from 0004396 (assumed unchanged)"
+_SCHED_RC25 = "scheduler_v2.py is not stored at an rc25-era commit; signature read at 00746ef"
+
+
+def _scheduler(commit: str, note: str = "") -> tuple[Seam, ...]:
+    return (
+        Seam(SCHED, "KVCacheV2Scheduler.schedule_request", "(self, active_requests, inflight_request_ids)",
+             commit, "iteration start, arrivals, chunks, ITERATION_SCHEDULED; deadlock raise -> ENGINE_FAILED", note),
+        Seam(SCHED, "KVCacheV2Scheduler._try_allocate_context", "(self, req, num_tokens)",
+             commit, "ADMITTED on a first chunk's success, ADMISSION_DEFERRED (target) on failure", note),
+        Seam(SCHED, "KVCacheV2Scheduler._try_allocate_generation", "(self, req)",
+             commit, "generation admission outcome (allocation events come from the managers)", note),
+    )
+
+
+def _resource_manager() -> tuple[Seam, ...]:
+    note = "ResourceManager bodies are the same in every stored version read"
+    return (
+        Seam(RES, "ResourceManager.prepare_resources", "(self, scheduled_batch)", C_0004396,
+             "executor call site: POOL_SNAPSHOT per pool after; ENGINE_FAILED + REQUEST_FAILED on raise", note),
+        Seam(RES, "ResourceManager.update_resources",
+             "(self, scheduled_batch, attn_metadata=None, kv_cache_dtype_byte_size=None)", C_0004396,
+             "ENGINE_FAILED on the generation-update raise", note),
+        Seam(RES, "ResourceManager.free_resources", "(self, request)", C_0004396,
+             "REQUEST_FINISHED / REQUEST_CANCELLED when the executor terminates a request", note),
+    )
+
+
+def _manager_common(module: str, commit: str, *, late_note: str = "", late_commit: str = C_0004396) -> tuple[Seam, ...]:
+    m = "KVCacheManagerV2."
+    return (
+        Seam(module, m + "_prepare_draft_resources", "(self, scheduled_batch)", commit,
+             "draft mirror BLOCKS_ALLOCATED / RESIZED / RESUMED; RESIZE_FAILED / RESUME_FAILED before the raise"),
+        Seam(module, m + "prepare_context", "(self, req)", commit, "BLOCKS_REUSED (prefix hit) on a new cache"),
+        Seam(module, m + "resize_context", "(self, req, num_tokens)", commit,
+             "BLOCKS_ALLOCATED on growth, RESIZE_FAILED (asked capacity) on failure"),
+        Seam(module, m + "try_allocate_generation", "(self, req)", commit,
+             "generation growth BLOCKS_ALLOCATED, RESUMED, RESIZE_FAILED"),
+        Seam(module, m + "revert_allocate_context", "(self, req)", commit, "RESIZED (shrink) or BLOCKS_FREED"),
+        Seam(module, m + "suspend_request", "(self, req)", commit, "SUSPENDED"),
+        Seam(module, m + "resume_request", "(self, req)", commit, "RESUMED / RESUME_FAILED"),
+        Seam(module, m + "update_context_resources", "(self, scheduled_batch)", late_commit,
+             "BLOCKS_COMMITTED (committed tokens grew)", late_note),
+        Seam(module, m + "update_resources",
+             "(self, scheduled_batch, attn_metadata=None, kv_cache_dtype_byte_size=None)", late_commit,
+             "RESIZED (draft slots given back)", late_note),
+        Seam(module, m + "free_resources", "(self, request, pin_on_release=False)", late_commit,
+             "BLOCKS_FREED", late_note),
+    )
+
+
+def _manager_main(commit: str, *, late_note: str = "") -> tuple[Seam, ...]:
+    m = "KVCacheManagerV2."
+    return _manager_common(MGR_NEW, commit, late_note=late_note) + (
+        Seam(MGR_NEW, m + "prepare_context_cache", "(self, req, reuse_limit=None)", commit,
+             "BLOCKS_REUSED for paired draft caches (the target goes through prepare_context)",
+             "absent before #18093"),
+        Seam(MGR_NEW, m + "try_allocate_draft_context", "(self, req, num_tokens)", commit,
+             "paired draft BLOCKS_ALLOCATED / RESIZE_FAILED at admission", "absent before #18093"),
+    )
+
+
+SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
+    "1.3.0rc25": _manager_common(MGR_OLD, C_RC25_MGR, late_note=_NOT_READ_RC25)
+    + _scheduler(C_00746EF, _SCHED_RC25)
+    + _resource_manager(),
+    "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
+    + _resource_manager(),
+    "main-00746ef": _manager_main(C_00746EF, late_note="not re-read at 00746ef; signature from 0004396")
+    + (
+        Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
+             "unpaired mirror created/resumed at admission: RESUMED / RESUME_FAILED", "only on 00746ef"),
+        Seam(MGR_NEW, "KVCacheManagerV2.has_cache_tier_below_gpu", PROPERTY, C_00746EF,
+             "read only (pool configuration)", "only on 00746ef"),
+    )
+    + _scheduler(C_00746EF)
+    + _resource_manager(),
+}
+"""Seam tables by engine version. ``main-00746ef`` is what the engine model follows."""
+
+
+MODEL_VERSION = "main-00746ef"
+"""The version whose seams the CPU engine model reproduces (and is checked against)."""
+
+DIFFERENCES: tuple[str, ...] = (
+    "1.3.0rc25: KVCacheManagerV2 lives in tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2; "
+    "main moved it to tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2.",
+    "1.3.0rc25: _prepare_draft_resources charges the draft length on every context chunk; "
+    "main (after #18093) only on the last chunk.",
+    "1.3.0rc25: no joint reuse; prepare_context_cache, try_allocate_draft_context and "
+    "_mirror_draft_kv_cache do not exist (the mirror is created inline, without prefix match).",
+    "1.3.0rc25: revert_allocate_context returns None; main returns bool (False: cache dropped).",
+    "main-00746ef only: admit_mirror, has_active_cache, mirror_admission_certainly_blocked, "
+    "preempt_request, has_cache_tier_below_gpu, _draft_pool_diagnostic (resize message suffix "
+    "'[draft pool: N live caches holding T tokens, gpu_max_tokens=G]'); the scheduler's "
+    "_admit_unpaired_draft creates and resumes the mirror at admission but still does not size it.",
+)
+
+MANAGER_MODULES: tuple[str, ...] = (MGR_NEW, MGR_OLD)
+"""Where to look for KVCacheManagerV2, newest path first."""
+
+
+def version_for_module(module: str) -> str:
+    """The seam table to use when KVCacheManagerV2 was found in ``module``."""
+    return "1.3.0rc25" if module == MGR_OLD else "main-00746ef"
+
+
+def seams_for(version: str) -> tuple[Seam, ...]:
+    try:
+        return SEAMS_BY_VERSION[version]
+    except KeyError:
+        raise ValueError(f"unknown engine version {version!r}; known: {', '.join(SEAMS_BY_VERSION)}") from None

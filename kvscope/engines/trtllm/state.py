@@ -1,0 +1,81 @@
+"""Pool reader over TensorRT-LLM's ``KVCacheManagerV2`` (read side only).
+
+V2 has no live "free blocks" query on the adapter (``get_num_free_blocks`` asserts an empty manager),
+so the state comes from the core's storage statistics at the GPU level, as ``get_kv_cache_stats``
+computes it (``kv_cache/kv_cache_manager_v2.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412):
+``total``, ``available`` and ``evictable`` per pool group, summed. ``available`` counts evictable
+pages too, so ``free = available - evictable``. Reading statistics walks every pool group, so it is
+done once per iteration (POOL_SNAPSHOT), not on every event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvscope.events import UNKNOWN
+
+_GPU_LEVEL: Any = None
+
+
+def _gpu_level() -> Any:
+    global _GPU_LEVEL
+    if _GPU_LEVEL is None:
+        try:
+            from tensorrt_llm.runtime.kv_cache_manager_v2 import GPU_LEVEL  # lazy: only here
+
+            _GPU_LEVEL = GPU_LEVEL
+        except Exception:
+            _GPU_LEVEL = 0
+    return _GPU_LEVEL
+
+
+class TrtllmPoolReader:
+    """:class:`kvscope.engines.binding.PoolReader` for TensorRT-LLM's V2 managers."""
+
+    state_on_every_event = False
+
+    def state(self, manager: Any) -> tuple[int, int, int, int]:
+        try:
+            stats = manager._get_storage_statistics(_gpu_level())
+            total = sum(int(s.total) for s in stats)
+            available = sum(int(s.available) for s in stats)
+            evictable = sum(int(s.evictable) for s in stats)
+            return (total, max(available - evictable, 0), evictable, 0)
+        except Exception:
+            pass
+        try:
+            kv = manager.get_kv_cache_stats()
+            return (int(kv.max_num_blocks), int(kv.free_num_blocks), UNKNOWN, 0)
+        except Exception:
+            return (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+
+    def config(self, manager: Any, rank: int) -> dict[str, int | float | str]:
+        util = UNKNOWN
+        for path in (("impl", "init_config", "max_util_for_resume"),
+                     ("kv_cache_manager_py_config", "max_util_for_resume")):
+            obj: Any = manager
+            for name in path:
+                obj = getattr(obj, name, None)
+            if obj is not None:
+                util = float(obj)
+                break
+        try:
+            bytes_per_token = int(manager.get_cache_bytes_per_token())
+        except Exception:
+            bytes_per_token = 0
+        return {
+            "tokens_per_block": int(manager.tokens_per_block),
+            "max_draft_len": int(getattr(manager, "max_draft_len", 0) or 0),
+            "num_extra_kv_tokens": int(getattr(manager, "num_extra_kv_tokens", 0) or 0),
+            "enable_block_reuse": int(bool(getattr(manager, "enable_block_reuse", False))),
+            "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
+            "is_draft": int(bool(getattr(manager, "is_draft", False))),
+            "max_util_for_resume": util,
+            "rank_holds": int(rank),
+            "capacity_blocks": self.state(manager)[0],
+            "bytes_per_token": bytes_per_token,
+            "index_slots": UNKNOWN,
+        }
+
+    def evicted_total(self, manager: Any) -> int | None:
+        return None
