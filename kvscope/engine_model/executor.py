@@ -45,7 +45,7 @@ from typing import Any
 
 from .batch import ScheduledRequestsModel
 from .cost_model import CostModel
-from .request import LlmRequestModel, LlmRequestState
+from .request import LlmRequestModel, LlmRequestState, prepare_draft_requests
 
 _REQUEST_ID_RE = re.compile(r"request (\d+)")
 # Simulated duration of an iteration that runs nothing (the loop spins through schedule and
@@ -213,7 +213,13 @@ class PyExecutorModel:
                 self.iter_counter += skipped
                 self.stats.num_iterations_fast_forwarded += skipped
         self._fetch_and_activate_new_requests()
+        # One-model MTP: generation requests carry max_draft_len placeholder drafts before scheduling.
+        prepare_draft_requests(self.active_requests, self.config.max_draft_len)
         output = self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
+        # Recompute-paused requests had their caches freed by the scheduler; they re-prefill
+        # prompt + generated tokens from position 0 (real: LlmRequest pause / reset).
+        for request in getattr(output, "recompute_paused_requests", None) or []:
+            request.reset_for_recompute()
         scheduled_batch = ScheduledRequestsModel(
             context_requests=list(output.context_requests),
             generation_requests=list(output.generation_requests),
@@ -288,7 +294,7 @@ class PyExecutorModel:
             if request.context_remaining_length <= 0:
                 # The last chunk's forward produces the first token and (MTP) the first drafts.
                 request.state = LlmRequestState.GENERATION_IN_PROGRESS
-                request.num_generated_tokens = 1
+                request.num_generated_tokens += 1  # 0 -> 1; after a recompute pause: the next token
                 request.py_draft_tokens = [0] * max_draft_len
                 if request.num_generated_tokens >= request.output_len:
                     request.state = LlmRequestState.GENERATION_COMPLETE

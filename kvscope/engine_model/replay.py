@@ -1,0 +1,203 @@
+"""Replay a scenario or a trace on the engine model and summarise it: ``run(...) -> ReplaySummary``.
+
+``build_engine(config)`` wires the model the way ``KvCacheCreator.build_managers`` and
+``create_py_executor_instance`` (``_util.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412) wire the
+engine: a target ``KVCacheManagerV2Model`` (``DSACacheManagerV2Model`` for the DSA scenarios), a
+separate one-model draft manager of the same class with ``is_draft=True`` when MTP is on, joint reuse
+only when paired AND block reuse is on, the resource managers reordered so the draft prepares first,
+and a ``KVCacheV2SchedulerModel`` holding both managers.
+
+Hook point for instrumentation: ``run(..., instrument=callable)`` calls ``instrument(engine)`` with
+the built ``EngineParts`` (executor, scheduler, resource manager, managers, workload, config) BEFORE
+the loop starts; whatever it returns is kept, and if it has a ``close()`` method that is called after
+the loop (flush an event file, uninstrument). The model itself emits nothing.
+
+Deterministic per seed: the workload is seeded from ``config.seed``, the executor's MTP acceptance
+phases too, and nothing reads the wall clock except ``wall_seconds`` and pacing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import DraftMode, EngineConfig
+from .cost_model import CostModel
+from .executor import PyExecutorModel, SimClock
+from .fast_forward import fast_forward_decode
+from .ranks import RankLayout
+from .resource_manager import create_resource_manager
+from .scenarios import SCENARIOS, get_scenario, trace_workload_builder
+
+
+@dataclass(slots=True)
+class EngineParts:
+    """Everything ``build_engine`` made; what an instrumentation hook receives."""
+
+    config: EngineConfig
+    executor: PyExecutorModel
+    scheduler: Any
+    resource_manager: Any
+    kv_cache_manager: Any
+    draft_kv_cache_manager: Any | None
+    rank_layout: RankLayout
+    clock: SimClock
+    workload: Any = None
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """What ``kvscope replay --json`` prints. Keys are a public contract: add, never rename."""
+
+    source: str
+    requests_total: int
+    requests_completed: int
+    requests_failed: int
+    requests_rejected: int
+    engine_fatal: bool
+    fatal_message: str | None
+    fatal_request_id: int | None
+    sim_seconds: float
+    wall_seconds: float
+    peak_utilization: dict[str, float]
+    prefix_hit_rate: float
+    goodput_tokens_per_s: float
+    mean_running_requests: float
+    queue_wait_p50_s: float
+    queue_wait_p99_s: float
+    rejection_reasons: dict[str, int] = field(default_factory=dict)
+    fatal_error_type: str | None = None
+    fatal_ranks: list[int] = field(default_factory=list)
+    killed_ranks: list[int] = field(default_factory=list)
+    healthy: bool = True
+    iterations: int = 0
+    iterations_fast_forwarded: int = 0
+    pool_capacity_blocks: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> EngineParts:
+    """Build scheduler, managers, resource manager and executor for ``config`` (no workload yet)."""
+    from . import (
+        kv_cache_manager as kvm,  # E1's module; imported here so config-only users need not load it
+    )
+    from .scheduler import KVCacheV2SchedulerModel
+
+    target_blocks, draft_blocks = config.pool_blocks()
+    joint = config.draft_mode == DraftMode.PAIRED and config.enable_block_reuse and config.has_draft_pool
+    common = dict(
+        tokens_per_block=config.tokens_per_block, max_seq_len=config.max_seq_len,
+        max_batch_size=config.max_batch_size, max_num_tokens=config.max_num_tokens,
+        pp_size=config.pp_size, max_draft_len=config.max_draft_len,
+        max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.num_extra_kv_tokens,
+        num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
+        enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint,
+    )
+    manager_cls = kvm.DSACacheManagerV2Model if config.num_mamba_slots == 0 else kvm.KVCacheManagerV2Model
+    target = manager_cls(num_blocks=target_blocks, is_draft=False,
+                         bytes_per_token=config.target_bytes_per_token, **common)
+    draft = None
+    if config.has_draft_pool:
+        draft = manager_cls(num_blocks=draft_blocks, is_draft=True, bytes_per_token=config.draft_bytes_per_token,
+                            draft_cursor_sizing=config.draft_cursor_sizing.value, **common)
+    resource_manager = create_resource_manager(target, draft)
+    scheduler = KVCacheV2SchedulerModel(
+        config.max_batch_size, config.max_num_tokens, target, draft_kv_cache_manager=draft,
+        enable_chunked_prefill=config.enable_chunked_prefill)
+    clock = clock or SimClock()
+    layout = RankLayout(config.pp_size, config.tp_size)
+    probes = {"target": target.pool_state}
+    if draft is not None:
+        probes["draft"] = draft.pool_state
+    executor = PyExecutorModel(config, resource_manager, scheduler, CostModel.from_config(config), clock,
+                               rank_layout=layout, pool_probes=probes, decode_fast_forward=fast_forward_decode)
+    return EngineParts(config, executor, scheduler, resource_manager, target, draft, layout, clock)
+
+
+def resolve(source: str) -> tuple[EngineConfig, Callable[[EngineConfig], Any], str]:
+    """(base config, workload builder, label) for a scenario name or a trace path."""
+    if source in SCENARIOS:
+        scenario = get_scenario(source)
+        return scenario.config, scenario.build_workload, scenario.name
+    if Path(source).suffix in (".jsonl", ".xz", ".tar"):
+        return SCENARIOS["glm5-dsa"].config, trace_workload_builder(source), str(source)
+    return get_scenario(source).config, get_scenario(source).build_workload, source  # raises the names
+
+
+def run(source: str, overrides: list[str] | dict[str, Any] | None = None, *,
+        config: EngineConfig | None = None, workload: Any = None,
+        instrument: Callable[[EngineParts], Any] | None = None,
+        progress: Callable[[PyExecutorModel], None] | None = None) -> ReplaySummary:
+    """Replay ``source`` (scenario name or trace path) with ``overrides`` applied.
+
+    Args:
+        source: a built-in scenario name or a trace path (``--trace``).
+        overrides: ``["key=value", ...]`` or a dict, applied to the scenario's config.
+        config: use this config instead of the scenario's (overrides still apply).
+        workload: use this workload instead of building the scenario's (tests, shortened runs).
+        instrument: called with the built ``EngineParts`` before the loop (see module docstring).
+        progress: called every ~0.5 s of wall time with the executor (terminal progress line).
+    """
+    base, build_workload, label = resolve(source)
+    config = (config or base).with_overrides(overrides or [])
+    parts = build_engine(config)
+    parts.workload = workload if workload is not None else build_workload(config)
+    handle = instrument(parts) if instrument is not None else None
+    wall_start = time.perf_counter()
+    try:
+        parts.executor.run(parts.workload, max_sim_seconds=config.max_sim_seconds, progress=progress)
+    finally:
+        if handle is not None and hasattr(handle, "close"):
+            handle.close()
+    return summarize(parts, label, time.perf_counter() - wall_start)
+
+
+def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySummary:
+    executor = parts.executor
+    stats = executor.stats
+    sim_seconds = executor.clock.now_s
+    waits = sorted(stats.queue_waits_s)
+    error = executor.event_loop_error
+    capacities = {name: probe().capacity_blocks for name, probe in executor.pool_probes.items()}
+    return ReplaySummary(
+        source=label,
+        requests_total=stats.requests_total,
+        requests_completed=stats.requests_completed,
+        requests_failed=stats.requests_failed,
+        requests_rejected=stats.requests_rejected,
+        engine_fatal=error is not None,
+        fatal_message=str(error) if error is not None else None,
+        fatal_request_id=executor.fatal_request_id,
+        sim_seconds=round(sim_seconds, 6),
+        wall_seconds=round(wall_seconds, 6),
+        peak_utilization={name: round(stats.peak_used_fraction.get(name, 0.0), 6) for name in capacities},
+        prefix_hit_rate=round(stats.reused_tokens_admitted / stats.prompt_tokens_admitted, 6)
+        if stats.prompt_tokens_admitted else 0.0,
+        goodput_tokens_per_s=round(stats.output_tokens_completed / sim_seconds, 6) if sim_seconds > 0 else 0.0,
+        mean_running_requests=round(stats.running_request_seconds / sim_seconds, 6) if sim_seconds > 0 else 0.0,
+        queue_wait_p50_s=round(_percentile(waits, 0.50), 6),
+        queue_wait_p99_s=round(_percentile(waits, 0.99), 6),
+        rejection_reasons=dict(stats.rejection_reasons),
+        fatal_error_type=type(error).__name__ if error is not None else None,
+        fatal_ranks=list(executor.fatal_ranks),
+        killed_ranks=list(executor.killed_ranks),
+        healthy=executor.is_healthy,
+        iterations=executor.iter_counter,
+        iterations_fast_forwarded=stats.num_iterations_fast_forwarded,
+        pool_capacity_blocks=capacities,
+        config=parts.config.to_dict(),
+    )
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, int(-(-q * len(sorted_values) // 1)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
