@@ -1,0 +1,166 @@
+"""In-process start-up of kvscope under ``kvscope-instrument`` (a composition root, not a CLI command).
+
+``boot()`` runs in every Python process the launcher starts (through its ``sitecustomize``). It does
+nothing visible until the engine's module is imported: a post-import hook then instruments the
+engine, opens this process's sinks and starts a pump; an ``atexit`` handler drains and closes them.
+A forked child starts over with its own recorder and file (its pid differs). See
+:mod:`kvscope.engines.launcher` for the environment variables.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import wrapt
+
+log = logging.getLogger(__name__)
+
+RANK_VARIABLES = ("KVSCOPE_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK", "SLURM_PROCID")
+MODEL_MODULES = ("kvscope.engine_model.executor",)
+TRTLLM_MODULES = (
+    "tensorrt_llm._torch.pyexecutor.py_executor",
+    "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2",
+    "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2",
+)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"booted": False, "session": None}
+
+
+def rank_from_env(env: Mapping[str, str]) -> int:
+    """The global rank: KVSCOPE_RANK, then the MPI / torch / Slurm variables, else 0."""
+    for name in RANK_VARIABLES:
+        value = env.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return 0
+
+
+class ProcessSession:
+    """The recorder, sinks and pump of one instrumented process."""
+
+    def __init__(self, kind: str, env: Mapping[str, str]) -> None:
+        from kvscope.engines.instrumentor import instrument
+        from kvscope.recording import BatchPump, Recorder
+
+        self.kind = kind
+        self.rank = rank_from_env(env)
+        self.pid = os.getpid()
+        self.recorder = Recorder(rank=self.rank)
+        self.binding = instrument(recorder=self.recorder, engine=kind)
+        out_dir = Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events"))
+        meta = {
+            "engine": "engine_model" if kind == "model" else "tensorrt_llm",
+            "engine_version": _engine_version(kind),
+            "rank": self.rank,
+            "pid": self.pid,
+            "argv": list(sys.argv),
+            "pools": self.binding.pool_meta,  # shared: filled as pools are discovered
+        }
+        self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta)
+        self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)
+        self._closed = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.pump.shutdown()
+        from kvscope.engines.instrumentor import uninstrument
+
+        uninstrument(self.kind)
+
+
+def _engine_version(kind: str) -> str:
+    if kind == "model":
+        return "model-of-main-00746ef"
+    from kvscope.engines.trtllm.classes import installed_version
+
+    return installed_version() or "unknown"
+
+
+def _make_sinks(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict) -> list:
+    from kvscope.recording import sink_for_path
+
+    names = [s.strip() for s in env.get("KVSCOPE_SINKS", "jsonl").split(",") if s.strip()]
+    sinks: list = []
+    for name in names:
+        if name in ("jsonl", "parquet"):
+            sinks.append(sink_for_path(out_dir / f"events-rank{rank}-pid{pid}.{name}", meta=meta))
+        elif name == "zmq":
+            from kvscope.engines.live import ZmqPublisherSink
+
+            base = env.get("KVSCOPE_ZMQ_ENDPOINT", "tcp://127.0.0.1:5557")
+            head, _, port = base.rpartition(":")
+            endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
+            sinks.append(ZmqPublisherSink(endpoint))
+        elif name == "otlp":
+            from kvscope.otel.pipeline import OtlpConfig
+            from kvscope.otel.sink import OtelSink, OtlpPipeline, kvscope_resource
+
+            pipeline = OtlpPipeline(OtlpConfig.from_env(), resource=kvscope_resource(meta, rank=rank))
+            sinks.append(OtelSink(**pipeline.sink_options()))
+        else:
+            print(f"kvscope-instrument: unknown sink {name!r} in KVSCOPE_SINKS; ignored", file=sys.stderr)
+    return sinks
+
+
+def _start(kind: str) -> None:
+    with _lock:
+        if _state["session"] is not None:
+            return
+        session = ProcessSession(kind, os.environ)
+        _state["session"] = session
+    atexit.register(session.close)
+
+
+def _after_fork_in_child() -> None:
+    old = _state.get("session")
+    _state["session"] = None
+    if old is not None:
+        from kvscope.engines.instrumentor import uninstrument
+
+        uninstrument(old.kind)  # the parent's pump thread does not exist here
+        _start(old.kind)
+
+
+def boot(env: Mapping[str, str] | None = None) -> None:
+    """Arrange for instrumentation when the engine is imported. Idempotent; never raises into the host."""
+    env = os.environ if env is None else env
+    if env.get("KVSCOPE_DISABLE") == "1" or _state["booted"]:
+        return
+    _state["booted"] = True
+    engine = env.get("KVSCOPE_ENGINE", "auto")
+    if engine in ("auto", "model"):
+        for module in MODEL_MODULES:
+            wrapt.register_post_import_hook(_hook("model"), module)
+    if engine in ("auto", "tensorrt_llm"):
+        for module in TRTLLM_MODULES:
+            wrapt.register_post_import_hook(_hook("tensorrt_llm"), module)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _hook(kind: str):
+    def on_import(_module: Any) -> None:
+        try:
+            _start(kind)
+        except Exception:
+            log.exception("kvscope: could not start instrumentation for %s", kind)
+            print(f"kvscope-instrument: could not instrument {kind}; continuing without it", file=sys.stderr)
+
+    return on_import
+
+
+def current_session() -> ProcessSession | None:
+    return _state.get("session")

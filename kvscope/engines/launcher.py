@@ -1,0 +1,91 @@
+"""``kvscope-instrument <command...>``: run a command with kvscope loaded in every Python process.
+
+In the spirit of ``opentelemetry-instrument``. TensorRT-LLM runs its executor in worker processes
+(MPI or Ray) even on one GPU, so patching the user's process is not enough: this puts a
+``sitecustomize`` directory first on ``PYTHONPATH`` and replaces itself with the command (``exec``).
+Every Python interpreter started below it, workers included, runs :func:`kvscope.commands.autoload.boot`,
+which instruments the engine as soon as its module is imported and writes that process's events to
+its own file.
+
+Configuration is by environment variables (options here only set them):
+
+==========================  ======================================================================
+``KVSCOPE_OUTPUT_DIR``      folder for the event files (default ``./kvscope-events``)
+``KVSCOPE_SINKS``           comma list of ``jsonl`` (default), ``parquet``, ``zmq``, ``otlp``
+``KVSCOPE_ZMQ_ENDPOINT``    live publisher endpoint base (rank r binds port + r; default
+                            ``tcp://127.0.0.1:5557``)
+``OTEL_EXPORTER_OTLP_*``    used by the ``otlp`` sink (standard variables)
+``KVSCOPE_ENGINE``          ``auto`` (default), ``tensorrt_llm`` or ``model``
+``KVSCOPE_RANK``            global rank; else ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
+                            ``RANK``, ``SLURM_PROCID``; else 0
+``KVSCOPE_DISABLE``         ``1``: load nothing
+==========================  ======================================================================
+
+Each process writes ``<dir>/events-rank<R>-pid<P>.<ext>``; rank and pid are on every event, and the
+files merge into one timeline with ``kvscope.recording.read_frame([...])``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+
+
+def build_env(base: dict[str, str], *, output_dir: str | None = None, sinks: str | None = None,
+              engine: str | None = None, zmq_endpoint: str | None = None) -> dict[str, str]:
+    """The environment the command runs in: bootstrap first on PYTHONPATH, kvscope importable."""
+    env = dict(base)
+    kvscope_root = str(Path(__file__).resolve().parents[2])
+    parts = [str(BOOTSTRAP_DIR), kvscope_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    seen: list[str] = []
+    for p in parts:
+        if p not in seen:
+            seen.append(p)
+    env["PYTHONPATH"] = os.pathsep.join(seen)
+    env["KVSCOPE_OUTPUT_DIR"] = str(Path(output_dir or env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")).resolve())
+    if sinks:
+        env["KVSCOPE_SINKS"] = sinks
+    if engine:
+        env["KVSCOPE_ENGINE"] = engine
+    if zmq_endpoint:
+        env["KVSCOPE_ZMQ_ENDPOINT"] = zmq_endpoint
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kvscope-instrument",
+        description="Run COMMAND with kvscope recording KV events in every Python process it starts.")
+    parser.add_argument("--output-dir", help="event file folder (KVSCOPE_OUTPUT_DIR)")
+    parser.add_argument("--sinks", help="comma list: jsonl, parquet, zmq, otlp (KVSCOPE_SINKS)")
+    parser.add_argument("--engine", choices=("auto", "tensorrt_llm", "model"), help="KVSCOPE_ENGINE")
+    parser.add_argument("--zmq-endpoint", help="live publisher endpoint base (KVSCOPE_ZMQ_ENDPOINT)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("kvscope-instrument: error: no command given (usage: kvscope-instrument [options] COMMAND ...)",
+              file=sys.stderr)
+        return 2
+    env = build_env(dict(os.environ), output_dir=args.output_dir, sinks=args.sinks, engine=args.engine,
+                    zmq_endpoint=args.zmq_endpoint)
+    exe = shutil.which(command[0], path=env.get("PATH"))
+    if exe is None:
+        print(f"kvscope-instrument: error: command not found: {command[0]}", file=sys.stderr)
+        return 127
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(exe, command, env)
+    return 0  # pragma: no cover - execve does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
