@@ -33,16 +33,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay recorded event files into OpenTelemetry (OTLP) with their original timestamps",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("events", nargs="+", metavar="EVENTS", help="event file(s): .parquet or .jsonl, one per rank")
     p.add_argument(
-        "--otlp-endpoint", metavar="URL",
+        "events",
+        nargs="+",
+        metavar="EVENTS",
+        help="event file(s): .parquet or .jsonl, one per rank",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
         help="collector endpoint (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317 gRPC / :4318 HTTP)",
     )
-    p.add_argument("--protocol", choices=PROTOCOLS, help="default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc")
-    p.add_argument("--service-name", help="service.name (default: $OTEL_SERVICE_NAME, else kvscope)")
-    p.add_argument("--metric-interval", type=float, default=1.0, metavar="S",
-                   help="seconds of event time between metric points (default 1)")
-    p.add_argument("--timeout", type=float, metavar="S", help="per export call (default: $OTEL_EXPORTER_OTLP_TIMEOUT, else 2)")
+    p.add_argument(
+        "--protocol", choices=PROTOCOLS, help="default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc"
+    )
+    p.add_argument(
+        "--service-name", help="service.name (default: $OTEL_SERVICE_NAME, else kvscope)"
+    )
+    p.add_argument(
+        "--metric-interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds of event time between metric points (default 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="per export call (default: $OTEL_EXPORTER_OTLP_TIMEOUT, else 2)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
 
@@ -71,10 +91,17 @@ def export_files(
         meta = header.get("meta") or {}
         rows = frame_to_rows(df)
         del df
-        pipeline = OtlpPipeline(config, resource=kvscope_resource(meta, service_name=service_name),
-                                shutdown_timeout_s=shutdown_timeout_s)
-        sink = OtelSink(**pipeline.sink_options(), threaded=False, metric_interval_s=metric_interval_s,
-                        shutdown_timeout_s=shutdown_timeout_s)
+        pipeline = OtlpPipeline(
+            config,
+            resource=kvscope_resource(meta, service_name=service_name),
+            shutdown_timeout_s=shutdown_timeout_s,
+        )
+        sink = OtelSink(
+            **pipeline.sink_options(),
+            threaded=False,
+            metric_interval_s=metric_interval_s,
+            shutdown_timeout_s=shutdown_timeout_s,
+        )
         for i in range(0, len(rows), BATCH_ROWS):
             sink.export(EventBatch.from_rows(rows[i : i + BATCH_ROWS], anchor))
             done += len(rows[i : i + BATCH_ROWS])
@@ -83,13 +110,21 @@ def export_files(
         sink.shutdown()
         pipeline.shutdown()
         s = sink.summary()
-        files.append({"path": str(path), "rank": int(meta.get("rank", anchor.rank)), "events": s["events"],
-                      "dropped_total": s["dropped_total"]})
+        files.append(
+            {
+                "path": str(path),
+                "rank": int(meta.get("rank", anchor.rank)),
+                "events": s["events"],
+                "dropped_total": s["dropped_total"],
+            }
+        )
         _add(total, s)
     total["files"] = files
     total["endpoint"] = config.endpoint
     total["protocol"] = config.protocol
-    total["exported_total"] = sum(total.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
+    total["exported_total"] = sum(
+        total.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points")
+    )
     return total
 
 
@@ -104,10 +139,14 @@ def _add(acc: dict[str, Any], s: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = OtlpConfig.from_env(endpoint=args.otlp_endpoint, protocol=args.protocol, timeout_s=args.timeout)
+    config = OtlpConfig.from_env(
+        endpoint=args.otlp_endpoint, protocol=args.protocol, timeout_s=args.timeout
+    )
     if args.metric_interval <= 0:
         raise ValueError(f"--metric-interval must be > 0, got {args.metric_interval}")
-    s = export_files(args.events, config, service_name=args.service_name, metric_interval_s=args.metric_interval)
+    s = export_files(
+        args.events, config, service_name=args.service_name, metric_interval_s=args.metric_interval
+    )
     if args.json:
         print(json.dumps(s))
     else:
@@ -118,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
             f"logs {s['logs']['exported']} / {s['logs']['dropped']}"
         )
     if s["dropped_total"]:
-        print(f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow)",
-              file=sys.stderr)
+        print(
+            f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow)",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -7,6 +7,7 @@ id), so a backend can jump from the log line to the request's trace.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -53,31 +54,27 @@ class FindingRecord:
     t_end_s: float
     pools: tuple[str, ...] = ()
     request_ids: tuple[int, ...] = ()
+    evidence: str = ""
+    """The finding's evidence as compact JSON ('' when none)."""
 
 
 def from_finding(finding: object) -> FindingRecord:
-    """Adapt an analyzer finding (duck-typed: kind, severity, t_start_s, t_end_s, pools,
-    request_ids, and evidence or message) without importing kvscope.analysis."""
-    kind = finding.kind
-    severity = finding.severity
-    evidence = getattr(finding, "message", None) or getattr(finding, "evidence", "")
-    if isinstance(evidence, Mapping):
-        evidence = " ".join(f"{k}={v}" for k, v in evidence.items())
-    pools = tuple(getattr(p, "value", p) for p in (getattr(finding, "pools", None) or ()))
-    if not pools and getattr(finding, "pool", None) is not None:
-        pools = (getattr(finding.pool, "value", finding.pool),)  # type: ignore[attr-defined]
-    rids = getattr(finding, "request_ids", None)
-    if rids is None:
-        rid = getattr(finding, "request_id", -1)
-        rids = () if rid is None or rid < 0 else (rid,)
+    """Adapt an analyzer finding (``kvscope.analysis.findings.Finding`` or anything shaped like it:
+    kind, severity, t_start_s, t_end_s, pools, request_ids, summary, evidence) without importing
+    kvscope.analysis."""
+    kind = finding.kind  # type: ignore[attr-defined]
+    severity = finding.severity  # type: ignore[attr-defined]
+    evidence = getattr(finding, "evidence", None) or {}
+    message = getattr(finding, "summary", None) or getattr(finding, "message", None) or ""
     return FindingRecord(
         kind=str(getattr(kind, "value", kind)),
-        severity=str(getattr(severity, "value", getattr(severity, "name", severity))).lower(),
-        message=str(evidence),
-        t_start_s=float(finding.t_start_s),
-        t_end_s=float(finding.t_end_s),
-        pools=tuple(str(p) for p in pools),
-        request_ids=tuple(int(r) for r in rids),
+        severity=str(getattr(severity, "value", severity)).lower(),
+        message=str(message),
+        t_start_s=float(finding.t_start_s),  # type: ignore[attr-defined]
+        t_end_s=float(finding.t_end_s),  # type: ignore[attr-defined]
+        pools=tuple(str(getattr(p, "value", p)) for p in (getattr(finding, "pools", None) or ())),
+        request_ids=tuple(int(r) for r in (getattr(finding, "request_ids", None) or ())),
+        evidence=json.dumps(evidence, default=str, sort_keys=True) if evidence else "",
     )
 
 
@@ -121,6 +118,8 @@ class KVLogs:
             n.FINDING_POOLS: list(finding.pools),
             n.FINDING_REQUEST_IDS: list(finding.request_ids),
         }
+        if finding.evidence:
+            attrs[n.FINDING_EVIDENCE] = finding.evidence
         rid = finding.request_ids[0] if finding.request_ids else -1
         attrs[n.REQUEST_ID] = rid
         t_ns = int(finding.t_start_s * 1e9) + epoch_offset_ns

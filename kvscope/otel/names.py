@@ -85,6 +85,8 @@ FINDING_POOLS = "kvscope.finding.pools"
 FINDING_REQUEST_IDS = "kvscope.finding.request_ids"
 FINDING_T_START = "kvscope.finding.t_start_s"
 FINDING_T_END = "kvscope.finding.t_end_s"
+FINDING_EVIDENCE = "kvscope.finding.evidence"
+"""The finding's evidence numbers as compact JSON."""
 SIGNAL = "kvscope.signal"
 """What an exporter self-metric counts: 'events', 'spans', 'logs' or 'metric_points'."""
 # Aggregates on the request span, one key per pool: f"{BLOCKS_ALLOCATED_PREFIX}.{pool}".

@@ -209,6 +209,7 @@ class OtelSink:
         self.on_batch = on_batch
         self._lock = threading.Lock()  # one translator at a time (worker, flush, findings)
         self._next_metric_ns: int | None = None
+        self._last_push: tuple[int, int] | None = None
         self._offset_ns: int | None = None
         self.num_events = 0
         self.num_recorder_dropped = 0
@@ -321,6 +322,9 @@ class OtelSink:
             return
         if final:
             t = max(t, self.state.last_ns or t)
+        if (t, self.num_events) == self._last_push:
+            return  # nothing new since the last snapshot (flush then shutdown)
+        self._last_push = (t, self.num_events)
         self._metric_queue.offer(self.state.to_metrics_data(self.resource, self._scope, t))
 
     def _push_metrics(self, batch: list[MetricsData]) -> bool:

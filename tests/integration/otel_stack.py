@@ -49,7 +49,9 @@ class OtelStack:
     """The four servers, their ports and read-back helpers."""
 
     def __init__(self, run_dir: Path) -> None:
-        missing = [p for p in ("rotel-venv/.ok", "phoenix-venv/.ok", "obs/.ok") if not (STACK / p).exists()]
+        missing = [
+            p for p in ("rotel-venv/.ok", "phoenix-venv/.ok", "obs/.ok") if not (STACK / p).exists()
+        ]
         if missing:
             raise RuntimeError(
                 f"OTel stack not installed under {STACK} (missing {', '.join(missing)}): "
@@ -78,7 +80,11 @@ class OtelStack:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
         self.procs[name] = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=self.run_dir
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=self.run_dir,
         )
         out.close()
 
@@ -88,19 +94,37 @@ class OtelStack:
             "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: kvscope\n"
             f"    static_configs: [{{targets: ['127.0.0.1:{p['scrape']}']}}]\n"
         )
-        self._spawn("phoenix", [str(STACK / "phoenix-venv/bin/phoenix"), "serve"], {
-            "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(p["phoenix"]), "PHOENIX_GRPC_PORT": str(p["phoenix_grpc"]),
-            "PHOENIX_WORKING_DIR": str(r / "phoenix"), "PHOENIX_TELEMETRY_ENABLED": "false",
-        })
-        self._spawn("vm", [
-            str(STACK / "obs/vm/usr/bin/victoria-metrics"), f"-httpListenAddr=127.0.0.1:{p['vm']}",
-            f"-storageDataPath={r / 'vm'}", "-retentionPeriod=1d", "-search.latencyOffset=1s",
-            "-opentelemetry.usePrometheusNaming",
-        ])
-        self._spawn("prom", [
-            str(STACK / "obs/prom/usr/bin/prometheus"), f"--config.file={r / 'scrape.yml'}",
-            f"--storage.tsdb.path={r / 'prom'}", f"--web.listen-address=127.0.0.1:{p['prom']}",
-        ])
+        self._spawn(
+            "phoenix",
+            [str(STACK / "phoenix-venv/bin/phoenix"), "serve"],
+            {
+                "PHOENIX_HOST": "127.0.0.1",
+                "PHOENIX_PORT": str(p["phoenix"]),
+                "PHOENIX_GRPC_PORT": str(p["phoenix_grpc"]),
+                "PHOENIX_WORKING_DIR": str(r / "phoenix"),
+                "PHOENIX_TELEMETRY_ENABLED": "false",
+            },
+        )
+        self._spawn(
+            "vm",
+            [
+                str(STACK / "obs/vm/usr/bin/victoria-metrics"),
+                f"-httpListenAddr=127.0.0.1:{p['vm']}",
+                f"-storageDataPath={r / 'vm'}",
+                "-retentionPeriod=1d",
+                "-search.latencyOffset=1s",
+                "-opentelemetry.usePrometheusNaming",
+            ],
+        )
+        self._spawn(
+            "prom",
+            [
+                str(STACK / "obs/prom/usr/bin/prometheus"),
+                f"--config.file={r / 'scrape.yml'}",
+                f"--storage.tsdb.path={r / 'prom'}",
+                f"--web.listen-address=127.0.0.1:{p['prom']}",
+            ],
+        )
         self.start_collector()
         _wait(lambda: requests.get(f"{self.vm_url}/health", timeout=1).ok, "victoriametrics", 30)
         _wait(lambda: requests.get(f"{self.prom_url}/-/ready", timeout=1).ok, "prometheus", 30)
@@ -116,13 +140,28 @@ class OtelStack:
             "ROTEL_EXPORTER_PHX_PROTOCOL": "grpc",
             "ROTEL_EXPORTER_VM_ENDPOINT": f"http://127.0.0.1:{p['vm']}/opentelemetry",
             "ROTEL_EXPORTER_VM_PROTOCOL": "http",
-            "ROTEL_EXPORTERS_TRACES": "phx", "ROTEL_EXPORTERS_METRICS": "vm", "ROTEL_EXPORTERS_LOGS": "bh",
+            "ROTEL_EXPORTERS_TRACES": "phx",
+            "ROTEL_EXPORTERS_METRICS": "vm",
+            "ROTEL_EXPORTERS_LOGS": "bh",
         }
-        self._spawn("rotel", [
-            rotel, "start", "--otlp-grpc-endpoint", f"127.0.0.1:{p['grpc']}",
-            "--otlp-http-endpoint", f"127.0.0.1:{p['http']}", "--batch-timeout", "100ms",
-            "--debug-log", "logs", "--debug-log-verbosity", "detailed",
-        ], env)
+        self._spawn(
+            "rotel",
+            [
+                rotel,
+                "start",
+                "--otlp-grpc-endpoint",
+                f"127.0.0.1:{p['grpc']}",
+                "--otlp-http-endpoint",
+                f"127.0.0.1:{p['http']}",
+                "--batch-timeout",
+                "100ms",
+                "--debug-log",
+                "logs",
+                "--debug-log-verbosity",
+                "detailed",
+            ],
+            env,
+        )
         _wait(lambda: _tcp_open(p["grpc"]) and _tcp_open(p["http"]), "rotel", 20)
 
     def kill_collector(self) -> None:
@@ -156,7 +195,9 @@ class OtelStack:
         return f"http://127.0.0.1:{self.ports['prom']}"
 
     def phoenix_spans(self, limit: int = 1000) -> list[dict]:
-        r = requests.get(f"{self.phoenix_url}/v1/projects/default/spans", params={"limit": limit}, timeout=5)
+        r = requests.get(
+            f"{self.phoenix_url}/v1/projects/default/spans", params={"limit": limit}, timeout=5
+        )
         r.raise_for_status()
         return r.json()["data"]
 

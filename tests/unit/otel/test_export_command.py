@@ -1,0 +1,63 @@
+"""``kvscope export``: completes and reports drops when no collector listens."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from kvscope.cli import main
+from kvscope.otel.synthetic import FakeClock, IncidentShape, file_meta, record_incident
+from kvscope.recording import BatchPump, Recorder, sink_for_path
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_incident(path, shape=IncidentShape()):
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    pump = BatchPump(rec, [sink_for_path(path, meta=file_meta(shape))], start=False)
+    record_incident(rec, clock, shape)
+    pump.shutdown()
+
+
+def test_reports_drops_and_exits_1_when_collector_is_down(tmp_path, capsys):
+    path = tmp_path / "incident.parquet"
+    _write_incident(path)
+    port = _closed_port()
+    code = main(
+        [
+            "export",
+            str(path),
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{port}",
+            "--protocol",
+            "http/protobuf",
+            "--timeout",
+            "0.2",
+            "--json",
+        ]
+    )
+    out, err = capsys.readouterr()
+    s = json.loads(out)
+    assert code == 1
+    assert s["events"] == 110
+    assert s["spans"] == {"exported": 0, "dropped": 8, "high_water": 8}
+    assert s["logs"]["dropped"] == 3
+    assert s["metric_points"]["exported"] == 0 and s["metric_points"]["dropped"] > 0
+    assert s["dropped_total"] == 8 + 3 + s["metric_points"]["dropped"]
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"kvscope export: warning: {s['dropped_total']} item(s) dropped")
+    )
+
+
+def test_errors_with_one_line_when_file_missing(tmp_path, capsys):
+    code = main(["export", str(tmp_path / "nope.parquet"), "--otlp-endpoint", "http://127.0.0.1:1"])
+    _out, err = capsys.readouterr()
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "nope.parquet" in err

@@ -1,0 +1,116 @@
+"""Bounded export queues: never block, count every drop, honour the shutdown deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kvscope.otel.pipeline import ExportQueue, OtlpConfig
+
+
+def test_drops_and_counts_new_items_when_queue_is_full():
+    gate = threading.Event()
+    q = ExportQueue(
+        lambda b: gate.wait(5) or True,
+        name="t",
+        max_queue_size=4,
+        max_batch_size=1,
+        schedule_delay_s=0.01,
+    )
+    accepted = [q.offer(i) for i in range(20)]
+    assert accepted.count(False) >= 15  # at most 4 queued + 1 in flight
+    assert q.high_water == 4
+    gate.set()
+    q.shutdown(5)
+    assert q.num_offered == 20
+    assert q.num_exported + q.num_dropped == 20
+    assert q.num_dropped_full == accepted.count(False)
+
+
+def test_counts_failed_and_raising_exports_as_dropped_when_exporter_fails():
+    calls = []
+
+    def export(batch):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            return False
+        raise ConnectionError("collector down")
+
+    q = ExportQueue(export, name="t", max_queue_size=100, max_batch_size=10, schedule_delay_s=0.01)
+    for i in range(20):
+        q.offer(i)
+    assert q.force_flush(5)
+    q.shutdown(1)
+    assert (q.num_exported, q.num_dropped_failed, q.num_export_errors) == (0, 20, 1)
+
+
+def test_shutdown_returns_by_deadline_and_counts_leftovers_when_exporter_hangs():
+    release = threading.Event()
+    q = ExportQueue(
+        lambda b: release.wait(30),
+        name="t",
+        max_queue_size=100,
+        max_batch_size=2,
+        schedule_delay_s=0.01,
+    )
+    for i in range(10):
+        q.offer(i)
+    time.sleep(0.05)  # the worker takes the first batch and hangs in it
+    t0 = time.monotonic()
+    q.shutdown(0.3)
+    assert time.monotonic() - t0 < 2.0
+    assert q.num_dropped_shutdown == 8
+    assert not q.offer(99)
+    release.set()
+
+
+def test_weight_counts_points_not_snapshots_when_given():
+    q = ExportQueue(lambda b: True, name="t", weight=len)
+    q.offer([1, 2, 3])
+    q.offer([4])
+    q.shutdown(2)
+    assert (q.num_offered, q.num_exported) == (4, 4)
+
+
+def test_rejects_batch_larger_than_queue_when_constructed():
+    with pytest.raises(
+        ValueError, match=r"max_batch_size must be > 0 and <= max_queue_size \(4\), got 8"
+    ):
+        ExportQueue(lambda b: True, name="t", max_queue_size=4, max_batch_size=8)
+
+
+def test_options_win_over_env_and_env_over_defaults_when_configured():
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "500",
+        "OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc,x=1",
+    }
+    c = OtlpConfig.from_env(env)
+    assert (c.endpoint, c.protocol, c.timeout_s, dict(c.headers)) == (
+        "http://collector:4317",
+        "grpc",
+        0.5,
+        {"api-key": "abc", "x": "1"},
+    )
+    c = OtlpConfig.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    assert (c.endpoint, c.protocol) == ("http://localhost:4318", "http/protobuf")
+    c = OtlpConfig.from_env(
+        env, endpoint="http://other:1234", protocol="http/protobuf", timeout_s=3
+    )
+    assert (c.endpoint, c.protocol, c.timeout_s) == ("http://other:1234", "http/protobuf", 3)
+
+
+def test_rejects_unknown_protocol_when_configured():
+    with pytest.raises(
+        ValueError, match="protocol must be one of grpc, http/protobuf, got 'http/json'"
+    ):
+        OtlpConfig("http://x:1", "http/json")
+
+
+def test_http_exporters_get_signal_paths_when_built():
+    span, metric, log = OtlpConfig("127.0.0.1:4318", "http/protobuf").exporters()
+    assert span._endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert metric._endpoint == "http://127.0.0.1:4318/v1/metrics"
+    assert log._endpoint == "http://127.0.0.1:4318/v1/logs"

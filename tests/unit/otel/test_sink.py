@@ -1,0 +1,73 @@
+"""OtelSink: threaded translation off the pump, bounded pending queue, drop accounting, summary."""
+
+from __future__ import annotations
+
+import threading
+
+from opentelemetry.sdk.metrics.export import MetricExportResult
+
+from kvscope.events import EventKind
+from kvscope.otel import OtelSink
+from kvscope.otel import names as n
+from kvscope.otel.synthetic import FakeClock, IncidentShape, record_incident
+from kvscope.recording import BatchPump, EventBatch, Recorder
+
+
+class ListMetricExporter:
+    """Collects pushed MetricsData (the push path has no SDK in-memory double)."""
+
+    def __init__(self) -> None:
+        self.pushed = []
+
+    def export(self, data, timeout_millis=10_000, **_kw):
+        self.pushed.append(data)
+        return MetricExportResult.SUCCESS
+
+    def shutdown(self, **_kw):
+        return None
+
+
+def test_summary_counts_requests_and_logs_when_threaded_sink_shut_down(make_incident):
+    inc = make_incident()
+    s = inc.sink.summary()
+    assert s["events"] == 110
+    assert s["requests"] == {"started": 4, "ended": 4, "evicted": 0}
+    assert s["log_records"] == 3
+    assert s["dropped_total"] == 0
+
+
+def test_metrics_pushed_per_interval_of_event_time_when_exporter_given():
+    exp = ListMetricExporter()
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    sink = OtelSink(metric_exporter=exp, metric_interval_s=0.5, threaded=False)
+    record_incident(rec, clock, IncidentShape(num_requests=4))  # 1.35 s of event time
+    BatchPump(rec, [sink], start=False).shutdown()
+    off = rec.anchor.epoch_ns - rec.anchor.monotonic_ns
+    times = [
+        d.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points[0].time_unix_nano - off
+        for d in exp.pushed
+    ]
+    # Boundaries every 0.5 s of event time, then one final snapshot at the last event.
+    assert times == [1_500_000_000, 2_000_000_000, 2_350_000_000]
+    assert sink.summary()["metric_points"]["dropped"] == 0
+    last = {m.name: m for m in exp.pushed[-1].resource_metrics[0].scope_metrics[0].metrics}
+    (p,) = [p for p in last[n.ENGINE_FAILURES.name].data.data_points]
+    assert p.value == 1
+
+
+def test_drops_and_counts_batches_when_worker_cannot_keep_up():
+    gate = threading.Event()
+    sink = OtelSink(threaded=True, max_pending_batches=2, on_batch=lambda rows, off: gate.wait(5))
+    rec = Recorder(clock=FakeClock())
+    for i in range(6):
+        rec.record(EventKind.ITERATION_SCHEDULED, num_requests=i)
+    batches = [EventBatch.from_rows(rec.drain_rows(1), rec.anchor) for _ in range(6)]
+    for b in batches:
+        sink.export(b)  # never blocks: at most 1 in the worker + 2 waiting
+    gate.set()
+    sink.shutdown()
+    s = sink.summary()
+    assert s["events"] + s["events_dropped"] == 6
+    assert s["events_dropped"] >= 3
+    assert sink.state.value(n.EXPORT_DROPPED, **{n.SIGNAL: "events"}) == s["events_dropped"]
