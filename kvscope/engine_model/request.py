@@ -86,6 +86,7 @@ class LlmRequestModel:
         self.context_current_position = 0
         self.context_chunk_size = 0
         self.num_generated_tokens = 0
+        self.num_output_tokens_before_recompute = 0
         # Draft tokens proposed for the coming generation step (values are irrelevant to the model;
         # only their count is read). MTP proposes max_draft_len after the first generated token.
         self.py_draft_tokens: list[int] = []
@@ -145,8 +146,19 @@ class LlmRequestModel:
 
     def reset_for_recompute(self) -> None:
         """Recompute pause (real ``reset_for_recompute``): the tokens so far become the prompt and
-        the request goes back to context from position 0; its draft tokens are dropped."""
-        self.prompt_len = self.orig_prompt_len + self.num_generated_tokens
+        the request goes back to context from position 0; its draft tokens are dropped.
+
+        Model bookkeeping: the request then counts like a new one with that longer prompt and the
+        remaining output (``output_len`` shrinks by the tokens already generated, which move to
+        ``num_output_tokens_before_recompute``), so executors that set ``num_generated_tokens = 1``
+        at the end of a prefill stay correct.
+        """
+        generated = self.num_generated_tokens
+        self.num_output_tokens_before_recompute += generated
+        self.orig_prompt_len = self.prompt_len = self.orig_prompt_len + generated
+        self.output_len -= generated
+        self.max_new_tokens -= generated
+        self.num_generated_tokens = 0
         self.state = LlmRequestState.CONTEXT_INIT
         self.context_current_position = 0
         self.context_chunk_size = 0

@@ -77,7 +77,9 @@ class SchedulerOutputModel:
 class BudgetTracker:
     """Token and request budget of one scheduling pass (PEFT pages: accepted, never used here)."""
 
-    def __init__(self, max_num_tokens: int | None, max_num_requests: int, peft_cache_manager=None) -> None:
+    def __init__(
+        self, max_num_tokens: int | None, max_num_requests: int, peft_cache_manager=None
+    ) -> None:
         self.max_num_tokens = max_num_tokens
         self.max_num_requests = max_num_requests
         self.num_tokens = 0
@@ -116,33 +118,59 @@ class KVCacheV2SchedulerModel:
 
     _DEADLOCK_STALL_ITERS = 1000
 
-    def __init__(self, max_batch_size: int, max_num_tokens: int | None,
-                 kv_cache_manager: KVCacheManagerV2Model,
-                 scheduler_policy: CapacitySchedulerPolicy = CapacitySchedulerPolicy.MAX_UTILIZATION,
-                 ctx_chunk_config: tuple[ContextChunkingPolicy, int] | None = None,
-                 peft_cache_manager=None, scheduler_capacity: int | None = None,
-                 no_schedule_until_state: LlmRequestState = LlmRequestState.CONTEXT_INIT,
-                 no_schedule_after_state: LlmRequestState = LlmRequestState.GENERATION_TO_COMPLETE,
-                 draft_kv_cache_manager: KVCacheManagerV2Model | None = None,
-                 cross_kv_cache_manager=None, enable_prefix_aware_scheduling: bool = True,
-                 enable_recompute_pause: bool = True) -> None:
+    def __init__(
+        self,
+        max_batch_size: int,
+        max_num_tokens: int | None,
+        kv_cache_manager: KVCacheManagerV2Model,
+        scheduler_policy: CapacitySchedulerPolicy = CapacitySchedulerPolicy.MAX_UTILIZATION,
+        ctx_chunk_config: tuple[ContextChunkingPolicy, int] | None = None,
+        peft_cache_manager=None,
+        scheduler_capacity: int | None = None,
+        no_schedule_until_state: LlmRequestState = LlmRequestState.CONTEXT_INIT,
+        no_schedule_after_state: LlmRequestState = LlmRequestState.GENERATION_TO_COMPLETE,
+        draft_kv_cache_manager: KVCacheManagerV2Model | None = None,
+        cross_kv_cache_manager=None,
+        enable_prefix_aware_scheduling: bool = True,
+        enable_recompute_pause: bool = True,
+        *,
+        enable_chunked_prefill: bool | None = None,
+    ) -> None:
         if not isinstance(kv_cache_manager, KVCacheManagerV2Model):
-            raise TypeError(f"KVCacheV2Scheduler requires KVCacheManagerV2, got {type(kv_cache_manager).__name__}")
+            raise TypeError(
+                f"KVCacheV2Scheduler requires KVCacheManagerV2, got {type(kv_cache_manager).__name__}"
+            )
         self.max_num_tokens = max_num_tokens
-        self.max_num_requests = scheduler_capacity if scheduler_capacity is not None else max_batch_size
+        self.max_num_requests = (
+            scheduler_capacity if scheduler_capacity is not None else max_batch_size
+        )
         self.kv_cache_manager = kv_cache_manager
         self.draft_kv_cache_manager = draft_kv_cache_manager
         self.enable_joint_kv_cache_reuse = kv_cache_manager.enable_joint_kv_cache_reuse
-        self._joint_draft_manager = draft_kv_cache_manager if self.enable_joint_kv_cache_reuse else None
+        self._joint_draft_manager = (
+            draft_kv_cache_manager if self.enable_joint_kv_cache_reuse else None
+        )
         self.cross_kv_cache_manager = cross_kv_cache_manager
         self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
         self.enable_recompute_pause = enable_recompute_pause
-        self._prefix_skip_enabled = (enable_prefix_aware_scheduling and kv_cache_manager.enable_block_reuse
-                                     and kv_cache_manager.block_reuse_policy == "all_reusable")
+        self._prefix_skip_enabled = (
+            enable_prefix_aware_scheduling
+            and kv_cache_manager.enable_block_reuse
+            and kv_cache_manager.block_reuse_policy == "all_reusable"
+        )
         if scheduler_policy != CapacitySchedulerPolicy.MAX_UTILIZATION:
-            logger.warning("KVCacheV2Scheduler only supports MAX_UTILIZATION for now, got %s", scheduler_policy)
+            logger.warning(
+                "KVCacheV2Scheduler only supports MAX_UTILIZATION for now, got %s", scheduler_policy
+            )
         self.policy = CapacitySchedulerPolicy.MAX_UTILIZATION
         self.peft_cache_manager = peft_cache_manager
+        if ctx_chunk_config is None and enable_chunked_prefill:
+            # Model-only convenience: what create_py_executor_instance builds when chunked prefill is
+            # on (default policy, chunk unit = tokens_per_block).
+            ctx_chunk_config = (
+                ContextChunkingPolicy.FIRST_COME_FIRST_SERVED,
+                kv_cache_manager.tokens_per_block,
+            )
         self.chunking_enabled = ctx_chunk_config is not None
         self.chunking_policy = ctx_chunk_config[0] if ctx_chunk_config else None
         self.chunk_unit_size = ctx_chunk_config[1] if ctx_chunk_config else 0
@@ -152,14 +180,20 @@ class KVCacheV2SchedulerModel:
         self.warnings: list[str] = []  # model-only: the stall warnings the real logger prints
 
     # ---- entry point ------------------------------------------------------------------------------
-    def schedule_request(self, active_requests: list[LlmRequestModel],
-                         inflight_request_ids: set[int]) -> SchedulerOutputModel:
+    def schedule_request(
+        self, active_requests: list[LlmRequestModel], inflight_request_ids: set[int]
+    ) -> SchedulerOutputModel:
         ctx, gen, evicted, recompute_paused, has_chunking = self._schedule_loop(
-            active_requests, inflight_request_ids)
+            active_requests, inflight_request_ids
+        )
         self._sort_requests(ctx, gen, has_chunking)
-        return SchedulerOutputModel(context_requests=ctx, generation_requests=gen, paused_requests=evicted,
-                                    recompute_paused_requests=recompute_paused,
-                                    num_fitting_requests=len(ctx) + len(gen))
+        return SchedulerOutputModel(
+            context_requests=ctx,
+            generation_requests=gen,
+            paused_requests=evicted,
+            recompute_paused_requests=recompute_paused,
+            num_fitting_requests=len(ctx) + len(gen),
+        )
 
     def can_schedule(self, requests: list[LlmRequestModel]) -> bool:
         """PP dry-run: always True (V2 has no free-block query)."""
@@ -181,7 +215,10 @@ class KVCacheV2SchedulerModel:
         # --- Phase 1: generation ---
         while req_it < req_it_end:
             req = requests_list[req_it]
-            if req_it in recompute_pause_state.victim_indices or req.request_id in inflight_request_ids:
+            if (
+                req_it in recompute_pause_state.victim_indices
+                or req.request_id in inflight_request_ids
+            ):
                 req_it += 1
                 continue
             if budget.requests_full:
@@ -194,8 +231,17 @@ class KVCacheV2SchedulerModel:
                 req_it += 1
                 continue
             action, tokens, scheduled_beam_width, req_it_end = self._try_schedule_generation(
-                req, budget, requests_list, req_it, req_it_end, recompute_pause_state, evicted,
-                recompute_paused, inflight_request_ids, scheduled_beam_width)
+                req,
+                budget,
+                requests_list,
+                req_it,
+                req_it_end,
+                recompute_pause_state,
+                evicted,
+                recompute_paused,
+                inflight_request_ids,
+                scheduled_beam_width,
+            )
             if action is ScheduleAction.STOP:
                 break
             if action is ScheduleAction.SCHEDULED:
@@ -209,11 +255,14 @@ class KVCacheV2SchedulerModel:
             protected = {r.py_request_id for r in scheduled_gen}
             protected.update(r.py_request_id for r in scheduled_ctx)
             protected.add(req.py_request_id)
-            return self._try_preempt_for_pages(requests_list, protected, inflight_request_ids,
-                                               recompute_paused, preempted_ids)
+            return self._try_preempt_for_pages(
+                requests_list, protected, inflight_request_ids, recompute_paused, preempted_ids
+            )
 
         # --- Phase 2: pending context ---
-        contributed_blocks = self._collect_contributed_blocks(requests_list, pending_ctx, inflight_request_ids)
+        contributed_blocks = self._collect_contributed_blocks(
+            requests_list, pending_ctx, inflight_request_ids
+        )
         deferred_behind_contributor = False
         for req in pending_ctx:
             if budget.requests_full:
@@ -225,11 +274,16 @@ class KVCacheV2SchedulerModel:
             first_new_block = None
             if contributed_blocks is not None:
                 first_new_block = self.kv_cache_manager.probe_first_new_block_key(req)
-                if req.is_first_context_chunk and first_new_block is not None \
-                        and first_new_block in contributed_blocks:
+                if (
+                    req.is_first_context_chunk
+                    and first_new_block is not None
+                    and first_new_block in contributed_blocks
+                ):
                     deferred_behind_contributor = True
                     continue
-            action, tokens, chunking_flag = self._try_schedule_context(req, budget, preempt_for_pages)
+            action, tokens, chunking_flag = self._try_schedule_context(
+                req, budget, preempt_for_pages
+            )
             if action is ScheduleAction.STOP:
                 break
             if action is ScheduleAction.SKIP:
@@ -240,9 +294,19 @@ class KVCacheV2SchedulerModel:
             if first_new_block is not None:
                 contributed_blocks.add(first_new_block)
 
-        self._detect_deadlock(active_requests, inflight_request_ids, pending_ctx, preempted_ids,
-                              made_progress=bool(scheduled_gen or scheduled_ctx or evicted
-                                                 or recompute_paused or deferred_behind_contributor))
+        self._detect_deadlock(
+            active_requests,
+            inflight_request_ids,
+            pending_ctx,
+            preempted_ids,
+            made_progress=bool(
+                scheduled_gen
+                or scheduled_ctx
+                or evicted
+                or recompute_paused
+                or deferred_behind_contributor
+            ),
+        )
         return scheduled_ctx, scheduled_gen, evicted, recompute_paused, has_chunking
 
     # ---- prefix-aware deferral --------------------------------------------------------------------
@@ -252,9 +316,18 @@ class KVCacheV2SchedulerModel:
         num_candidates = sum(1 for r in pending_ctx if r.is_first_context_chunk)
         if num_candidates == 0:
             return None
-        in_flight = [r for r in requests_list if r.state == LlmRequestState.CONTEXT_INIT
-                     and not r.is_first_context_chunk and r.request_id in inflight_request_ids]
-        if not in_flight and num_candidates < 2 and not any(not r.is_first_context_chunk for r in pending_ctx):
+        in_flight = [
+            r
+            for r in requests_list
+            if r.state == LlmRequestState.CONTEXT_INIT
+            and not r.is_first_context_chunk
+            and r.request_id in inflight_request_ids
+        ]
+        if (
+            not in_flight
+            and num_candidates < 2
+            and not any(not r.is_first_context_chunk for r in pending_ctx)
+        ):
             return None
         contributed = set()
         for req in in_flight:
@@ -265,23 +338,40 @@ class KVCacheV2SchedulerModel:
 
     def _pending_ctx_certainly_blocked(self, req: LlmRequestModel) -> bool:
         draft_manager = self.draft_kv_cache_manager
-        if not self.chunking_enabled or draft_manager is None or self._joint_draft_manager is not None:
+        if (
+            not self.chunking_enabled
+            or draft_manager is None
+            or self._joint_draft_manager is not None
+        ):
             return False
-        if req.state != LlmRequestState.CONTEXT_INIT or not self.kv_cache_manager.has_active_cache(req):
+        if req.state != LlmRequestState.CONTEXT_INIT or not self.kv_cache_manager.has_active_cache(
+            req
+        ):
             return False
         return draft_manager.mirror_admission_certainly_blocked(req)
 
     # ---- context ----------------------------------------------------------------------------------
     def _has_context_chunk_budget(self, budget: BudgetTracker) -> bool:
         remaining = budget.remaining_tokens
-        return remaining is None or (remaining > 0 and (
-            self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK or remaining >= self.chunk_unit_size))
+        return remaining is None or (
+            remaining > 0
+            and (
+                self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK
+                or remaining >= self.chunk_unit_size
+            )
+        )
 
     def _draft_len_for_target(self, req: LlmRequestModel) -> int:
-        return get_draft_token_length(req) if self.kv_cache_manager.target_reserves_draft_slots else 0
+        return (
+            get_draft_token_length(req) if self.kv_cache_manager.target_reserves_draft_slots else 0
+        )
 
-    def _try_schedule_context(self, req: LlmRequestModel, budget: BudgetTracker,
-                              preempt_for_pages: Callable[[LlmRequestModel], bool]):
+    def _try_schedule_context(
+        self,
+        req: LlmRequestModel,
+        budget: BudgetTracker,
+        preempt_for_pages: Callable[[LlmRequestModel], bool],
+    ):
         first_chunk = req.is_first_context_chunk
         if self.chunking_enabled:
             result = self._try_schedule_context_chunked(req, budget, preempt_for_pages)
@@ -316,7 +406,11 @@ class KVCacheV2SchedulerModel:
         if not self._prepare_context_pair(req):
             return ScheduleAction.SKIP, 0, False
         context_remaining = req.context_remaining_length
-        chunk_size = min(remaining_budget, context_remaining) if remaining_budget is not None else context_remaining
+        chunk_size = (
+            min(remaining_budget, context_remaining)
+            if remaining_budget is not None
+            else context_remaining
+        )
         if self.max_context_length is not None:
             chunk_size = min(chunk_size, self.max_context_length)
         if chunk_size < context_remaining and self.chunk_unit_size > 0:
@@ -334,7 +428,11 @@ class KVCacheV2SchedulerModel:
             if preempt_for_pages(req):
                 return ScheduleAction.STOP, 0, False
             return ScheduleAction.SKIP, 0, False
-        return ScheduleAction.SCHEDULED, chunk_tokens, req.context_chunk_size < req.context_remaining_length
+        return (
+            ScheduleAction.SCHEDULED,
+            chunk_tokens,
+            req.context_chunk_size < req.context_remaining_length,
+        )
 
     def _reuse_claim_limit(self, req: LlmRequestModel) -> int | None:
         draft_manager = self._joint_draft_manager
@@ -383,7 +481,8 @@ class KVCacheV2SchedulerModel:
                 if common_reuse != 0 or draft_reuse != 0:
                     raise RuntimeError(
                         f"Could not establish a common no-reuse fallback for request "
-                        f"{req.py_request_id}: target={common_reuse}, draft={draft_reuse}")
+                        f"{req.py_request_id}: target={common_reuse}, draft={draft_reuse}"
+                    )
         req.context_current_position = common_reuse  # _settle_context_cursor
         return True
 
@@ -402,21 +501,39 @@ class KVCacheV2SchedulerModel:
         return False
 
     # ---- generation -------------------------------------------------------------------------------
-    def _try_schedule_generation(self, req, budget, requests_list, req_it, req_it_end,
-                                 recompute_pause_state, evicted, recompute_paused,
-                                 inflight_request_ids, scheduled_beam_width):
+    def _try_schedule_generation(
+        self,
+        req,
+        budget,
+        requests_list,
+        req_it,
+        req_it_end,
+        recompute_pause_state,
+        evicted,
+        recompute_paused,
+        inflight_request_ids,
+        scheduled_beam_width,
+    ):
         req_tokens = 1 + get_draft_token_length(req)
         if not budget.can_fit_tokens(req_tokens):
             return ScheduleAction.STOP, 0, scheduled_beam_width, req_it_end
         scheduled_beam_width = scheduled_beam_width or 1
         success = self._try_allocate_generation(req)
         if not success:
-            req_it_end, success = self._try_evict_for_gen(req, requests_list, req_it, req_it_end,
-                                                          evicted, inflight_request_ids)
+            req_it_end, success = self._try_evict_for_gen(
+                req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
+            )
         if not success:
             req_it_end, success = self._try_recompute_pause_for_gen(
-                req, requests_list, req_it, req_it_end, recompute_pause_state, evicted,
-                recompute_paused, inflight_request_ids)
+                req,
+                requests_list,
+                req_it,
+                req_it_end,
+                recompute_pause_state,
+                evicted,
+                recompute_paused,
+                inflight_request_ids,
+            )
         if success:
             return ScheduleAction.SCHEDULED, req_tokens, scheduled_beam_width, req_it_end
         if self.kv_cache_manager.is_request_active(req.py_request_id):
@@ -439,7 +556,9 @@ class KVCacheV2SchedulerModel:
 
     @staticmethod
     def _is_started_request(req: LlmRequestModel) -> bool:
-        return (req.is_context_init_state and not req.is_first_context_chunk) or req.is_generation_in_progress_state
+        return (
+            req.is_context_init_state and not req.is_first_context_chunk
+        ) or req.is_generation_in_progress_state
 
     def _suspend_request(self, req: LlmRequestModel) -> None:
         self.kv_cache_manager.suspend_request(req)
@@ -452,15 +571,25 @@ class KVCacheV2SchedulerModel:
             self.draft_kv_cache_manager.free_resources(req)
 
     def _is_evictable(self, req: LlmRequestModel, inflight_request_ids: set[int]) -> bool:
-        return (req.request_id not in inflight_request_ids and self._is_started_request(req)
-                and self.kv_cache_manager.is_request_active(req.py_request_id))
+        return (
+            req.request_id not in inflight_request_ids
+            and self._is_started_request(req)
+            and self.kv_cache_manager.is_request_active(req.py_request_id)
+        )
 
-    def _is_recompute_pause_candidate(self, req: LlmRequestModel, inflight_request_ids: set[int]) -> bool:
-        if req.request_id in inflight_request_ids or req.state == LlmRequestState.GENERATION_TO_COMPLETE:
+    def _is_recompute_pause_candidate(
+        self, req: LlmRequestModel, inflight_request_ids: set[int]
+    ) -> bool:
+        if (
+            req.request_id in inflight_request_ids
+            or req.state == LlmRequestState.GENERATION_TO_COMPLETE
+        ):
             return False
         return self._is_started_request(req)
 
-    def _try_evict_for_gen(self, req, requests_list, req_it, req_it_end, evicted, inflight_request_ids):
+    def _try_evict_for_gen(
+        self, req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
+    ):
         """Suspend started requests from the tail of the list until ``req`` fits."""
         while req_it_end > req_it:
             victim_idx = None
@@ -478,8 +607,17 @@ class KVCacheV2SchedulerModel:
                 return req_it_end, True
         return req_it_end, False
 
-    def _try_recompute_pause_for_gen(self, req, requests_list, req_it, req_it_end, state,
-                                     evicted, recompute_paused, inflight_request_ids):
+    def _try_recompute_pause_for_gen(
+        self,
+        req,
+        requests_list,
+        req_it,
+        req_it_end,
+        state,
+        evicted,
+        recompute_paused,
+        inflight_request_ids,
+    ):
         """Free started requests entirely (they re-prefill later) when suspension is not enough."""
         if not self.enable_recompute_pause:
             return req_it_end, False
@@ -491,11 +629,20 @@ class KVCacheV2SchedulerModel:
                     continue
                 candidate = requests_list[i]
                 was_evicted = any(e is candidate for e in evicted)
-                if (can_evict or not was_evicted) and self._is_recompute_pause_candidate(candidate, inflight_request_ids):
+                if (can_evict or not was_evicted) and self._is_recompute_pause_candidate(
+                    candidate, inflight_request_ids
+                ):
                     victim_idx = i
                     break
             if victim_idx is None and can_evict:
-                victim = next((c for c in evicted if self._is_recompute_pause_candidate(c, inflight_request_ids)), None)
+                victim = next(
+                    (
+                        c
+                        for c in evicted
+                        if self._is_recompute_pause_candidate(c, inflight_request_ids)
+                    ),
+                    None,
+                )
                 if victim is None:
                     break
                 victim_idx = next(i for i, c in enumerate(requests_list) if c is victim)
@@ -512,14 +659,16 @@ class KVCacheV2SchedulerModel:
             state.frontier = min(state.frontier, victim_idx)
             success = self._try_allocate_generation(req)
             if not success and can_evict:
-                req_it_end, success = self._try_evict_for_gen(req, requests_list, req_it, req_it_end,
-                                                              evicted, inflight_request_ids)
+                req_it_end, success = self._try_evict_for_gen(
+                    req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
+                )
             if success:
                 return req_it_end, True
         return req_it_end, False
 
-    def _try_preempt_for_pages(self, requests_list, protected_ids, inflight_request_ids,
-                               recompute_paused, preempted_ids) -> bool:
+    def _try_preempt_for_pages(
+        self, requests_list, protected_ids, inflight_request_ids, recompute_paused, preempted_ids
+    ) -> bool:
         """Without a tier below the GPU, give up the newest started request so a context can allocate."""
         if self.kv_cache_manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
             return False
@@ -539,23 +688,32 @@ class KVCacheV2SchedulerModel:
         return False
 
     # ---- deadlock / sorting -----------------------------------------------------------------------
-    def _detect_deadlock(self, active_requests, inflight_request_ids, pending_ctx, preempted_ids,
-                         made_progress: bool) -> None:
+    def _detect_deadlock(
+        self, active_requests, inflight_request_ids, pending_ctx, preempted_ids, made_progress: bool
+    ) -> None:
         if made_progress:
             self._stalled_schedules = 0
             return
-        num_gen = sum(1 for r in active_requests if r.is_generation_in_progress_state
-                      and r.request_id not in inflight_request_ids)
-        num_ctx = sum(1 for r in pending_ctx if r.py_request_id not in preempted_ids
-                      and r.request_id not in inflight_request_ids)
+        num_gen = sum(
+            1
+            for r in active_requests
+            if r.is_generation_in_progress_state and r.request_id not in inflight_request_ids
+        )
+        num_ctx = sum(
+            1
+            for r in pending_ctx
+            if r.py_request_id not in preempted_ids and r.request_id not in inflight_request_ids
+        )
         if num_gen == 0 and num_ctx == 0:
             self._stalled_schedules = 0
             return
         self._stalled_schedules += 1
         if self._stalled_schedules < self._DEADLOCK_STALL_ITERS:
             if self._stalled_schedules % max(1, self._DEADLOCK_STALL_ITERS // 4) == 0:
-                message = (f"[V2Scheduler] Stalled {self._stalled_schedules}/{self._DEADLOCK_STALL_ITERS} "
-                           f"consecutive passes: {num_gen} generation and {num_ctx} context request(s) blocked")
+                message = (
+                    f"[V2Scheduler] Stalled {self._stalled_schedules}/{self._DEADLOCK_STALL_ITERS} "
+                    f"consecutive passes: {num_gen} generation and {num_ctx} context request(s) blocked"
+                )
                 self.warnings.append(message)
                 logger.warning(message)
             return
@@ -563,8 +721,10 @@ class KVCacheV2SchedulerModel:
 
     def _sort_requests(self, context_requests, generation_requests, has_chunks: bool) -> None:
         """By LoRA id; with chunking, non-last chunks before last chunks (stable)."""
+
         def key(r):
             return -1 if r.py_lora_task_id is None else r.py_lora_task_id
+
         if has_chunks:
             not_last = sorted((r for r in context_requests if not r.is_last_context_chunk), key=key)
             last = sorted((r for r in context_requests if r.is_last_context_chunk), key=key)
