@@ -20,7 +20,10 @@ class DetectorConfig:
     risk_horizon_s: float = 30.0
     """Time-to-exhaustion at-risk warning when the trend empties the pool within this time..."""
     risk_min_utilization: float = 0.85
-    """...and the pool is at least this full."""
+    """...and the pool is at least this full..."""
+    risk_margin_fraction: float = 0.02
+    """...and its headroom is below the target's by more than this fraction of its capacity (with
+    reuse off both pools fill in step and the target's admission pushes back first)."""
     stall_min_iterations: int = 200
     """Starved request: deferred/reserved at least this many iterations without progress..."""
     stall_min_s: float = 10.0

@@ -217,7 +217,7 @@ def _empty_series() -> pd.DataFrame:
 
 
 def owing_at(track: pd.DataFrame, role: str, pos: int) -> list[int]:
-    """Request ids with remaining need in ``role`` just after event position ``pos``."""
+    """Request ids (ascending) with remaining need in ``role`` just after event position ``pos``."""
     t = track[(track["pool"] == role) & (track["pos"] <= pos)]
-    last = t.groupby("request_id", sort=False)["remaining_blocks"].last()
+    last = t.groupby("request_id", sort=True)["remaining_blocks"].last()
     return [int(x) for x in last.index[last.to_numpy() > 0]]

@@ -80,7 +80,10 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
     capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
     alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
     basis ('debt': certain, admitted requests already owe more than is available; 'trend':
-    projection of the net usage growth; '' no exhaustion in sight).
+    projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
+    minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
+    blocks), is_binding (this pool would run out before the target pushes back: its headroom is
+    below the target's by more than ``risk_margin_fraction`` of its capacity).
     """
     n = len(events)
     if n == 0 or not debt.full:
@@ -91,7 +94,14 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
     starts = np.concatenate([[0], ends[:-1] + 1])
     w = cfg.rate_window_iterations
     frames = []
+    tgt = debt.full.get("target")
     for role, f in debt.full.items():
+        if tgt is not None and role != "target":
+            tgt_room = (tgt["available"][ends] - tgt["need"][ends]) * tgt["tpb"] / f["tpb"]
+        else:
+            tgt_room = np.full(len(ends), np.inf)
+        headroom = f["available"][ends] - f["need"][ends]
+        binding = headroom < tgt_room - cfg.risk_margin_fraction * f["capacity"][ends]
         avail = f["available"][ends]
         cap = f["capacity"][ends]
         d = f["debt"][ends]
@@ -119,6 +129,7 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
             "utilization": np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan),
             "debt_blocks": d, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
             "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis": basis,
+            "headroom_blocks": headroom, "target_headroom_blocks": tgt_room, "is_binding": binding,
         }))
     return pd.concat(frames, ignore_index=True)
 
@@ -131,7 +142,8 @@ def estimate_time_to_exhaustion(
 
     Critical when certain (debt > 0: the pool runs out after ``available`` more blocks at the
     current allocation rate); warning when at risk (net usage growth empties the pool within
-    ``risk_horizon_s`` while it is at least ``risk_min_utilization`` full). One finding per episode;
+    ``risk_horizon_s`` while it is at least ``risk_min_utilization`` full and it is the binding
+    pool, i.e. it would run out before the target's admission pushes back). One finding per episode;
     it names the requests still owed pages and those queued (arrived, not yet admitted).
     """
     ex = exhaustion if exhaustion is not None else exhaustion_frame(events, debt, cfg)
@@ -144,7 +156,7 @@ def estimate_time_to_exhaustion(
         g = g.reset_index(drop=True)
         certain = (g["basis"] == "debt").to_numpy()
         risk = ((g["basis"] == "trend") & (g["eta_s"] <= cfg.risk_horizon_s)
-                & (g["utilization"] >= cfg.risk_min_utilization)).to_numpy()
+                & (g["utilization"] >= cfg.risk_min_utilization) & g["is_binding"]).to_numpy()
         it = g["iteration"].to_numpy()
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
             row = g.iloc[s]

@@ -159,7 +159,7 @@ def find_reuse_loss(
         cap = max(int(pc["capacity_blocks"]), 1)
         frac = peak / cap
         stream_end = float(events["ts_ns"].iloc[-1]) / 1e9
-        top = lost.sort_values(ascending=False).index[: cfg.max_named_requests]
+        top = lost.sort_index().sort_values(ascending=False, kind="stable").index[: cfg.max_named_requests]
         out.append(Finding(
             kind=FindingKind.REUSE_LOSS,
             severity=Severity.WARNING if frac >= cfg.reuse_loss_warn_fraction else Severity.INFO,

@@ -97,16 +97,18 @@ class EventScript:
                         num_tokens=tokens, **self._state(role))
         return True
 
-    def chunk(self, rid: int, position: int, size: int) -> bool:
-        """Schedules a chunk: target resize, then the draft mirror (draft first in the engine; the
-        order does not change the debt). Returns False (after RESIZE_FAILED) when the draft is short."""
+    def chunk(self, rid: int, position: int, size: int) -> str:
+        """One context chunk the engine's way: the scheduler sizes the target (``"blocked"`` when it
+        is short: backpressure, nothing scheduled), then prepare_resources sizes the draft mirror
+        (``"draft_failed"`` after RESIZE_FAILED when the draft is short), else ``"ok"``."""
         last = position + size >= self.prompt[rid]
-        self.rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, request_id=rid, num_tokens=size, num_blocks=position)
         extra = self.draft_len if last else 0
+        if not self._resize(rid, PoolRole.TARGET, position + size + extra):
+            return "blocked"
+        self.rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, request_id=rid, num_tokens=size, num_blocks=position)
         if not self._resize(rid, PoolRole.DRAFT, position + size + extra):
-            return False
-        self._resize(rid, PoolRole.TARGET, position + size + extra)
-        return True
+            return "draft_failed"
+        return "ok"
 
     def finish(self, rid: int) -> None:
         for role in (PoolRole.DRAFT, PoolRole.TARGET):
@@ -130,3 +132,45 @@ class EventScript:
 
     def frame(self) -> pd.DataFrame:
         return events_to_frame(self.rec.drain())
+
+
+def crash_script(*, paired: bool = False, reuse: bool = True, r2_prompt: int = 3200) -> tuple[EventScript, dict]:
+    """Two requests on 400-block pools (16 tokens/block, 1 draft token).
+
+    Request 1: 3200 tokens in 20 chunks of 160 (201 blocks in each pool at the end).
+    Request 2: ``r2_prompt`` tokens sharing 2400 with request 1 (reuse on: 150 blocks reused in
+    the target, none in an unpaired mirror), 32-token chunks. Unpaired: admitted into a debt of
+    201 - 199 = 2 draft blocks; its mirror starts at 152 blocks and fails 24 chunks later.
+    Returns the script and facts: admit_iteration, fatal_iteration (or -1), outcome.
+    """
+    s = EventScript(target_blocks=400, draft_blocks=400, tpb=16, paired=paired, reuse=reuse)
+    s.iteration()
+    s.arrive(1, 3200)
+    s.admit(1)
+    for pos in range(0, 3200, 160):
+        s.chunk(1, pos, 160)
+        s.snapshot()
+        s.iteration()
+    s.arrive(2, r2_prompt)
+    facts = {"admit_iteration": s.rec.iteration, "fatal_iteration": -1, "outcome": "running"}
+    shared = 2400 if reuse else 0
+    s.admit(2, reused=shared)
+    pos = shared
+    while pos < r2_prompt:
+        size = min(32, r2_prompt - pos)
+        res = s.chunk(2, pos, size)
+        s.snapshot()
+        if res == "draft_failed":
+            facts["fatal_iteration"] = s.rec.iteration
+            s.fatal(2, pos + size + (1 if pos + size >= r2_prompt else 0))
+            facts["outcome"] = "fatal"
+            return s, facts
+        if res == "blocked":
+            facts["outcome"] = "blocked"
+            return s, facts
+        pos += size
+        s.iteration()
+    s.finish(2)
+    s.finish(1)
+    facts["outcome"] = "finished"
+    return s, facts

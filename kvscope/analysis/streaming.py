@@ -1,0 +1,496 @@
+"""StreamingAnalyzer: the detectors run incrementally on a live event stream, with bounded memory.
+
+``feed(events)`` takes KVEvent objects or canonical rows (FIELDS order), updates per-request and
+per-pool state, and returns the findings *raised* by these events (an episode is raised once, when
+it starts; its end time and named requests keep updating in :attr:`findings`). Gauges
+(:meth:`draft_debt_blocks`, :meth:`time_to_exhaustion_s`) are readable at any time, e.g. by the OTel
+metrics callbacks or the dashboard. Memory: live requests, one window of iterations per pool and at
+most ``max_findings`` findings; finished requests are dropped at once.
+
+The rules are the batch detectors' (:mod:`kvscope.analysis.detectors`,
+:mod:`kvscope.analysis.request_detectors`); a test feeds the same stream to both and compares.
+``reuse_loss`` is a summary: :meth:`close` returns it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.frame import _config_row
+from kvscope.events import EventKind, KVEvent, PoolRole, parse_kv
+
+_KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
+_END = {EventKind.REQUEST_FINISHED.value: "finished", EventKind.REQUEST_FAILED.value: "failed",
+        EventKind.REQUEST_CANCELLED.value: "cancelled", EventKind.ADMISSION_REJECTED.value: "rejected"}
+_PROGRESS = {EventKind.ADMITTED.value, EventKind.CONTEXT_CHUNK_SCHEDULED.value, EventKind.RESUMED.value, *_END}
+_STALL = {EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value}
+
+
+@dataclass(slots=True)
+class _Req:
+    rid: int
+    prompt: int = -1
+    arrival_s: float = math.nan
+    counted: bool = False
+    admitted_s: float = math.nan
+    admitted_it: int = -1
+    target_reuse: float = 0.0
+    reused: dict = field(default_factory=dict)
+    cap: dict = field(default_factory=dict)
+    susp: dict = field(default_factory=dict)
+    rem: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)
+    stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
+    stall_finding: int = -1
+    never_fitting: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Episode:
+    index: int  # position of its finding in self._findings
+    last_it: int
+    names: list
+
+
+def _div(a: float, b: float) -> float:
+    """a / b with numpy's conventions (x/0 = inf, 0/0 = nan, nan stays nan)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    return a / b
+
+
+class StreamingAnalyzer:
+    """Incremental detectors over a live event stream (single consumer thread; not thread-safe).
+
+    Args:
+        config: detector thresholds (shared with the batch analyzer).
+        max_findings: most findings kept (oldest dropped first, counted in ``dropped_findings``).
+    """
+
+    def __init__(self, config: DetectorConfig | None = None, *, max_findings: int = 1000) -> None:
+        if max_findings < 1:
+            raise ValueError(f"max_findings must be >= 1, got {max_findings}")
+        self.cfg = config or DetectorConfig()
+        self.max_findings = max_findings
+        self.dropped_findings = 0
+        self._findings: list[Finding] = []
+        self._configs: dict[str, dict] = {}
+        self._state: dict[str, tuple[float, float]] = {}  # pool -> (capacity, available)
+        self._reqs: dict[int, _Req] = {}
+        self._need: dict[str, float] = {p: 0.0 for p in _KV}
+        self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
+        self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
+        self._window: dict[str, deque] = {}
+        self._gap: dict[str, _Episode | None] = {}
+        self._tte: dict[str, _Episode | None] = {}
+        self._eta: dict[str, tuple[float, float, str]] = {}
+        self._iteration: int | None = None
+        self._last_t = 0.0
+        self._last_it = -1
+        self._lost: dict[int, tuple[float, float]] = {}  # rid -> (lost tokens, lost blocks) live
+        self._lost_total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
+        self._lost_first = (math.inf, -1)
+        self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
+        self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
+        self._ended_set: set[int] = set()
+
+    # ---- public API ------------------------------------------------------------------------
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding raised so far, with end times and names updated."""
+        return list(self._findings)
+
+    def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
+        """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
+        return self._debt(str(getattr(pool, "value", pool)))
+
+    def time_to_exhaustion_s(self, pool: str = PoolRole.DRAFT.value) -> float:
+        """Latest time-to-exhaustion estimate in seconds (inf: no exhaustion in sight)."""
+        return self._eta.get(str(getattr(pool, "value", pool)), (math.inf, math.inf, ""))[0]
+
+    def gauges(self) -> dict[str, dict[str, float]]:
+        return {p: {"debt_blocks": self._debt(p), "eta_s": self.time_to_exhaustion_s(p),
+                    "need_blocks": self._need.get(p, 0.0),
+                    "available_blocks": self._state.get(p, (math.nan, math.nan))[1]}
+                for p in self._configs if p in _KV}
+
+    def feed(self, events: Iterable[KVEvent | tuple]) -> list[Finding]:
+        """Consume events in recording order; return the findings raised by them."""
+        before = len(self._findings) + self.dropped_findings
+        for e in events:
+            row = e.as_row() if isinstance(e, KVEvent) else e
+            self._one(row)
+        raised = len(self._findings) + self.dropped_findings - before
+        return self._findings[len(self._findings) - raised:] if raised > 0 else []
+
+    def close(self) -> list[Finding]:
+        """End of stream: finish the last iteration, close open episodes, add the reuse-loss summary."""
+        raised_before = len(self._findings)
+        if self._iteration is not None:
+            self._end_iteration()
+        t, it = self._last_t, self._last_it
+        for req in self._reqs.values():
+            if req.stall is not None:
+                self._check_stall(req, t, it, final=True)
+            for i in req.never_fitting:
+                self._set_end(i, t, it)
+        self._reuse_summary()
+        return self._findings[raised_before:]
+
+    # ---- per event --------------------------------------------------------------------------
+    def _one(self, row: tuple) -> None:
+        ts, it, _rank, _pid, rid, pool, kind = row[:7]
+        nb, nt, _nr, cap, free, evict, _res, reason = row[7:15]
+        kind = getattr(kind, "value", kind)
+        pool = getattr(pool, "value", pool)
+        t = ts / 1e9
+        if self._iteration is not None and it != self._iteration:
+            self._end_iteration()
+        self._iteration, self._last_t, self._last_it = it, t, it
+        if kind == EventKind.POOL_CONFIGURED.value:
+            d = parse_kv(reason or "")
+            d.setdefault("tokens_per_block", nt)
+            self._configs[pool] = _config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
+            self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
+        if pool != PoolRole.NONE.value and cap >= 0:
+            self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
+        if rid >= 0:
+            self._request_event(rid, kind, pool, nt, t, it, reason)
+        if kind == EventKind.ENGINE_FAILED.value:
+            self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
+        self._check_gap(kind, rid, t, it)
+
+    def _request_event(self, rid: int, kind: str, pool: str, nt: int, t: float, it: int, reason: str) -> None:
+        req = self._reqs.get(rid)
+        if req is None:
+            if kind in _END or rid in self._ended_set:
+                return  # late events of an ended request (e.g. BLOCKS_FREED after REQUEST_FINISHED)
+            req = self._reqs[rid] = _Req(rid)
+        if kind == EventKind.REQUEST_ARRIVED.value:
+            req.prompt, req.arrival_s = nt, t
+            self._never_fitting(rid, req, t)
+        elif kind == EventKind.ADMITTED.value:
+            req.counted, req.target_reuse = True, float(nt)
+            if math.isnan(req.admitted_s):
+                req.admitted_s, req.admitted_it = t, it
+        elif kind in (EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value) and pool in _KV:
+            req.cap[pool] = float(nt)
+        elif kind == EventKind.BLOCKS_FREED.value and pool in _KV:
+            req.cap[pool] = 0.0
+            if pool == PoolRole.TARGET.value:
+                req.counted = False
+        elif kind in (EventKind.SUSPENDED.value, EventKind.RESUMED.value) and pool in _KV:
+            req.susp[pool] = kind == EventKind.SUSPENDED.value
+        elif kind == EventKind.BLOCKS_REUSED.value and pool in _KV:
+            req.reused[pool] = float(nt)
+        if kind in _STALL and req.stall is None:
+            req.stall = (t, it, kind, pool, 0)
+        if req.stall is not None and kind in _STALL:
+            s = req.stall
+            req.stall = (s[0], s[1], s[2], s[3], s[4] + (kind == EventKind.ADMISSION_DEFERRED.value))
+        if kind in _PROGRESS and req.stall is not None:
+            self._check_stall(req, t, it, final=True)
+            req.stall = None
+            req.stall_finding = -1
+        if kind in _END:
+            req.counted = False
+            for i in req.never_fitting:
+                f = self._findings[i] if 0 <= i < len(self._findings) else None
+                if f is not None:
+                    sev = Severity.INFO if kind == EventKind.ADMISSION_REJECTED.value else f.severity
+                    ev = dict(f.evidence, outcome=_END[kind])
+                    self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=sev,
+                                                evidence=ev)
+        self._update_rem(rid, req, t)
+        if kind in _END:
+            del self._reqs[rid]
+            self._end_lost(rid)
+            if len(self._ended) == self._ended.maxlen:
+                self._ended_set.discard(self._ended[0])
+            self._ended.append(rid)
+            self._ended_set.add(rid)
+
+    def _update_rem(self, rid: int, req: _Req, t: float) -> None:
+        for p, c in self._configs.items():
+            if p not in _KV:
+                continue
+            tpb = c["tokens_per_block"]
+            reused = req.reused.get(p, 0.0)
+            if p == PoolRole.TARGET.value or c["paired"]:
+                reused = max(reused, req.target_reuse)
+            held_tok = 0.0 if req.susp.get(p) else max(req.cap.get(p, 0.0), reused)
+            held = math.ceil(held_tok / tpb)
+            final = math.ceil((req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]) / tpb) if req.prompt >= 0 else held
+            rem = max(final - held, 0) if req.counted else 0
+            self._need[p] += rem - req.rem.get(p, 0)
+            req.rem[p] = rem
+            prev_held = req.held.get(p, 0)
+            if not req.susp.get(p) and held > prev_held:
+                self._alloc_iter[p] += held - prev_held
+            req.held[p] = held
+        if req.counted and rid not in self._lost:
+            self._start_lost(rid, req, t)
+
+    # ---- debt / admission gap ---------------------------------------------------------------
+    def _debt(self, p: str) -> float:
+        if p not in self._state or p not in self._configs:
+            return math.nan
+        cap, avail = self._state[p]
+        short = 0.0
+        tgt = PoolRole.TARGET.value
+        if p != tgt and tgt in self._state and tgt in self._configs:
+            short_tok = max(self._need[tgt] - self._state[tgt][1], 0.0) * self._configs[tgt]["tokens_per_block"]
+            short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
+        return self._need.get(p, 0.0) - avail - short
+
+    def _outside(self) -> list[str]:
+        return [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
+
+    def _check_gap(self, kind: str, rid: int, t: float, it: int) -> None:
+        for p in self._outside():
+            d = self._debt(p)
+            ep = self._gap.get(p)
+            positive = not math.isnan(d) and d > self.cfg.min_debt_blocks
+            if not positive:
+                continue
+            if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
+                ep.last_it = it
+                if kind == EventKind.ADMITTED.value and rid not in ep.names:
+                    ep.names.append(rid)
+                f = self._findings[ep.index]
+                ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
+                if kind == EventKind.ADMITTED.value and rid not in ev["admitted_into_debt"]:
+                    ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
+                    ev["num_admitted_into_debt"] += 1
+                self._findings[ep.index] = replace(
+                    f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: self.cfg.max_named_requests]),
+                    evidence=ev)
+                continue
+            cap, avail = self._state[p]
+            admitted = [rid] if kind == EventKind.ADMITTED.value else []
+            owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
+            names = list(dict.fromkeys(admitted + owing))
+            first = admitted[0] if admitted else -1
+            need = self._need[p]
+            f = Finding(
+                kind=FindingKind.ADMISSION_GAP, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
+                iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[: self.cfg.max_named_requests]),
+                summary=(f"{p} pool owes {d:.0f} blocks: admitted requests still need {need:.0f} blocks there "
+                         f"but only {avail:.0f} are available" + (f" (request {first} admitted into debt)." if first >= 0 else ".")),
+                evidence={"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
+                          "capacity_blocks": cap, "tokens_per_block": self._configs[p]["tokens_per_block"],
+                          "first_admission_request": first, "admitted_into_debt": admitted,
+                          "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
+                          "paired": bool(self._configs[p]["paired"])},
+            )
+            self._gap[p] = _Episode(self._add(f), it, names)
+
+    # ---- per iteration: time to exhaustion, stalls --------------------------------------------
+    def _end_iteration(self) -> None:
+        t, it = self._last_t, self._iteration
+        for p in self._configs:
+            if p not in _KV or p not in self._state:
+                continue
+            cap, avail = self._state[p]
+            self._cum_alloc[p] += self._alloc_iter[p]
+            self._alloc_iter[p] = 0.0
+            win = self._window.setdefault(p, deque(maxlen=self.cfg.rate_window_iterations + 1))
+            win.append((t, self._cum_alloc[p], cap - avail))
+            back = win[0]
+            span_t, span_i = t - back[0], len(win) - 1
+            roll, net = self._cum_alloc[p] - back[1], (cap - avail) - back[2]
+            d = self._debt(p)
+            certain = not math.isnan(d) and d > self.cfg.min_debt_blocks
+            rate = roll / span_t if span_t > 0 else math.nan
+            net_rate = net / span_t if span_t > 0 else math.nan
+            if certain:
+                eta, eta_it, basis = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan), "debt"
+            elif net_rate > 0:
+                eta, eta_it, basis = _div(avail, net_rate), _div(avail, net / span_i), "trend"
+            else:
+                eta, eta_it, basis = math.inf, math.inf, ""
+            self._eta[p] = (eta, eta_it, basis)
+            if p in self._outside():
+                util = (cap - avail) / cap if cap > 0 else math.nan
+                tgt = PoolRole.TARGET.value
+                room = avail - self._need[p]
+                tgt_room = math.inf
+                if tgt in self._state and tgt in self._configs:
+                    tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
+                        / self._configs[p]["tokens_per_block"]
+                binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
+                risk = (basis == "trend" and eta <= self.cfg.risk_horizon_s and util >= self.cfg.risk_min_utilization
+                        and binding)
+                if certain or risk:
+                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, rate, net_rate)
+        for req in self._reqs.values():
+            if req.stall is not None:
+                self._check_stall(req, t, it, final=False)
+
+    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, rate, net_rate) -> None:
+        ep = self._tte.get(p)
+        if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
+            ep.last_it = it
+            f = self._findings[ep.index]
+            ev = dict(f.evidence, min_eta_s=min(f.evidence["min_eta_s"] if f.evidence["min_eta_s"] is not None else math.inf, eta))
+            sev = Severity.CRITICAL if basis == "debt" else f.severity
+            ev["certain"] = ev["certain"] or basis == "debt"
+            self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev)
+            return
+        owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
+        queued = [r for r, q in self._reqs.items() if not q.counted and math.isnan(q.admitted_s) and q.prompt >= 0]
+        names = list(dict.fromkeys(owing + queued))
+        f = Finding(
+            kind=FindingKind.TIME_TO_EXHAUSTION, severity=Severity.CRITICAL if basis == "debt" else Severity.WARNING,
+            t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
+            request_ids=tuple(names[: self.cfg.max_named_requests]),
+            summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
+                    f"{avail:.0f} blocks available ({'certain' if basis == 'debt' else 'at the current growth'}).",
+            evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
+                      "certain": basis == "debt", "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "utilization": util, "debt_blocks": d, "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
+                      "owing_requests": owing[: self.cfg.max_named_requests],
+                      "queued_requests": queued[: self.cfg.max_named_requests]},
+        )
+        self._tte[p] = _Episode(self._add(f), it, names)
+
+    def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
+        t0, it0, kind, pool, ndef = req.stall
+        dur_s, dur_it = t - t0, it - it0
+        if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
+            return
+        rid = req.rid
+        is_res = kind == EventKind.RESERVATION_MADE.value
+        f = Finding(
+            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=t0, t_end_s=t,
+            iteration_start=it0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
+            request_ids=(rid,),
+            summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
+                    f"({dur_it} iterations) without progress.",
+            evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
+                      "resolved": final, "blocking_pool": pool},
+        )
+        if req.stall_finding >= 0 and self._alive(req.stall_finding):
+            self._findings[req.stall_finding] = f
+        else:
+            req.stall_finding = self._add(f)
+
+    # ---- never fitting, fatal, reuse loss -----------------------------------------------------
+    def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
+        for p, c in self._configs.items():
+            if p not in _KV or c["capacity_blocks"] <= 0:
+                continue
+            tpb = c["tokens_per_block"]
+            need_tok = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
+            need = -(-need_tok // tpb)
+            if need <= c["capacity_blocks"]:
+                continue
+            f = Finding(
+                kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
+                t_start_s=t, t_end_s=t, iteration_start=-1, iteration_end=self._last_it, pools=(p,),
+                request_ids=(rid,),
+                summary=f"request {rid} needs {need} blocks ({need_tok} tokens) in the {p} pool, which has "
+                        f"{c['capacity_blocks']}; it can never fit.",
+                evidence={"need_blocks": need, "need_tokens": need_tok, "capacity_blocks": c["capacity_blocks"],
+                          "tokens_per_block": tpb, "prompt_tokens": req.prompt, "outcome": "running",
+                          "in_admission": bool(c["in_admission"])},
+            )
+            req.never_fitting.append(self._add(f))
+
+    def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
+        leads = [{"kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
+                  "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,
+                  "names_request": rid in g.request_ids, "pools": list(g.pools)}
+                 for g in self._findings if g.kind in ALARM_KINDS and g.kind != FindingKind.ENGINE_FATAL
+                 and g.t_start_s <= t]
+        naming = [x for x in leads if x["names_request"] and x["lead_iterations"] is not None]
+        best = max(naming, key=lambda x: x["lead_iterations"], default=None)
+        self._add(Finding(
+            kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
+            iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
+            summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {(reason or '')[:160]}",
+            evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
+                      "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
+                      "lead_iterations": best["lead_iterations"] if best else None,
+                      "lead_s": best["lead_s"] if best else None},
+        ))
+
+    def _start_lost(self, rid: int, req: _Req, t: float) -> None:
+        d = PoolRole.DRAFT.value
+        c = self._configs.get(d)
+        if c is None or c["paired"]:
+            return
+        lost = max(req.target_reuse - req.reused.get(d, 0.0), 0.0)
+        if lost <= 0:
+            return
+        blocks = float(-(-int(lost) // c["tokens_per_block"]))
+        self._lost[rid] = (lost, blocks)
+        tot = self._lost_total
+        tot[0] += lost
+        tot[1] += blocks
+        tot[3] += 1
+        live = sum(b for _l, b in self._lost.values())
+        tot[2] = max(tot[2], live)
+        self._lost_top[rid] = lost
+        if len(self._lost_top) > self.cfg.max_named_requests:
+            worst = min(self._lost_top, key=lambda r: (self._lost_top[r], -r))
+            del self._lost_top[worst]
+        if t < self._lost_first[0]:
+            self._lost_first = (t, req.admitted_it)
+
+    def _end_lost(self, rid: int) -> None:
+        self._lost.pop(rid, None)
+
+    def _reuse_summary(self) -> None:
+        d = PoolRole.DRAFT.value
+        tokens, blocks, peak, nreq = self._lost_total
+        if nreq == 0 or d not in self._configs:
+            return
+        cap = max(self._configs[d]["capacity_blocks"], 1)
+        frac = peak / cap
+        self._add(Finding(
+            kind=FindingKind.REUSE_LOSS,
+            severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
+            t_start_s=self._lost_first[0], t_end_s=max(self._last_t, self._lost_first[0]),
+            iteration_start=self._lost_first[1], iteration_end=-1, pools=(PoolRole.TARGET.value, d),
+            request_ids=tuple(sorted(self._lost_top, key=lambda r: (-self._lost_top[r], r))),
+            summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "
+                    f"at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {d} pool.",
+            evidence={"lost_tokens": int(tokens), "lost_blocks": int(blocks), "peak_concurrent_lost_blocks": peak,
+                      "peak_fraction_of_pool": frac, "num_requests": nreq, "capacity_blocks": cap},
+        ))
+
+    # ---- bounded findings list ---------------------------------------------------------------
+    def _add(self, f: Finding) -> int:
+        if len(self._findings) >= self.max_findings:
+            self._findings.pop(0)
+            self.dropped_findings += 1
+            self._shift_indices()
+        self._findings.append(f)
+        return len(self._findings) - 1
+
+    def _shift_indices(self) -> None:
+        for eps in (self._gap, self._tte):
+            for p, ep in list(eps.items()):
+                if ep is not None:
+                    ep.index -= 1
+                    if ep.index < 0:
+                        eps[p] = None
+        for req in self._reqs.values():
+            req.stall_finding = req.stall_finding - 1 if req.stall_finding >= 0 else -1
+            req.never_fitting = [i - 1 for i in req.never_fitting if i - 1 >= 0]
+
+    def _alive(self, i: int) -> bool:
+        return 0 <= i < len(self._findings)
+
+    def _set_end(self, i: int, t: float, it: int) -> None:
+        if self._alive(i):
+            f = self._findings[i]
+            self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it)

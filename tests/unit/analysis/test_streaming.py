@@ -1,0 +1,88 @@
+"""StreamingAnalyzer: the same findings as the batch analyzer, raised while the stream runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from analysis_script import crash_script
+from test_detectors import _deferred_script
+
+from kvscope.analysis import DetectorConfig, FindingKind, analyze
+from kvscope.analysis.streaming import StreamingAnalyzer
+
+
+def _key(f):
+    return (f.kind.value, f.severity.value, round(f.t_start_s, 9), f.iteration_start, f.pools, f.request_ids)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"paired": True}, {"reuse": False}, {"r2_prompt": 2880}],
+    ids=["unpaired", "paired", "reuse_off", "near_miss"],
+)
+def test_streaming_raises_same_findings_as_batch_when_fed_one_event_at_a_time(kwargs):
+    script, _ = crash_script(**kwargs)
+    events = script.rec.drain()
+    from kvscope.analysis import events_to_frame
+
+    batch = analyze(events_to_frame(events))
+    sa = StreamingAnalyzer()
+    for e in events:
+        sa.feed([e])
+    sa.close()
+    assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
+
+
+def test_streaming_raises_gap_at_admission_and_gauges_show_debt():
+    script, facts = crash_script()
+    events = script.rec.drain()
+    sa = StreamingAnalyzer()
+    raised_at = None
+    for e in events:
+        new = sa.feed([e])
+        if any(f.kind == FindingKind.ADMISSION_GAP for f in new) and raised_at is None:
+            raised_at = e.iteration
+            assert sa.draft_debt_blocks("draft") == 2
+    assert raised_at == facts["admit_iteration"]
+    fatal = [f for f in sa.findings if f.kind == FindingKind.ENGINE_FATAL][0]
+    assert fatal.evidence["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
+
+
+def test_time_to_exhaustion_gauge_finite_while_in_debt():
+    script, facts = crash_script()
+    sa = StreamingAnalyzer()
+    for e in script.rec.drain():
+        sa.feed([e])
+        if e.iteration == facts["admit_iteration"] + 3:
+            assert math.isfinite(sa.time_to_exhaustion_s("draft"))
+            assert sa.time_to_exhaustion_s("draft") > 0
+    assert math.isinf(StreamingAnalyzer().time_to_exhaustion_s("draft"))
+
+
+def test_streaming_stall_matches_batch():
+    cfg = DetectorConfig(stall_min_iterations=100, stall_min_s=0.5)
+    events = _deferred_script(120).rec.drain()
+    from kvscope.analysis import events_to_frame
+
+    batch = analyze(events_to_frame(events), cfg)
+    sa = StreamingAnalyzer(cfg)
+    sa.feed(events)
+    sa.close()
+    got = [f for f in sa.findings if f.kind == FindingKind.STALLED_RESERVATION]
+    want = [f for f in batch.findings if f.kind == FindingKind.STALLED_RESERVATION]
+    assert [(f.request_ids, f.evidence["wait_iterations"]) for f in got] == [
+        (f.request_ids, f.evidence["wait_iterations"]) for f in want] == [((5,), 120)]
+
+
+def test_streaming_memory_is_bounded_when_requests_finish():
+    script, _ = crash_script(paired=True)
+    sa = StreamingAnalyzer(max_findings=2)
+    sa.feed(script.rec.drain())
+    sa.close()
+    assert sa._reqs == {}
+    assert len(sa.findings) <= 2
+
+
+def test_streaming_rejects_bad_bound():
+    with pytest.raises(ValueError, match="max_findings must be >= 1"):
+        StreamingAnalyzer(max_findings=0)
