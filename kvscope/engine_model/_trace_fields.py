@@ -44,19 +44,23 @@ def list_field(path: str, loc: str, row: dict, name: str) -> list:
 
 def as_id_array(path: str, loc: str, row: dict, name: str) -> np.ndarray:
     """A required list of hash ids (ints in [0, 2**32)) as an int64 array."""
-    values = list_field(path, loc, row, name)
+    return ids_to_array(path, loc, name, list_field(path, loc, row, name))
+
+
+def ids_to_array(path: str, loc: str, name: str, values: list, offset: int = 0) -> np.ndarray:
+    """Validate hash ids (ints in [0, 2**32)); ``offset``: index of values[0] in the field."""
     if not values:
         return np.zeros(0, dtype=np.int64)
     try:
         arr = np.array(values)
     except (ValueError, TypeError) as exc:  # ragged / nested
         raise TraceFormatError(path, loc, name, f"must be a list of ints: {exc}") from exc
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or any(isinstance(v, bool) for v in values[:1]):
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or isinstance(values[0], bool):
         bad = next(
             (i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int)), 0
         )
         raise TraceFormatError(
-            path, loc, name, f"must be a list of ints, item {bad} is {values[bad]!r}"
+            path, loc, name, f"must be a list of ints, item {offset + bad} is {values[bad]!r}"
         )
     low, high = int(arr.min()), int(arr.max())
     if low < 0 or high > MAX_TRACE_ID:

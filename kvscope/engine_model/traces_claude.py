@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from kvscope.engine_model._trace_fields import as_id_array, int_field, list_field, number_field
+from kvscope.engine_model._trace_fields import ids_to_array, int_field, list_field, number_field
 from kvscope.engine_model.closed_loop import ClosedLoopSession, ClosedLoopWorkload
 from kvscope.engine_model.workload import (
     MAX_NAMESPACE,
@@ -109,15 +109,29 @@ class _TraceArchive:
 class _Chain:
     """One agent's turns, ids delta-encoded against the previous turn of the chain."""
 
-    __slots__ = ("prompt_len", "output_len", "think_s", "keep", "tails", "cur", "next_turn")
+    __slots__ = (
+        "prompt_len",
+        "output_len",
+        "think_s",
+        "keep",
+        "tails",
+        "parsed_ids",
+        "cur",
+        "cur_covered",
+        "cur_keys",
+        "next_turn",
+    )
 
     def __init__(self) -> None:
         self.prompt_len: list[int] = []
         self.output_len: list[int] = []
         self.think_s: list[float] = []
-        self.keep: list[int] = []
-        self.tails: list[np.ndarray] = []
-        self.cur = np.zeros(0, dtype=np.int64)
+        self.keep: list[int] = []  # leading ids shared with the previous turn of the chain
+        self.tails: list[np.ndarray] = []  # the ids after those
+        self.parsed_ids: list = []  # parse time only: the previous turn's raw ids
+        self.cur = np.zeros(0, dtype=np.int64)  # decode time: the last released turn's ids
+        self.cur_covered = 0  # ... the tokens they cover
+        self.cur_keys: tuple[int, ...] = ()  # ... and its block keys
         self.next_turn = 0
 
 
@@ -159,52 +173,75 @@ class _ClaudeSession(ClosedLoopSession):
         ch = self.chains[chain]
         if turn != ch.next_turn:
             raise RuntimeError(f"turn {turn} of chain {chain} decoded out of order")
-        ids = np.concatenate((ch.cur[: ch.keep[turn]], ch.tails[turn]))
-        ch.cur = ids
-        ch.next_turn += 1
+        keep = ch.keep[turn]
+        ids = np.concatenate((ch.cur[:keep], ch.tails[turn]))
         prompt_len = ch.prompt_len[turn]
-        covered = len(ids) * self.trace_tokens_per_block
+        tpb = self.tokens_per_block
+        covered = min(len(ids) * self.trace_tokens_per_block, prompt_len)
         shared = 0
         if self.system_ids is not None and len(self.system_ids):
             n = min(len(self.system_ids), len(ids))
             eq = ids[:n] == self.system_ids[:n]
             shared = n if bool(eq.all()) else int(np.argmin(eq))
-        keys = map_hash_blocks(
+        # Engine blocks that end inside the ids kept from the previous turn keep their keys (their
+        # ids and shared status are unchanged): only the appended blocks are derived.
+        num_kept = min(keep * self.trace_tokens_per_block, ch.cur_covered, covered) // tpb
+        keys = ch.cur_keys[:num_kept] + map_hash_blocks(
             ids,
             prompt_len=prompt_len,
             trace_tokens_per_block=self.trace_tokens_per_block,
-            tokens_per_block=self.tokens_per_block,
+            tokens_per_block=tpb,
             namespace=self.namespace,
             covered_tokens=covered,
             num_shared_trace_blocks=shared,
             first_uncovered_id=self._num_uncovered_keys,
+            first_block=num_kept,
         )
-        self._num_uncovered_keys += num_uncovered(prompt_len, self.tokens_per_block, covered)
+        self._num_uncovered_keys += num_uncovered(prompt_len, tpb, covered)
+        ch.cur, ch.cur_covered, ch.cur_keys = ids, covered, keys
+        ch.next_turn += 1
+        if ch.next_turn == len(ch.prompt_len):  # chain done: drop its decode state
+            ch.cur, ch.cur_keys = ch.cur[:0], ()
         return prompt_len, max(1, ch.output_len[turn]), keys
 
 
 def _add_turn(
-    chain: _Chain, ids: np.ndarray, prompt_len: int, output_len: int, think: float
-) -> None:
-    prev = chain.cur
-    n = min(len(prev), len(ids))
-    diff = np.flatnonzero(prev[:n] != ids[:n])
-    keep = int(diff[0]) if len(diff) else n
+    chain: _Chain,
+    ids: list,
+    prompt_len: int,
+    output_len: int,
+    think: float,
+    where: tuple[str, str],
+) -> np.ndarray:
+    """Append a turn, its ids delta-encoded against the chain's previous turn; returns its tail."""
+    path, loc = where
+    prev = chain.parsed_ids
+    num_prev = len(prev)
+    if len(ids) >= num_prev and ids[:num_prev] == prev:  # pure append: the common case
+        keep = num_prev
+        tail = ids_to_array(path, loc, "hash_ids", ids[keep:], keep)
+    else:  # a reset (e.g. context compaction): find where the ids part
+        arr = ids_to_array(path, loc, "hash_ids", ids)
+        n = min(num_prev, len(arr))
+        diff = np.flatnonzero(np.asarray(prev[:n], dtype=np.int64) != arr[:n])
+        keep = int(diff[0]) if len(diff) else n
+        tail = arr[keep:]
+    chain.parsed_ids = ids
     chain.keep.append(keep)
-    chain.tails.append(ids[keep:].astype(np.int32))
-    chain.cur = ids
+    chain.tails.append(tail.astype(np.int32))
     chain.prompt_len.append(prompt_len)
     chain.output_len.append(output_len)
     chain.think_s.append(think)
+    return tail
 
 
 def _parse_llm(
     path: str, loc: str, req: dict
-) -> tuple[float, int, int, np.ndarray, float | None, float | None]:
+) -> tuple[float, int, int, list, float | None, float | None]:
     t = number_field(path, loc, req, "t")
     prompt_len = int_field(path, loc, req, "in", minimum=1)
     output_len = int_field(path, loc, req, "out", minimum=0)
-    ids = as_id_array(path, loc, req, "hash_ids")
+    ids = list_field(path, loc, req, "hash_ids")
     think = number_field(path, loc, req, "think_time", optional=True)
     api = number_field(path, loc, req, "api_time", optional=True)
     return t, prompt_len, output_len, ids, think, api
@@ -256,11 +293,11 @@ def _parse_session(
                 t, p, o, ids, think, api = _parse_llm(path, sloc, sreq)
                 if sub_prev is None:
                     first_t = t
-                _add_turn(sub, ids, p, o, _think(t, think, sub_prev))
+                _add_turn(sub, ids, p, o, _think(t, think, sub_prev), (path, sloc))
                 sub_prev = (t, api)
             if not sub.prompt_len:
                 continue
-            sub.cur = np.zeros(0, dtype=np.int64)
+            sub.parsed_ids = []
             chain_index = len(session.chains)
             session.chains.append(sub)
             parent_turn = len(main.prompt_len) - 1
@@ -273,13 +310,14 @@ def _parse_session(
                 session.unlocks.setdefault(parent_turn, []).append((chain_index, delay))
             continue
         t, p, o, ids, think, api = _parse_llm(path, loc, req)
-        if not main.prompt_len and share_system_prefix:
-            session.system_ids = ids[: prefix_tokens // block].copy()
-        _add_turn(main, ids, p, o, _think(t, think, prev))
+        is_first = not main.prompt_len
+        tail = _add_turn(main, ids, p, o, _think(t, think, prev), (path, loc))
+        if is_first and share_system_prefix:
+            session.system_ids = tail[: prefix_tokens // block].copy()
         prev = (t, api)
     if not main.prompt_len:
         raise TraceFormatError(path, where, "requests", "holds no main-agent LLM request")
-    main.cur = np.zeros(0, dtype=np.int64)
+    main.parsed_ids = []
     session.starts.insert(0, (0, 0.0))
     return session
 

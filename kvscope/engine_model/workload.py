@@ -140,6 +140,7 @@ def map_hash_blocks(
     covered_tokens: int,
     num_shared_trace_blocks: int = 0,
     first_uncovered_id: int = 0,
+    first_block: int = 0,
 ) -> tuple[int, ...]:
     """Chained keys of the prompt's full engine blocks from a trace's chained hash ids.
 
@@ -155,22 +156,24 @@ def map_hash_blocks(
             engine block ending in one of them is keyed in ``SHARED_NAMESPACE`` by position.
         first_uncovered_id: counter value for the first full engine block beyond covered_tokens;
             the caller advances its counter by the number of such blocks (see ``num_uncovered``).
+        first_block: return only the keys of engine blocks first_block.. (a caller that already
+            holds the keys of an unchanged prefix appends the rest; saves re-deriving them).
 
     Returns:
-        Tuple of int keys, one per full engine block.
+        Tuple of int keys, one per full engine block from first_block on.
     """
     num_blocks = prompt_len // tokens_per_block
-    if num_blocks <= 0:
+    first = min(max(0, first_block), num_blocks)
+    if first >= num_blocks:
         return ()
     ids = np.asarray(hash_ids, dtype=np.int64)
     covered = min(covered_tokens, prompt_len, len(ids) * trace_tokens_per_block)
-    ends = np.arange(1, num_blocks + 1, dtype=np.int64) * tokens_per_block
-    num_covered = int(np.searchsorted(ends, covered, side="right"))
-    ends_cov = ends[:num_covered]
-    trace_index = (ends_cov - 1) // trace_tokens_per_block
-    offsets = ends_cov - trace_index * trace_tokens_per_block
+    num_covered = covered // tokens_per_block  # engine blocks ending at or before `covered`
+    ends = np.arange(first + 1, max(first, num_covered) + 1, dtype=np.int64) * tokens_per_block
+    trace_index = (ends - 1) // trace_tokens_per_block
+    offsets = ends - trace_index * trace_tokens_per_block
     key_ids = ids[trace_index]
-    ns = np.full(num_covered, namespace, dtype=np.int64)
+    ns = np.full(len(ends), namespace, dtype=np.int64)
     if num_shared_trace_blocks > 0:
         shared = trace_index < num_shared_trace_blocks
         ns[shared] = SHARED_NAMESPACE
@@ -179,9 +182,10 @@ def map_hash_blocks(
     out = keys.tolist()
     if num_covered < num_blocks:
         base = namespace << (_ID_BITS + _OFFSET_BITS)
+        start = max(first, num_covered)
         out.extend(
-            base | ((first_uncovered_id + k) << _OFFSET_BITS)
-            for k in range(num_blocks - num_covered)
+            base | ((first_uncovered_id + j - num_covered) << _OFFSET_BITS)
+            for j in range(start, num_blocks)
         )
     return tuple(out)
 
