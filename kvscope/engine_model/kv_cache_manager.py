@@ -521,6 +521,11 @@ class KVCacheManagerV2Model:
             done = req.state in (LlmRequestState.GENERATION_COMPLETE, LlmRequestState.CONTEXT_INIT)
             new_capacity = None if done else kv_cache.capacity - rewind_len
             history_length = req.get_num_tokens(0) - 1
+            if not self.is_draft and not self.target_reserves_draft_slots:
+                # Capacity-only control: no slot was reserved for the accepted drafts, so the
+                # target grows here to the tokens that landed (model-only, see SOURCES.md).
+                new_capacity = max(kv_cache.capacity if new_capacity is None else new_capacity,
+                                   history_length)
             if not kv_cache.resize(new_capacity, history_length):
                 raise ValueError(errors.generation_update_failed(req.py_request_id, new_capacity, history_length))
             self._allocated_draft_lens.pop(req.py_request_id, None)

@@ -168,7 +168,7 @@ def test_revert_allocate_generation_restores_capacity():
     assert target.kv_cache_map[1].capacity == 100
 
 
-def test_update_resources_raises_when_history_outgrows_a_capacity_only_target():
+def test_capacity_only_target_reserves_no_draft_slot_and_grows_to_landed_tokens():
     target = make_manager(target_reserves_draft_slots=False)
     req = make_request(1, 100)
     run_context(target, req)
@@ -176,8 +176,15 @@ def test_update_resources_raises_when_history_outgrows_a_capacity_only_target():
     assert target.try_allocate_generation(req)  # grows by 1 only: no draft slot reserved
     assert target.kv_cache_map[1].capacity == 101
     req.num_generated_tokens, req.py_num_accepted_draft_tokens = 3, 1  # the accepted draft landed
-    with pytest.raises(ValueError, match="History length cannot be greater than capacity"):
-        target.update_resources(ScheduledRequestsModel(generation_requests=[req]))
+    target.update_resources(ScheduledRequestsModel(generation_requests=[req]))
+    assert (target.kv_cache_map[1].capacity, target.kv_cache_map[1].history_length) == (102, 102)
+
+
+def test_generation_update_message_is_the_real_text():
+    from kvscope.engine_model import errors
+    assert errors.generation_update_failed(5, 130, 129) == (
+        "Failed to resize KV cache for request 5 to capacity 130 and history length 129 tokens "
+        "at generation update")
 
 
 def test_context_resize_failure_suspends_first_chunk_and_reports_false():
