@@ -1,0 +1,85 @@
+"""``kvscope analyze``: findings from event files, as text, JSON or an HTML report.
+
+    kvscope analyze EVENTS... [--json] [--html REPORT.html] [--stall-min-iterations N]
+                    [--stall-min-s S] [--risk-horizon-s S]
+
+``--json`` prints exactly one object: ``num_events``, ``scenario``, ``engine``, ``pools`` and
+``findings`` (each with at least ``kind``, ``severity``, ``t_start_s``, ``t_end_s``, ``pools``,
+``request_ids``, ``evidence``; times in the event file's clock), plus ``html`` when a report was
+written. Those keys are a public contract and are never renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvscope.analysis import DetectorConfig, analyze
+from kvscope.analysis.frame import pool_series
+from kvscope.analysis.report import lead_times, render_html
+from kvscope.recording import EventFileError, read_frame
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "analyze", help="find admission gaps, exhaustion, stalls and never-fitting requests in event files",
+        description="Analyze kvscope event files (Parquet or JSON Lines; several files, e.g. one per rank, "
+                    "merge into one timeline) and report findings ordered by time and severity.")
+    parser.add_argument("events", nargs="+", metavar="EVENTS", help="event file(s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--html", metavar="REPORT.html", help="write an HTML report with figures")
+    d = DetectorConfig()
+    parser.add_argument("--stall-min-iterations", type=int, default=d.stall_min_iterations,
+                        help=f"starved request threshold in iterations (default {d.stall_min_iterations})")
+    parser.add_argument("--stall-min-s", type=float, default=d.stall_min_s,
+                        help=f"starved request threshold in seconds (default {d.stall_min_s})")
+    parser.add_argument("--risk-horizon-s", type=float, default=d.risk_horizon_s,
+                        help=f"at-risk warning horizon for time to exhaustion (default {d.risk_horizon_s})")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
+                         risk_horizon_s=args.risk_horizon_s)
+    try:
+        events = read_frame(args.events)
+    except EventFileError as e:
+        # Analyze what was readable; say what was not (on stderr, so --json stays one object).
+        print(f"kvscope analyze: warning: {e}", file=sys.stderr)
+        events = e.frame
+    analysis = analyze(events, cfg)
+    out = analysis.to_dict()
+    if args.html:
+        from kvscope.ui import figures  # composition root: the analyzer itself never imports the UI
+
+        f = analysis.findings_frame()
+        figs = [
+            figures.pool_usage_figure(pool_series(events), f),
+            figures.debt_figure(analysis.debt.series, f),
+            figures.request_timeline_figure(analysis.timeline),
+        ]
+        title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
+        Path(args.html).write_text(render_html(analysis, figs, title=title), encoding="utf-8")
+        out["html"] = str(args.html)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_text(analysis, args)
+    return 0
+
+
+def _print_text(analysis, args: argparse.Namespace) -> None:
+    leads = lead_times(analysis.findings)
+    print(f"{analysis.num_events} events, {len(analysis.findings)} findings")
+    for i, f in enumerate(analysis.findings):
+        lead = leads.get(i)
+        lead_txt = ""
+        if lead and lead["lead_iterations"] is not None:
+            lead_txt = f"  [{lead['lead_iterations']} iterations / {lead['lead_s']:.3f} s before the failure]"
+        print(f"{f.t_start_s:10.3f}s it {f.iteration_start:>6}  {f.severity.value:8} {f.kind.value:20} "
+              f"{f.summary}{lead_txt}")
+    if args.html:
+        print(f"report: {args.html}")

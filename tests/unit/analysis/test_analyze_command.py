@@ -1,0 +1,55 @@
+"""`kvscope analyze`: one JSON object with the public keys; HTML report with lead times."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from analysis_script import crash_script
+
+from kvscope.recording import BatchPump, ParquetSink
+
+
+def _write(tmp_path, **kwargs):
+    script, facts = crash_script(**kwargs)
+    path = tmp_path / "events.parquet"
+    pump = BatchPump(script.rec, [ParquetSink(path, meta={"scenario": "hand-built"})], start=False)
+    pump.shutdown()
+    return path, facts
+
+
+def _kvscope(*args):
+    return subprocess.run([sys.executable, "-m", "kvscope", "analyze", *args], capture_output=True, text=True)
+
+
+def test_json_prints_one_object_with_findings_when_events_crash(tmp_path):
+    path, facts = _write(tmp_path)
+    res = _kvscope(str(path), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["scenario"] == "hand-built"
+    kinds = [f["kind"] for f in out["findings"]]
+    assert kinds == ["admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal"]
+    gap = out["findings"][0]
+    assert gap["request_ids"] == [2] and gap["pools"] == ["draft"] and gap["severity"] == "critical"
+    assert gap["t_start_s"] < out["findings"][-1]["t_start_s"]
+    assert out["findings"][-1]["evidence"]["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
+
+
+def test_html_report_shows_lead_time_and_figures(tmp_path):
+    path, _ = _write(tmp_path)
+    report = tmp_path / "r.html"
+    res = _kvscope(str(path), "--json", "--html", str(report))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["html"] == str(report)
+    text = report.read_text()
+    assert "24 it / 0.240 s before the failure (names the failing request)" in text
+    assert text.count("plotly-graph-div") >= 3
+
+
+def test_missing_file_exits_nonzero_with_one_line(tmp_path):
+    res = _kvscope(str(tmp_path / "nope.parquet"), "--json")
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1
