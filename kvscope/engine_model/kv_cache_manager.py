@@ -554,13 +554,20 @@ class DSACacheManagerV2Model(KVCacheManagerV2Model):
     """DSA (DeepSeek V3.2 / GLM-5) manager: the indexer K cache rides in every page.
 
     The real class registers the indexer K buffer (``Role.INDEX_KEY``) per full-indexer layer, allocated
-    in lockstep with the layer's KV pages, so its only effect on admission is a larger per-token cost
-    (``index_head_dim`` bytes, halved for FP4, plus ``index_head_dim / 128 * 4`` scale bytes per layer).
-    Pages are counted in blocks here, so the cost enters through the pool size (config.py's split).
-    It does not override ``_supports_reuse_match_backoff`` (0bbb76d).
+    in lockstep with the layer's KV pages, so its only effect on admission is a larger per-token cost.
+    Pages are counted in blocks here, so the cost enters through the pool size (config.py's split);
+    ``get_cache_size_per_token`` gives the bytes. It does not override
+    ``_supports_reuse_match_backoff`` (cache_manager.py @ 0bbb76d22e61bde633cc5f7733f5194881853501).
     """
 
     @staticmethod
-    def indexer_bytes_per_token_per_layer(index_head_dim: int, *, fp4: bool = False) -> int:
-        data = index_head_dim // 2 if fp4 else index_head_dim
-        return data + index_head_dim // 128 * 4
+    def get_cache_size_per_token(*, num_attention_layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
+                                 index_head_dim: int, kv_dtype_bytes: int = 2,
+                                 num_indexer_layers: int | None = None, indexer_fp4: bool = False) -> int:
+        """Bytes per token: MLA latent (kv_lora_rank + qk_rope_head_dim) at the KV dtype per layer, plus
+        the indexer K cache at 1 byte per element (halved data for FP4) and 4 scale bytes per 128
+        elements, per full-indexer layer (real ``DSACacheManager.get_cache_size_per_token``)."""
+        latent = kv_dtype_bytes * num_attention_layers * (kv_lora_rank + qk_rope_head_dim)
+        data = index_head_dim // 2 if indexer_fp4 else index_head_dim
+        layers = num_attention_layers if num_indexer_layers is None else num_indexer_layers
+        return latent + layers * (data + index_head_dim // 128 * 4)
