@@ -32,6 +32,15 @@ _REQUEST_RE = re.compile(r"request (\d+)")
 _ASKED_RE = re.compile(r"resize to (\d+) tokens")
 MAX_MESSAGE_CHARS = 512
 
+REQUEST_ATTRIBUTES_READ: tuple[str, ...] = (
+    "py_request_id", "prompt_len", "max_new_tokens", "state", "context_current_position",
+    "context_chunk_size", "is_first_context_chunk", "py_draft_tokens", "max_beam_num_tokens",
+)
+"""Every LlmRequest attribute the hooks read (checked against the source snapshots by a test).
+The model-only ``num_generated_tokens`` is preferred when present (the model has no beams)."""
+CACHE_ATTRIBUTES_READ: tuple[str, ...] = ("num_blocks", "capacity", "is_active", "num_committed_tokens")
+"""Every per-request ``_KVCache`` attribute the hooks read (read, never wrapped)."""
+
 
 class PoolReader(Protocol):
     """Reads live pool state from one engine's managers (model or TensorRT-LLM)."""

@@ -336,7 +336,7 @@ def rm_free_resources(b: Binding) -> Wrapper:
                     if state == "GENERATION_COMPLETE":
                         generated = getattr(req, "num_generated_tokens", None)
                         if generated is None:
-                            generated = req.get_num_tokens(0) - req.prompt_len
+                            generated = req.max_beam_num_tokens - req.prompt_len
                         b.emit(EventKind.REQUEST_FINISHED, rid, PoolRole.NONE, 0, int(generated))
                     else:
                         b.emit(EventKind.REQUEST_CANCELLED, rid, PoolRole.NONE, reason=f"freed in state {state}")

@@ -1,0 +1,106 @@
+"""The seam record, the engine model and the binding, each checked against facts read from the real
+TensorRT-LLM source (``kvscope/engines/trtllm/snapshots/*.json``), never against each other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvscope.engine_model.request import LlmRequestModel
+from kvscope.engines.binding import CACHE_ATTRIBUTES_READ, REQUEST_ATTRIBUTES_READ
+from kvscope.engines.hooks import HOOKS
+from kvscope.engines.model.seams import model_classes
+from kvscope.engines.seams import PROPERTY, check_seams, parse_parameters
+from kvscope.engines.trtllm.seams import MODEL_VERSION, SEAMS_BY_VERSION, seams_for
+
+SNAPSHOTS = Path(__file__).resolve().parents[2] / "kvscope" / "engines" / "trtllm" / "snapshots"
+
+
+def _snapshots() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(SNAPSHOTS.glob("*.json"))}
+
+
+def _facts_by_commit() -> dict[tuple[str, str], tuple[str, str]]:
+    """('Class.method', commit) -> (module at that commit, signature), over every snapshot."""
+    out = {}
+    for snap in _snapshots().values():
+        for cls_name, cls in snap["classes"].items():
+            for method, sig in cls["methods"].items():
+                out[(f"{cls_name}.{method}", cls["commit"])] = (cls["module"], sig)
+    return out
+
+
+def test_record_pins_the_report_build_and_the_newest_main_when_loaded():
+    assert set(SEAMS_BY_VERSION) == {"1.3.0rc25", "main-0004396", "main-00746ef"}
+    assert set(_snapshots()) == {"1.3.0rc25", "main-0004396", "main-00746ef"}
+
+
+@pytest.mark.parametrize("version", sorted(SEAMS_BY_VERSION))
+def test_every_seam_names_the_commit_its_signature_was_read_at_when_checked_against_snapshots(version):
+    facts = _facts_by_commit()
+    for seam in SEAMS_BY_VERSION[version]:
+        key = (seam.qualname, seam.commit)
+        assert key in facts, f"{version}: {seam.qualname} @ {seam.commit[:8]} is not in any source snapshot"
+        module, signature = facts[key]
+        if module != seam.module:
+            # Read at another build's path: the record must say so in plain words.
+            assert "not read at" in seam.note or "not stored at" in seam.note, seam
+        if seam.signature == PROPERTY:
+            assert signature == PROPERTY
+        else:
+            assert parse_parameters(seam.signature) == parse_parameters(signature), seam.qualname
+
+
+def test_rc25_and_main_differ_where_the_source_differs_when_compared():
+    rc25 = {s.qualname: s for s in seams_for("1.3.0rc25")}
+    main = {s.qualname: s for s in seams_for("main-00746ef")}
+    assert rc25["KVCacheManagerV2.resize_context"].module == "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2"
+    assert main["KVCacheManagerV2.resize_context"].module == "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2"
+    only_main = set(main) - set(rc25)
+    assert only_main == {"KVCacheManagerV2.prepare_context_cache", "KVCacheManagerV2.try_allocate_draft_context",
+                         "KVCacheManagerV2.admit_mirror", "KVCacheManagerV2.has_cache_tier_below_gpu"}
+    snaps = _snapshots()
+    assert snaps["1.3.0rc25"]["facts"]["draft_len_charged_on_every_context_chunk"] is True
+    assert snaps["main-0004396"]["facts"]["draft_len_charged_on_every_context_chunk"] is False
+    absent_rc25 = set(snaps["1.3.0rc25"]["classes"]["KVCacheManagerV2"]["absent"])
+    assert {"prepare_context_cache", "try_allocate_draft_context", "admit_mirror"} <= absent_rc25
+
+
+def test_engine_model_classes_match_the_record_when_checked():
+    mismatches = check_seams(seams_for(MODEL_VERSION), classes=model_classes())
+    assert [str(m) for m in mismatches] == []
+
+
+def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
+    unhooked = {s.qualname for s in seams_for(MODEL_VERSION) if s.qualname not in HOOKS}
+    assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu"}
+
+
+def test_dsa_manager_overrides_no_seam_so_class_level_wrapping_reaches_it():
+    dsa = _snapshots()["1.3.0rc25"]["classes"]["DSACacheManagerV2"]
+    assert dsa["bases"] == ["KVCacheManagerV2"]
+    hooked = {q.split(".")[1] for q in HOOKS if q.startswith("KVCacheManagerV2.")}
+    assert hooked.isdisjoint(dsa["overrides"])
+
+
+def test_binding_reads_only_request_attributes_the_real_code_has():
+    snaps = _snapshots()
+    real = set()
+    for snap in snaps.values():
+        real |= set(snap["request_attributes"]["names"])
+        real |= set(snap.get("request_constructor_keywords", {}).get("names", ()))
+    assert set(REQUEST_ATTRIBUTES_READ) <= real
+
+
+def test_binding_reads_only_cache_attributes_the_real_code_uses():
+    real = set(_snapshots()["main-0004396"]["cache_attributes"]["names"])
+    assert set(CACHE_ATTRIBUTES_READ) <= real
+
+
+def test_engine_model_request_has_every_attribute_the_binding_reads():
+    req = LlmRequestModel(1, 10, 2, (1, 2))
+    missing = [a for a in REQUEST_ATTRIBUTES_READ if a != "max_beam_num_tokens" and not hasattr(req, a)]
+    assert missing == []
+    assert hasattr(req, "num_generated_tokens")  # preferred over max_beam_num_tokens in the model

@@ -1,0 +1,112 @@
+"""``kvscope-instrument`` for real: two engine-model processes, two rank-tagged files, one timeline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from kvscope.commands.autoload import rank_from_env
+from kvscope.engines.launcher import BOOTSTRAP_DIR, build_env
+from kvscope.events import EventKind
+from kvscope.recording import read_frame
+
+CHILD = textwrap.dedent("""
+    from kvscope.engine_model.config import EngineConfig
+    from kvscope.engine_model.cost_model import CostModel
+    from kvscope.engine_model.executor import PyExecutorModel, SimClock
+    from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
+    from kvscope.engine_model.resource_manager import create_resource_manager
+    from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
+    from kvscope.engine_model.workload import WorkloadRequest
+
+    class Arrivals:
+        def __init__(self, reqs):
+            self.reqs = list(reqs)
+        def pop_arrivals(self, now_s):
+            out = [r for r in self.reqs if r.arrival_s <= now_s]
+            self.reqs = [r for r in self.reqs if r.arrival_s > now_s]
+            return out
+        def next_arrival_s(self):
+            return min((r.arrival_s for r in self.reqs), default=None)
+        def on_finished(self, request_id, now_s, *, failed=False):
+            pass
+        def is_exhausted(self):
+            return not self.reqs
+
+    common = dict(tokens_per_block=4, max_seq_len=64, max_batch_size=4, max_num_tokens=64, max_draft_len=1)
+    target = KVCacheManagerV2Model(num_blocks=32, **common)
+    draft = KVCacheManagerV2Model(num_blocks=32, is_draft=True, **common)
+    config = EngineConfig(max_batch_size=4, max_num_tokens=64, max_seq_len=64, tokens_per_block=4, max_draft_len=1)
+    executor = PyExecutorModel(config, create_resource_manager(target, draft),
+                               KVCacheV2SchedulerModel(4, 64, target, draft_kv_cache_manager=draft),
+                               CostModel.from_config(config), SimClock())
+    executor.run(Arrivals([WorkloadRequest(i, 0.001 * i, 10, 3, (11, 12)) for i in range(4)]))
+    assert executor.stats.requests_completed == 4
+""")
+
+PARENT = textwrap.dedent("""
+    import os, subprocess, sys
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+    procs = [subprocess.Popen([sys.executable, child], env={**os.environ, "RANK": str(r)}) for r in range(2)]
+    sys.exit(max(p.wait() for p in procs))
+""")
+
+
+def test_two_processes_write_two_rank_tagged_files_that_merge_when_started_through_kvscope_instrument(tmp_path):
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    out = tmp_path / "events"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+                           "--engine", "model", sys.executable, str(tmp_path / "parent.py")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    files = sorted(out.glob("events-rank*-pid*.jsonl"))
+    assert [f.name.split("-")[1] for f in files] == ["rank0", "rank1"]
+    frame = read_frame(files)
+    assert sorted(frame["rank"].unique().tolist()) == [0, 1]
+    pids = frame.groupby("rank")["pid"].unique()
+    assert all(len(p) == 1 for p in pids) and pids[0][0] != pids[1][0]
+    assert [int(f.name.split("pid")[1].split(".")[0]) for f in files] == [int(pids[0][0]), int(pids[1][0])]
+    assert frame["epoch_ns"].is_monotonic_increasing
+    for rank in (0, 1):
+        mine = frame[frame["rank"] == rank]
+        assert (mine["kind"] == EventKind.REQUEST_FINISHED.value).sum() == 4
+        assert (mine["kind"] == EventKind.POOL_CONFIGURED.value).sum() == 2
+    headers = [f["header"]["meta"] for f in frame.attrs["kvscope"]["files"]]
+    assert [h["rank"] for h in headers] == [0, 1]
+    assert all(h["engine"] == "engine_model" and set(h["pools"]) == {"target", "draft"} for h in headers)
+
+
+def test_parent_without_an_engine_writes_no_file_when_it_never_imports_one(tmp_path):
+    out = tmp_path / "events"
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+                           sys.executable, "-c", "import kvscope.events"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_environment_puts_the_bootstrap_first_when_built():
+    env = build_env({"PYTHONPATH": "/somewhere"}, output_dir="/tmp/x", sinks="jsonl,zmq", engine="model")
+    parts = env["PYTHONPATH"].split(os.pathsep)
+    assert parts[0] == str(BOOTSTRAP_DIR) and parts[-1] == "/somewhere"
+    assert (Path(parts[0]) / "sitecustomize.py").is_file()
+    assert (env["KVSCOPE_OUTPUT_DIR"], env["KVSCOPE_SINKS"], env["KVSCOPE_ENGINE"]) == ("/tmp/x", "jsonl,zmq", "model")
+
+
+def test_rank_comes_from_kvscope_then_mpi_then_torch_variables_when_set():
+    assert rank_from_env({"KVSCOPE_RANK": "5", "OMPI_COMM_WORLD_RANK": "2", "RANK": "1"}) == 5
+    assert rank_from_env({"OMPI_COMM_WORLD_RANK": "2", "RANK": "1"}) == 2
+    assert rank_from_env({"RANK": "1"}) == 1
+    assert rank_from_env({}) == 0
+
+
+def test_missing_command_is_an_error_when_none_given():
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "no command given" in done.stderr
