@@ -1,0 +1,118 @@
+"""``kvscope replay``: run the CPU engine model on a built-in scenario or a trace file.
+
+    kvscope replay (--scenario NAME | --trace PATH) [--set key=value ...] [--json]
+                   [--list-knobs] [--events PATH]
+
+``--json`` prints exactly one JSON object (the ``ReplaySummary``; keys are a public contract and are
+never renamed) and nothing else. Without ``--json``, a progress line (simulated time, requests done,
+pool utilisation) is drawn on stderr when stderr is a terminal, then a readable summary.
+``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
+one). ``--events PATH`` writes the replay's event file through the instrumentation module
+``kvscope.engines.model`` (its ``instrument_replay(path)`` returns the callable ``replay.run``
+receives as ``instrument=``); until that module exists the flag is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from kvscope.engine_model import replay as replay_mod
+from kvscope.engine_model.config import EngineConfig
+from kvscope.engine_model.scenarios import SCENARIOS, get_scenario
+
+_INSTRUMENTATION_MODULE = "kvscope.engines.model"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "replay", help="replay a scenario or trace on the CPU engine model",
+        description="Replay a built-in scenario or a trace on the CPU model of TensorRT-LLM's KV cache "
+                    "manager V2, scheduler and executor loop.")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--scenario", choices=sorted(SCENARIOS), help="built-in scenario")
+    source.add_argument("--trace", metavar="PATH",
+                        help="trace file: Mooncake .jsonl (open loop) or kv-cache-tester .tar.xz (closed loop)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a knob (repeatable); see --list-knobs")
+    parser.add_argument("--json", action="store_true", help="print one JSON summary object only")
+    parser.add_argument("--list-knobs", action="store_true", help="print the knobs and their defaults")
+    parser.add_argument("--events", metavar="PATH", help="write the replay's event file (needs instrumentation)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_knobs:
+        _print_knobs(args.scenario, as_json=args.json)
+        return 0
+    if not args.scenario and not args.trace:
+        raise ValueError("give --scenario NAME or --trace PATH (see --help)")
+    instrument = _instrumentation(args.events) if args.events else None
+    show_progress = (not args.json) and sys.stderr.isatty()
+    summary = replay_mod.run(
+        args.scenario or args.trace, args.overrides, instrument=instrument,
+        progress=_draw_progress if show_progress else None)
+    if show_progress:
+        sys.stderr.write("\n")
+    if args.json:
+        sys.stdout.write(json.dumps(summary.to_dict(), sort_keys=True) + "\n")
+    else:
+        _print_summary(summary)
+    return 0
+
+
+def _instrumentation(path: str) -> Any:
+    try:
+        module = importlib.import_module(_INSTRUMENTATION_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name and _INSTRUMENTATION_MODULE.startswith(exc.name):
+            raise ValueError(
+                f"--events needs the engine-model instrumentation ({_INSTRUMENTATION_MODULE}), "
+                "which is not installed in this build yet; run without --events") from None
+        raise
+    return module.instrument_replay(path)
+
+
+def _print_knobs(scenario: str | None, *, as_json: bool) -> None:
+    names = [scenario] if scenario else sorted(SCENARIOS)
+    table = {name: get_scenario(name).config.to_dict() for name in names}
+    if as_json:
+        sys.stdout.write(json.dumps(table, sort_keys=True) + "\n")
+        return
+    descriptions = EngineConfig.describe_knobs()
+    width = max(len(n) for n, _, _ in descriptions)
+    header = "  ".join(f"{n:>14}" for n in names)
+    print(f"{'knob':<{width}}  {header}  description")
+    for name, help_text, is_real in descriptions:
+        values = "  ".join(f"{_fmt(table[s][name]):>14}" for s in names)
+        marker = "" if is_real else " [model]"
+        print(f"{name:<{width}}  {values}  {help_text}{marker}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _draw_progress(executor: Any) -> None:
+    stats = executor.stats
+    pools = " ".join(f"{name}={probe().used_blocks / max(1, probe().capacity_blocks):.0%}"
+                     for name, probe in executor.pool_probes.items())
+    sys.stderr.write(
+        f"\r  sim {executor.clock.now_s:9.1f}s  iter {executor.iter_counter:>8}  done "
+        f"{stats.requests_completed:>6}/{stats.requests_total:<6} running {len(executor.active_requests):>3}  {pools}   ")
+    sys.stderr.flush()
+
+
+def _print_summary(summary: Any) -> None:
+    data = summary.to_dict()
+    status = "FATAL: " + str(data["fatal_message"]) if data["engine_fatal"] else "healthy"
+    print(f"replay {data['source']}: {status}")
+    for key in ("requests_total", "requests_completed", "requests_failed", "requests_rejected",
+                "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",
+                "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s"):
+        print(f"  {key:<22} {data[key]}")
