@@ -8,7 +8,12 @@ import pytest
 from workload_factories import make_request, make_session, run_to_end, write_archive
 
 from kvscope.engine_model.traces_claude import ClaudeCodeTraceWorkload
-from kvscope.engine_model.workload import SHARED_NAMESPACE, TraceFormatError, make_block_key
+from kvscope.engine_model.workload import (
+    SHARED_NAMESPACE,
+    TraceFormatError,
+    make_block_key,
+    map_hash_blocks,
+)
 
 REAL_ARCHIVE = (
     Path(__file__).resolve().parents[4] / "shared" / "traces" / "kv-cache-tester_traces.tar.xz"
@@ -304,3 +309,47 @@ def test_maps_real_sessions_onto_full_engine_blocks_when_reading_the_shared_arch
         assert len(req.block_keys) == req.prompt_len // 64
     shared = set.intersection(*(set(r.block_keys) for r in first))
     assert shared and all(k >> 43 == SHARED_NAMESPACE for k in shared)
+
+
+@pytest.mark.parametrize("tokens_per_block", [16, 32, 64, 96, 128])
+def test_keys_equal_a_full_remapping_when_turns_append_reset_and_share_the_prefix(
+    tmp_path: Path, tokens_per_block: int
+) -> None:
+    turns = [
+        [0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4, 5, 6],  # append
+        [0, 1, 7, 8],  # reset inside the system prefix (e.g. a compaction)
+        [0, 1, 7, 8, 9, 10, 11],  # append again
+        [0, 1, 2, 3, 4, 5, 6, 12],  # back to the first branch
+    ]
+    session = make_session(
+        [make_request(float(i), ids, tail_tokens=40 + i) for i, ids in enumerate(turns)]
+    )
+    path = write_archive(tmp_path / "r.tar.xz", {"t.json": session})
+    w = _workload(
+        path,
+        tokens_per_block=tokens_per_block,
+        share_system_prefix=True,
+        max_sessions=1,
+        max_think_time_s=0.0,
+    )
+    popped = [r for _, r in run_to_end(w)]
+    assert len(popped) == len(turns)
+    uncovered = 0
+    namespace = 1  # the first session start
+    for i, (req, ids) in enumerate(zip(popped, turns)):
+        shared = next((k for k in range(3) if ids[k] != turns[0][k]), 3)
+        expected = map_hash_blocks(
+            ids,
+            prompt_len=64 * len(ids) + 40 + i,
+            trace_tokens_per_block=64,
+            tokens_per_block=tokens_per_block,
+            namespace=namespace,
+            covered_tokens=64 * len(ids),
+            num_shared_trace_blocks=shared,
+            first_uncovered_id=uncovered,
+        )
+        uncovered += (64 * len(ids) + 40 + i) // tokens_per_block - (
+            64 * len(ids)
+        ) // tokens_per_block
+        assert req.block_keys == expected, f"turn {i}"
