@@ -95,6 +95,7 @@ class EngineConfig:
     share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
     max_requests: int = _knob(0, "stop admitting after this many requests (0: workload default)")
     max_sessions: int = _knob(0, "sessions to replay (0: workload default)")
+    arrival_time_scale: float = _knob(1.0, "open loop: multiplies trace arrival times (2: half the rate)")
     max_sim_seconds: float = _knob(0.0, "stop the replay at this simulated time (0: no limit)")
     seed: int = _knob(0, "seed for every random choice (replays are deterministic per seed)")
     pace: float = _knob(0.0, "0: as fast as possible; 1: real time; 2: twice real time")
@@ -128,6 +129,8 @@ class EngineConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.arrival_time_scale <= 0:
+            raise ValueError(f"arrival_time_scale must be > 0, got {self.arrival_time_scale}")
         if not 0.0 < self.max_util_for_resume <= 1.0:
             raise ValueError(f"max_util_for_resume must be in (0, 1], got {self.max_util_for_resume}")
         if not 0.0 <= self.mtp_acceptance_rate <= 1.0:
