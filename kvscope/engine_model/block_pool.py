@@ -134,8 +134,7 @@ class BlockPoolModel:
             held = self._count_held_units(need)
             if held > self._num_host_free + len(self._host_queue):
                 return False
-        self._evict_gpu(need)
-        assert self._num_gpu_free >= num_blocks
+        self._evict_gpu(num_blocks)
         self._num_gpu_free -= num_blocks
         return True
 
@@ -165,95 +164,138 @@ class BlockPoolModel:
 
     def _host_slot_for_fallen(self, is_held: bool) -> bool:
         """Make one host slot for a page evicted from the GPU. False: a DROPPABLE page is dropped."""
+        if self._num_host_free == 0 and self._host_queue:
+            victim = next(iter(self._host_queue))
+            self._drop_subtree(victim)
         if self._num_host_free > 0:
-            self._num_host_free -= 1
-            return True
-        if self._host_queue:
-            victim, _ = self._host_queue.popitem(last=False)
-            self._drop(victim)
             self._num_host_free -= 1
             return True
         assert not is_held, "feasibility was checked before evicting"
         return False
 
-    def _evict_gpu(self, need: int) -> None:
-        while need > 0:
-            entry = next(iter(self._gpu_queue))
+    def _evict_gpu(self, target_free: int) -> None:
+        """Evict from the head of the GPU queue until ``target_free`` slots are free."""
+        queue = self._gpu_queue
+        while self._num_gpu_free < target_free:
+            entry = next(iter(queue))
             if isinstance(entry, HeldSegment):
-                take = min(need, entry.num_blocks)
+                take = min(target_free - self._num_gpu_free, entry.num_blocks)
                 for _ in range(take):
                     self._host_slot_for_fallen(is_held=True)
                 entry.num_blocks -= take
                 entry.owner._on_private_pages_evicted(take)
                 if entry.num_blocks == 0:
-                    del self._gpu_queue[entry]
+                    del queue[entry]
+                self._num_gpu_evictable -= take
+                self._num_gpu_free += take
+                self.num_evicted_blocks += take
+            elif self.has_host_tier and self._host_slot_for_fallen(is_held=entry.num_refs > 0):
+                del queue[entry]
+                entry.in_queue = False
+                entry.level = BlockLevel.HOST
+                if entry.num_refs == 0:
+                    self._host_queue[entry] = None
+                    entry.in_queue = True
+                self._num_gpu_evictable -= 1
+                self._num_gpu_free += 1
+                self.num_evicted_blocks += 1
             else:
-                take = 1
-                del self._gpu_queue[entry]
-                if self.has_host_tier and self._host_slot_for_fallen(is_held=entry.num_refs > 0):
-                    entry.level = BlockLevel.HOST
-                    if entry.num_refs == 0:
-                        self._host_queue[entry] = None
-                else:
-                    self._tree.remove(entry)
-                    self.num_dropped_blocks += 1
-            self._num_gpu_evictable -= take
-            self._num_gpu_free += take
-            self.num_evicted_blocks += take
-            need -= take
+                self.num_evicted_blocks += 1
+                self._drop_subtree(entry)
 
-    def _drop(self, block: Block) -> None:
-        self._tree.remove(block)
-        self._num_host_free += 1
-        self.num_dropped_blocks += 1
+    def _drop_subtree(self, root: Block) -> None:
+        """Drop an unreferenced block and everything below it; free their slots."""
+        stack = [root]
+        while stack:
+            block = stack.pop()
+            assert block.num_refs == 0, "dropping a referenced block"
+            stack.extend(block.children)
+            if block.in_queue:
+                if block.level == BlockLevel.GPU:
+                    del self._gpu_queue[block]
+                    self._num_gpu_evictable -= 1
+                else:
+                    del self._host_queue[block]
+                block.in_queue = False
+            if block.level == BlockLevel.GPU:
+                self._num_gpu_free += 1
+            elif block.level == BlockLevel.HOST:
+                self._num_host_free += 1
+            self._tree.detach(block)
+            self.num_dropped_blocks += 1
 
     # ---- committed blocks -----------------------------------------------------------------------
-    def refresh_block(self, block: Block) -> None:
-        """Re-file a committed block in the right queue after its refs changed (O(1))."""
-        if block.level == BlockLevel.GPU:
-            evictable = block.num_refs == 0 or (block.num_active_refs == 0 and self.has_host_tier)
-            queued = block in self._gpu_queue
-            if evictable and not queued:
-                self._gpu_queue[block] = None
-                self._num_gpu_evictable += 1
-            elif queued and not evictable:
-                del self._gpu_queue[block]
-                self._num_gpu_evictable -= 1
-        elif block.level == BlockLevel.HOST:
-            queued = block in self._host_queue
-            if block.num_refs == 0 and not queued:
-                self._host_queue[block] = None
-            elif queued and block.num_refs > 0:
-                del self._host_queue[block]
+    def pin_blocks(self, blocks: list[Block]) -> None:
+        """A suspended cache takes a hold on ``blocks`` (reuse match): they stop being DROPPABLE."""
+        gpu_queue, host_queue = self._gpu_queue, self._host_queue
+        held_evictable = self.has_host_tier
+        for block in blocks:
+            block.num_refs += 1
+            if block.in_queue and block.num_refs == 1:
+                if block.level == BlockLevel.GPU:
+                    if not held_evictable:  # HELD stays evictable only with a host tier
+                        del gpu_queue[block]
+                        block.in_queue = False
+                        self._num_gpu_evictable -= 1
+                else:
+                    del host_queue[block]
+                    block.in_queue = False
+
+    def set_blocks_active(self, blocks: list[Block], active: bool) -> None:
+        """A cache holding ``blocks`` was resumed (``active``) or suspended."""
+        delta = 1 if active else -1
+        for block in blocks:
+            block.num_active_refs += delta
+            if block.level == BlockLevel.GPU:
+                evictable = block.num_active_refs == 0 and self.has_host_tier
+                if evictable and not block.in_queue:
+                    self._gpu_queue[block] = None
+                    block.in_queue = True
+                    self._num_gpu_evictable += 1
+                elif block.in_queue and not evictable:
+                    del self._gpu_queue[block]
+                    block.in_queue = False
+                    self._num_gpu_evictable -= 1
+
+    def unpin_blocks(self, blocks_in_release_order, was_active: bool) -> None:
+        """A cache lets go of ``blocks``; the ones nobody holds become DROPPABLE (queue tail)."""
+        gpu_queue, host_queue = self._gpu_queue, self._host_queue
+        for block in blocks_in_release_order:
+            block.num_refs -= 1
+            if was_active:
+                block.num_active_refs -= 1
+            if block.level == BlockLevel.GPU:
+                if block.num_refs == 0 or (block.num_active_refs == 0 and self.has_host_tier):
+                    if block.in_queue:
+                        gpu_queue.move_to_end(block)
+                    else:
+                        gpu_queue[block] = None
+                        block.in_queue = True
+                        self._num_gpu_evictable += 1
+            elif block.level == BlockLevel.HOST and block.num_refs == 0 and not block.in_queue:
+                host_queue[block] = None
+                block.in_queue = True
 
     def lock_block_to_gpu(self, block: Block) -> bool:
         """Bring a host-resident committed block back onto the GPU. False: no GPU slot."""
         if block.level != BlockLevel.HOST:
             return True
-        in_host_queue = block in self._host_queue
-        if in_host_queue:
+        was_queued = block.in_queue
+        if was_queued:
             del self._host_queue[block]  # protect it from the host eviction this allocation may cause
+            block.in_queue = False
         if not self.allocate_gpu(1):
-            if in_host_queue:
+            if was_queued:
                 self._host_queue[block] = None
+                block.in_queue = True
             return False
         block.level = BlockLevel.GPU
         self._num_host_free += 1
         return True
 
     def drop_unreferenced_block(self, block: Block) -> None:
-        """Remove an unreferenced committed block from whichever level holds it."""
-        assert block.num_refs == 0
-        if block.level == BlockLevel.GPU:
-            if block in self._gpu_queue:
-                del self._gpu_queue[block]
-                self._num_gpu_evictable -= 1
-            self._tree.remove(block)
-            self._num_gpu_free += 1
-            self.num_dropped_blocks += 1
-        elif block.level == BlockLevel.HOST:
-            self._host_queue.pop(block, None)
-            self._drop(block)
+        """Remove an unreferenced committed block (and its subtree) from whichever level holds it."""
+        self._drop_subtree(block)
 
     # ---- suspended private pages ------------------------------------------------------------------
     def add_held_segment(self, segment: HeldSegment) -> None:

@@ -84,14 +84,16 @@ class KVCacheManagerCoreModel:
         if memo is None:
             matched = tree.match(reuse_scope, input_tokens.block_keys, max_blocks)
         else:
-            # Model-only speed-up: a per-request memo of the full-prompt match, extended while no
-            # block was removed (keys are chained, so a match can only grow until then).
+            # Model-only speed-up: a per-request memo of the full-prompt match, revalidated and
+            # extended by the tree (O(log n + new blocks)) instead of re-walked from the root.
             entry = memo.get(id(self))
-            if entry is None or entry[0] != tree.num_removals or entry[2] != reuse_scope:
-                entry = (tree.num_removals, [], reuse_scope)
+            if entry is None or entry[1] != reuse_scope:
+                entry = ([], reuse_scope)
                 memo[id(self)] = entry
             matched = tree.extend_match(reuse_scope, input_tokens.block_keys, len(input_tokens.block_keys),
-                                        entry[1])[:max_blocks]
+                                        entry[0])
+            if len(matched) > max_blocks:
+                matched = matched[:max_blocks]
         num_reused = max(len(matched) * tpb - self.reuse_match_backoff, 0)
         return matched[: -(-num_reused // tpb)] if num_reused else [], num_reused
 

@@ -87,10 +87,7 @@ class _KVCacheModel:
         # The reuse backoff can end the match inside the last block: that block is copied into a
         # private page on the first resume (real: deferred copy of a partial block).
         self._partial_reuse = num_reused_tokens % manager.tokens_per_block != 0
-        pool = manager.pool
-        for block in matched:
-            block.num_refs += 1
-            pool.refresh_block(block)
+        manager.pool.pin_blocks(matched)
         manager._num_live_caches += 1
 
     # ---- lengths --------------------------------------------------------------------------------
@@ -200,7 +197,8 @@ class _KVCacheModel:
             if ordinal >= len(block_keys):
                 self._commit_state = CommitState.VIRTUAL_STOP
                 return
-            block, is_new = tree.add_or_get_existing(self._reuse_scope, block_keys[ordinal])
+            parent = self._committed[-1] if self._committed else None
+            block, is_new = tree.add_or_get_existing(self._reuse_scope, block_keys[ordinal], parent)
             # Our first private page (GPU, we are ACTIVE) backs this ordinal. A new block takes that
             # page; an existing one replaces it ("rebasing"): ours is freed, theirs locked.
             if not is_new:
@@ -208,9 +206,11 @@ class _KVCacheModel:
                 if not pool.lock_block_to_gpu(block):  # pragma: no cover - a slot was just freed
                     raise AssertionError("rebase could not lock the existing block")
             self._num_private_gpu -= 1
-            block.num_refs += 1
-            block.num_active_refs += 1
-            pool.refresh_block(block)
+            if is_new:
+                block.num_refs = block.num_active_refs = 1  # our locked page, not evictable
+            else:
+                pool.pin_blocks([block])
+                pool.set_blocks_active([block], True)
             self._committed.append(block)
             if is_new:
                 self._manager.num_committed_blocks_total += 1
@@ -225,9 +225,7 @@ class _KVCacheModel:
         """Let the pool move this cache's pages off the GPU (only with a host tier)."""
         assert self._status == CacheStatus.ACTIVE, "suspend needs an ACTIVE cache"
         pool = self._manager.pool
-        for block in self._committed:
-            block.num_active_refs -= 1
-            pool.refresh_block(block)
+        pool.set_blocks_active(self._committed, False)
         self._segment = HeldSegment(self, self._num_private_gpu)
         pool.add_held_segment(self._segment)
         self._status = CacheStatus.SUSPENDED
@@ -242,17 +240,13 @@ class _KVCacheModel:
             return False
         if self._segment is not None:
             pool.remove_held_segment(self._segment)
+        pool.set_blocks_active(self._committed, True)
         num_host_blocks = 0
-        for block in self._committed:
-            block.num_active_refs += 1
-            pool.refresh_block(block)
-            if block.level == BlockLevel.HOST:
-                num_host_blocks += 1
+        if self._num_host_committed_hint():
+            num_host_blocks = sum(1 for block in self._committed if block.level == BlockLevel.HOST)
         partial_copy = 1 if (self._never_resumed and self._partial_reuse and self._committed) else 0
         if not pool.allocate_gpu(num_host_blocks + self._num_private_host + partial_copy):
-            for block in self._committed:
-                block.num_active_refs -= 1
-                pool.refresh_block(block)
+            pool.set_blocks_active(self._committed, False)
             if self._segment is not None:
                 pool.add_held_segment(self._segment)
             return False
@@ -266,16 +260,17 @@ class _KVCacheModel:
             self._num_private_gpu += self._num_private_host
             self._num_private_host = 0
         if partial_copy:
-            last = self._committed.pop()
-            last.num_refs -= 1
-            last.num_active_refs -= 1
-            pool.refresh_block(last)
+            pool.unpin_blocks([self._committed.pop()], was_active=True)
             self._num_private_gpu += 1
         self._segment = None
         self._never_resumed = False
         self._status = CacheStatus.ACTIVE
         manager._num_active_caches += 1
         return True
+
+    def _num_host_committed_hint(self) -> bool:
+        """Cheap check: can any of our committed blocks be on the host? (only with a host tier)"""
+        return self._manager.pool.has_host_tier and bool(self._committed)
 
     def _on_private_pages_evicted(self, num_blocks: int) -> None:
         """Pool callback: ``num_blocks`` of our HELD private pages moved to the host tier."""
@@ -298,11 +293,7 @@ class _KVCacheModel:
         self._num_private_gpu = self._num_private_host = 0
         # NOTE: released tail first so the tail block joins the LRU queue first and is evicted
         # before the prefix it extends (a leaf before its parent).
-        for block in reversed(self._committed):
-            block.num_refs -= 1
-            if was_active:
-                block.num_active_refs -= 1
-            pool.refresh_block(block)
+        pool.unpin_blocks(reversed(self._committed), was_active)
         self._committed = []
         self._commit_state = CommitState.USER_STOP
         if was_active:

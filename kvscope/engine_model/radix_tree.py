@@ -16,9 +16,10 @@ Model simplifications (documented, not hidden):
 - The workload supplies the chained keys already (``LlmRequestModel.block_keys``); the tree never sees
   tokens, so partial-block matches (at most 32 children, partial reuse) are not modelled: a match is
   always a whole number of full blocks.
-- Nodes are kept in one dict keyed by ``(scope, key)``; since keys are chained, a dict lookup per block
-  is the same walk the real tree does. A node whose parent was dropped becomes unreachable by a walk
-  (the walk stops at the parent) and waits for LRU eviction instead of being removed with its subtree.
+- Nodes are kept in one dict per scope keyed by the chained key; since keys are chained, a dict lookup
+  per block is the same walk the real tree does. Dropping a node drops its subtree, as the real tree
+  does for full-attention blocks (its descendants can no longer be reached); it only happens to
+  unreferenced blocks, whose descendants are unreferenced too.
 
 Per-block work happens only for blocks a call touches; nothing here scans the tree.
 """
@@ -60,14 +61,20 @@ class Block:
         level: ``BlockLevel`` of its page.
     """
 
-    __slots__ = ("key", "scope", "num_refs", "num_active_refs", "level", "__weakref__")
+    __slots__ = ("key", "scope", "num_refs", "num_active_refs", "level", "parent", "children",
+                 "in_queue")
 
-    def __init__(self, key: int, scope: ReuseScope) -> None:
+    def __init__(self, key: int, scope: ReuseScope, parent: Block | None = None) -> None:
         self.key = key
         self.scope = scope
         self.num_refs = 0
         self.num_active_refs = 0
         self.level = BlockLevel.GPU
+        self.parent = parent
+        self.children: set[Block] = set()
+        self.in_queue = False  # model bookkeeping: filed in the pool's GPU or host queue
+        if parent is not None:
+            parent.children.add(self)
 
     def __repr__(self) -> str:
         return (
@@ -77,15 +84,15 @@ class Block:
 
 
 class BlockRadixTreeModel:
-    """Committed blocks by ``(scope, key)``, plus the prefix walk used by matching and probing."""
+    """Committed blocks per scope by chained key, plus the prefix walk used by matching and probing."""
 
     def __init__(self) -> None:
-        self._scope_key_to_block: dict[tuple[ReuseScope, int], Block] = {}
+        self._scope_to_blocks: dict[ReuseScope, dict[int, Block]] = {}
         # Bumped on every removal: a match computed at the same value can only have grown since.
         self.num_removals = 0
 
     def __len__(self) -> int:
-        return len(self._scope_key_to_block)
+        return sum(len(blocks) for blocks in self._scope_to_blocks.values())
 
     def match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int) -> list[Block]:
         """Longest run of committed blocks for ``keys[:max_blocks]``, walking from the root.
@@ -102,44 +109,67 @@ class BlockRadixTreeModel:
 
     def extend_match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int,
                      matched: list[Block]) -> list[Block]:
-        """Continue a match that is known to still hold (no removal since it was computed).
+        """Revalidate and continue a previous match of the same ``keys``.
 
-        Internal updates: appends to ``matched`` in place and returns it. Costs O(new blocks).
+        Dropped blocks always form a suffix of a match (a drop takes the subtree), so the still valid
+        part is found by binary search, then the walk continues. Internal updates: ``matched`` is
+        truncated/extended in place and returned. Costs O(log n + new blocks).
         """
-        lookup = self._scope_key_to_block.get
+        if matched and matched[-1].level == BlockLevel.DROPPED:
+            lo, hi = 0, len(matched) - 1  # first dropped index is in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if matched[mid].level == BlockLevel.DROPPED:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            del matched[lo:]
+        lookup = self._scope_to_blocks.get(scope, {}).get
         for i in range(len(matched), min(max_blocks, len(keys))):
-            block = lookup((scope, keys[i]))
+            block = lookup(keys[i])
             if block is None:
                 break
             matched.append(block)
         return matched
 
     def get(self, scope: ReuseScope, key: int) -> Block | None:
-        return self._scope_key_to_block.get((scope, key))
+        return self._scope_to_blocks.get(scope, {}).get(key)
 
-    def add_or_get_existing(self, scope: ReuseScope, key: int) -> tuple[Block, bool]:
-        """Insert a committed block, or return the node already there.
+    def add_or_get_existing(self, scope: ReuseScope, key: int, parent: Block | None = None) -> tuple[Block, bool]:
+        """Insert a committed block under ``parent``, or return the node already there.
 
         Returns:
             ``(block, is_new)``; ``is_new`` False means another cache committed the same prefix first.
         """
-        existing = self._scope_key_to_block.get((scope, key))
+        blocks = self._scope_to_blocks.get(scope)
+        if blocks is None:
+            blocks = self._scope_to_blocks[scope] = {}
+        existing = blocks.get(key)
         if existing is not None:
             return existing, False
-        block = Block(key, scope)
-        self._scope_key_to_block[(scope, key)] = block
+        block = Block(key, scope, parent)
+        blocks[key] = block
         return block, True
 
-    def remove(self, block: Block) -> None:
-        """Drop a node whose page was dropped (it can no longer be matched)."""
-        if self._scope_key_to_block.get((block.scope, block.key)) is block:
-            del self._scope_key_to_block[(block.scope, block.key)]
-            self.num_removals += 1
+    def detach(self, block: Block) -> None:
+        """Forget one node (its page is gone). The caller handles its subtree and its slot."""
+        blocks = self._scope_to_blocks.get(block.scope)
+        if blocks is not None and blocks.get(block.key) is block:
+            del blocks[block.key]
+        self.num_removals += 1
         block.level = BlockLevel.DROPPED
+        parent = block.parent
+        if parent is not None and parent.level != BlockLevel.DROPPED:
+            parent.children.discard(block)
+        block.parent = None
+
+    def all_blocks(self) -> list[Block]:
+        return [b for blocks in self._scope_to_blocks.values() for b in blocks.values()]
 
     def clear_unreferenced(self, pool: BlockPoolModel) -> int:
         """Drop every unreferenced block (``clear_reusable_blocks``). Returns how many were dropped."""
-        dropped = [b for b in self._scope_key_to_block.values() if b.num_refs == 0]
-        for block in dropped:
-            pool.drop_unreferenced_block(block)
-        return len(dropped)
+        before = len(self)
+        for block in self.all_blocks():
+            if block.num_refs == 0 and block.level != BlockLevel.DROPPED:
+                pool.drop_unreferenced_block(block)
+        return before - len(self)
