@@ -8,8 +8,8 @@ never renamed) and nothing else. Without ``--json``, a progress line (simulated 
 pool utilisation) is drawn on stderr when stderr is a terminal, then a readable summary.
 ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
 one). ``--events PATH`` writes the replay's event file through the instrumentation module
-``kvscope.engines.model`` (its ``instrument_replay(path)`` returns the callable ``replay.run``
-receives as ``instrument=``); until that module exists the flag is refused with a clear error.
+``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
+``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.scenario and not args.trace:
         raise ValueError("give --scenario NAME or --trace PATH (see --help)")
-    instrument = _instrumentation(args.events) if args.events else None
+    instrument = _instrumentation(args.events, args.scenario or args.trace) if args.events else None
     show_progress = (not args.json) and sys.stderr.isatty()
     summary = replay_mod.run(
         args.scenario or args.trace, args.overrides, instrument=instrument,
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _instrumentation(path: str) -> Any:
+def _instrumentation(path: str, label: str) -> Any:
     try:
         module = importlib.import_module(_INSTRUMENTATION_MODULE)
     except ModuleNotFoundError as exc:
@@ -73,7 +73,7 @@ def _instrumentation(path: str) -> Any:
                 f"--events needs the engine-model instrumentation ({_INSTRUMENTATION_MODULE}), "
                 "which is not installed in this build yet; run without --events") from None
         raise
-    return module.instrument_replay(path)
+    return module.instrument_replay(path, label=label)
 
 
 def _print_knobs(scenario: str | None, *, as_json: bool) -> None:

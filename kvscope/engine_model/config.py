@@ -76,7 +76,7 @@ class EngineConfig:
     num_reserved_index_slots: int = _knob(1, "IndexMapper slots beyond max_batch_size x pp", real=True)
     pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
     tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
-    max_gpu_total_bytes: int = _knob(64_971_598_643, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
+    max_gpu_total_bytes: int = _knob(64_972_117_770, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
     # --- pools (model) ---
     num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
     num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")
@@ -85,8 +85,8 @@ class EngineConfig:
     target_fixed_bytes: int = _knob(0, "target cost intercept (e.g. mamba state) for the split")
     draft_fixed_bytes: int = _knob(0, "draft cost intercept for the split")
     num_host_blocks: int = _knob(0, "host-tier blocks per pool for suspended pages (0: none)")
-    num_mamba_slots: int = _knob(0, "mamba state slots (hybrid models; 0: none)")
-    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (0: none)")
+    num_mamba_slots: int = _knob(0, "mamba state slots (hybrid; recorded in the config, not enforced: no mamba pool modelled)")
+    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (recorded, not enforced)")
     draft_mode: DraftMode = _knob(DraftMode.UNPAIRED, "unpaired (today) or paired (joint reuse)")
     draft_cursor_sizing: DraftCursorSizing = _knob(DraftCursorSizing.CHUNK, "draft context resize from prompt|chunk")
     # --- workload (model) ---
