@@ -108,6 +108,8 @@ class Binding:
         self.hook_errors = 0
         self._fatal_ids: set[int] = set()
         self._evicted: dict[int, int] = {}
+        self.known: dict[int, dict[int, tuple[int, bool]]] = {}
+        """id(manager) -> request id -> (blocks, active) last reported; what :meth:`sweep` diffs."""
 
     # ---- emission -----------------------------------------------------------------------------
     def emit(self, kind: EventKind, request_id: int = -1, pool: PoolRole = PoolRole.NONE,
@@ -151,6 +153,8 @@ class Binding:
             if figures:
                 extra = format_kv(figures)
         for manager in self.managers.values():
+            self.sweep(manager)
+        for manager in self.managers.values():
             role = role_of(manager)
             evicted = self.reader.evicted_total(manager)
             if evicted is not None:
@@ -165,9 +169,49 @@ class Binding:
                             cap, free, evictable, reserved, extra)
 
     # ---- per-request cache diffs --------------------------------------------------------------
+    def sweep(self, manager: Any) -> None:
+        """Block and residency changes of every live cache in ``manager`` since last reported.
+
+        Generation steps grow every running request's caches each iteration; observing them call
+        by call would cost a wrapper per request per iteration, so they are swept once per
+        iteration (after ``prepare_resources``, and before a fatal raise is reported) against
+        what was last reported. Context-path calls report themselves (and update the same record).
+        """
+        known = self.known.setdefault(id(manager), {})
+        role = role_of(manager)
+        items = manager.kv_cache_map.items()
+        for rid, cache in items:
+            nb1 = cache.num_blocks
+            active1 = cache.is_active
+            last = known.get(rid)
+            if last is not None and last[0] == nb1 and last[1] == active1:
+                continue
+            known[rid] = (nb1, active1)
+            if last is None:
+                if nb1:
+                    self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1, cache.capacity, manager=manager)
+                continue
+            nb0, active0 = last
+            if active1 and not active0:
+                self.emit(EventKind.RESUMED, rid, role, nb1, cache.capacity, manager=manager)
+            if nb1 > nb0:
+                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cache.capacity, manager=manager)
+            elif nb1 < nb0:
+                self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cache.capacity, manager=manager)
+            if active0 and not active1:
+                self.emit(EventKind.SUSPENDED, rid, role, nb0, cache.capacity, manager=manager)
+        if len(known) > len(items):
+            for rid in [r for r in known if r not in manager.kv_cache_map]:
+                del known[rid]
+
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
         after = cache_view(manager, rid)
+        known = self.known.setdefault(id(manager), {})
+        if after is None:
+            known.pop(rid, None)
+        else:
+            known[rid] = (after[0], after[2])
         if before == after:
             return
         role = role_of(manager)

@@ -99,6 +99,7 @@ def _on_generation(b, m, req, args, kwargs, result, before) -> None:
         return
     role = role_of(m)
     b.failed_pool = role
+    # A failed resize leaves the capacity as it was: ask = capacity + 1 + draft slots.
     asked = (before[1] if before else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
     b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b_shortfall(b, m, req, asked), asked, m)
 
@@ -129,8 +130,52 @@ def b_shortfall(b: Binding, m: Any, req: Any, asked_tokens: int) -> int:
     return max(need - max(free, 0) - max(evictable, 0), 0)
 
 
+def _on_false(on_result: OnResult) -> Callable[[Binding], Wrapper]:
+    """A light wrapper for per-request calls made every iteration (generation growth, mirror
+    admission): success is observed by :meth:`Binding.sweep`; only a refusal is reported here."""
+
+    def factory(b: Binding) -> Wrapper:
+        rec = b.rec
+
+        def wrapper(wrapped, instance, args, kwargs):
+            result = wrapped(*args, **kwargs)
+            if not result and rec.enabled:
+                try:
+                    req = _first(args, kwargs, "req")
+                    before = cache_view(instance, req.py_request_id)
+                    on_result(b, instance, req, args, kwargs, result, before)
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return wrapper
+
+    return factory
+
+
+def _prepare_draft(b: Binding) -> Wrapper:
+    """The draft mirror's context/generation sizing; allocations are swept after the call (or before
+    the raise is reported), the raise site's request gets RESIZE_FAILED / RESUME_FAILED."""
+    rec = b.rec
+
+    def wrapper(wrapped, instance, args, kwargs):
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if rec.enabled:
+                try:
+                    b.raising_pool = role_of(instance)
+                    b.sweep(instance)
+                    _record_raise(b, instance, exc)
+                except Exception:
+                    b.hook_failed()
+            raise
+
+    return wrapper
+
+
 # ---- batch manager methods ---------------------------------------------------------------------
-def _diff_batch(kinds: tuple[str, ...], *, fatal: bool, failure_events: bool = False) -> Callable[[Binding], Wrapper]:
+def _diff_batch(kinds: tuple[str, ...], *, fatal: bool) -> Callable[[Binding], Wrapper]:
     def factory(b: Binding) -> Wrapper:
         rec = b.rec
         depth = b.depth
@@ -153,8 +198,6 @@ def _diff_batch(kinds: tuple[str, ...], *, fatal: bool, failure_events: bool = F
                 _record_batch(b, instance, befores)
                 try:
                     b.raising_pool = role_of(instance)
-                    if failure_events:
-                        _record_raise(b, instance, exc)
                     if fatal:
                         b.on_fatal(exc)
                 except Exception:
@@ -349,19 +392,17 @@ def rm_free_resources(b: Binding) -> Wrapper:
 
 
 HOOKS: dict[str, Callable[[Binding], Wrapper]] = {
-    "KVCacheManagerV2._prepare_draft_resources": _diff_batch(
-        ("context_requests", "generation_requests"), fatal=False, failure_events=True),
+    "KVCacheManagerV2._prepare_draft_resources": _prepare_draft,
     "KVCacheManagerV2.prepare_context": _diff_request(on_result=_on_prepare),
     "KVCacheManagerV2.prepare_context_cache": _diff_request(on_result=_on_prepare),
     "KVCacheManagerV2.resize_context": _diff_request(on_result=_on_context_resize),
     "KVCacheManagerV2.try_allocate_draft_context": _diff_request(on_result=_on_context_resize),
-    "KVCacheManagerV2.try_allocate_generation": _diff_request(on_result=_on_generation),
+    "KVCacheManagerV2.try_allocate_generation": _on_false(_on_generation),
     "KVCacheManagerV2.revert_allocate_context": _diff_request(),
     "KVCacheManagerV2.suspend_request": _diff_request(),
     "KVCacheManagerV2.resume_request": _diff_request(on_result=_on_resume),
-    "KVCacheManagerV2.admit_mirror": _diff_request(on_result=_on_admit_mirror),
+    "KVCacheManagerV2.admit_mirror": _on_false(_on_admit_mirror),
     "KVCacheManagerV2.update_context_resources": _diff_batch(("context_requests",), fatal=True),
-    "KVCacheManagerV2.update_resources": _diff_batch(("generation_requests",), fatal=False),
     "KVCacheManagerV2.free_resources": _diff_request(name="request"),
     "KVCacheV2Scheduler.schedule_request": schedule_request,
     "KVCacheV2Scheduler._try_allocate_context": try_allocate_context,

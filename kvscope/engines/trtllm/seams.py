@@ -79,7 +79,8 @@ def _manager_common(module: str, commit: str, *, late_note: str = "", late_commi
              "BLOCKS_COMMITTED (committed tokens grew)", late_note),
         Seam(module, m + "update_resources",
              "(self, scheduled_batch, attn_metadata=None, kv_cache_dtype_byte_size=None)", late_commit,
-             "RESIZED (draft slots given back)", late_note),
+             "read-only: the draft-slot give-back changes capacity, rarely blocks (POOL_SNAPSHOT shows it);"
+             " a raise here is reported at ResourceManager.update_resources", late_note),
         Seam(module, m + "free_resources", "(self, request, pin_on_release=False)", late_commit,
              "BLOCKS_FREED", late_note),
     )

@@ -1,0 +1,99 @@
+"""Instrumentation cost on the engine model: instrumented vs plain replays of the same workload, in
+one run, side by side.
+
+For each scenario the engine and its workload are built first (trace parsing is not timed), then
+``executor.run`` is timed plainly and instrumented (recorder + pump + JSONL file, exactly what
+``kvscope replay --events`` does), alternating, ``--repeats`` times each.
+
+Three clocks, best (minimum) of the repeats, because the machine is shared and wall time is noisy:
+``engine CPU`` is the engine thread's CPU time (``time.thread_time``: what the hooks cost the engine
+itself), ``process CPU`` adds the pump thread that serialises events to the file
+(``time.process_time``), ``wall`` is elapsed time. Printed per scenario: each clock plain vs
+instrumented and the overhead as a fraction (target: <= 5 % of replay time), microseconds per engine
+iteration and per recorded event (engine CPU), and whether both summaries agree.
+Run: ``.venv/bin/python bench/bench_instrumentation.py [--repeats N] [SCENARIO ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kvscope.engine_model.replay import build_engine, resolve, summarize
+from kvscope.engines.model.session import EventFileSession
+
+DEFAULT_SCENARIOS = ("shared-prefix", "near-miss", "glm5-dsa", "qwen-hybrid-mtp")
+
+
+def _one(source: str, *, instrumented: bool, out_dir: Path) -> tuple[tuple[float, float, float], int, int, dict]:
+    base, build_workload, label = resolve(source)
+    parts = build_engine(base)
+    parts.workload = build_workload(base)
+    session = None
+    if instrumented:
+        session = EventFileSession(out_dir / f"{label}.jsonl", label=label)(parts)
+    gc.collect()
+    start = (time.thread_time(), time.process_time(), time.perf_counter())
+    try:
+        parts.executor.run(parts.workload, max_sim_seconds=base.max_sim_seconds)
+    finally:
+        if session is not None:
+            session.pump.flush()  # the file holds every event before the clocks stop
+        end = (time.thread_time(), time.process_time(), time.perf_counter())
+        if session is not None:
+            session.close()
+    elapsed = tuple(e - s for e, s in zip(end, start))
+    events = session.recorder.next_seq() if session is not None else 0
+    summary = summarize(parts, label, elapsed[2]).to_dict()
+    summary.pop("wall_seconds")
+    return elapsed, parts.executor.stats.num_iterations_run, events, summary
+
+
+def bench(source: str, repeats: int, out_dir: Path) -> dict:
+    plain, instr = [], []
+    events = iterations = 0
+    same = True
+    for _ in range(repeats):
+        t_p, iterations, _, s_p = _one(source, instrumented=False, out_dir=out_dir)
+        t_i, _, events, s_i = _one(source, instrumented=True, out_dir=out_dir)
+        plain.append(t_p)
+        instr.append(t_i)
+        same = same and s_p == s_i
+    p = [min(t[k] for t in plain) for k in range(3)]
+    i = [min(t[k] for t in instr) for k in range(3)]
+    return {"scenario": source, "plain": p, "instrumented": i,
+            "overhead": [(b - a) / a for a, b in zip(p, i)],
+            "us_per_iteration": (i[0] - p[0]) / max(iterations, 1) * 1e6,
+            "us_per_event": (i[0] - p[0]) / max(events, 1) * 1e6,
+            "iterations": iterations, "events": events, "same_summary": same}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [bench(s, args.repeats, Path(tmp)) for s in args.scenarios]
+    clocks = ("engine CPU", "process CPU", "wall")
+    print(f"{'scenario':<17}" + "".join(f"{c + ' plain/instr s (overhead)':>38}" for c in clocks)
+          + f"{'us/iter':>9}{'us/event':>9}{'iters':>7}{'events':>7}  same")
+    for r in rows:
+        cells = "".join(f"{r['plain'][k]:>14.3f}/{r['instrumented'][k]:<8.3f}({r['overhead'][k]:>+7.1%})   "
+                        for k in range(3))
+        print(f"{r['scenario']:<17}{cells}{r['us_per_iteration']:>9.1f}{r['us_per_event']:>9.2f}"
+              f"{r['iterations']:>7}{r['events']:>7}  {r['same_summary']}")
+    for k, clock in enumerate(clocks):
+        total_p = sum(r["plain"][k] for r in rows)
+        total_i = sum(r["instrumented"][k] for r in rows)
+        print(f"all scenarios, {clock}: plain {total_p:.3f} s, instrumented {total_i:.3f} s, "
+              f"overhead {(total_i - total_p) / total_p:+.1%} (target <= 5%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
