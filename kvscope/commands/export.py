@@ -74,6 +74,7 @@ def export_files(
     service_name: str | None = None,
     metric_interval_s: float = 1.0,
     shutdown_timeout_s: float = 5.0,
+    max_queue_size: int = 2048,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Replay each file into OTLP; returns the summary (see :meth:`OtelSink.summary`) summed over files.
@@ -95,6 +96,8 @@ def export_files(
             config,
             resource=kvscope_resource(meta, service_name=service_name),
             shutdown_timeout_s=shutdown_timeout_s,
+            max_queue_size=max_queue_size,
+            max_batch_size=min(512, max_queue_size),
         )
         sink = OtelSink(
             **pipeline.sink_options(),

@@ -194,10 +194,11 @@ class OtelStack:
     def prom_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['prom']}"
 
-    def phoenix_spans(self, limit: int = 1000) -> list[dict]:
-        r = requests.get(
-            f"{self.phoenix_url}/v1/projects/default/spans", params={"limit": limit}, timeout=5
-        )
+    def phoenix_spans(self, project: str = "default", limit: int = 1000) -> list[dict]:
+        url = f"{self.phoenix_url}/v1/projects/{project}/spans"
+        r = requests.get(url, params={"limit": limit}, timeout=5)
+        if r.status_code == 404:  # the project appears with its first span
+            return []
         r.raise_for_status()
         return r.json()["data"]
 
@@ -210,12 +211,13 @@ class OtelStack:
         r.raise_for_status()
         return r.json()["data"]["result"]
 
-    def vm_export(self, match: str) -> list[dict]:
+    def vm_export(self, match: str, start_s: float, end_s: float) -> list[dict]:
         """Raw samples (values with their own timestamps) of every series matching ``match``."""
         import json
 
         requests.get(f"{self.vm_url}/internal/force_flush", timeout=5)
-        r = requests.get(f"{self.vm_url}/api/v1/export", params={"match[]": match}, timeout=5)
+        params = {"match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        r = requests.get(f"{self.vm_url}/api/v1/export", params=params, timeout=5)
         r.raise_for_status()
         return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
@@ -223,6 +225,15 @@ class OtelStack:
         r = requests.get(f"{self.prom_url}/api/v1/query", params={"query": query}, timeout=5)
         r.raise_for_status()
         return r.json()["data"]["result"]
+
+    def diagnose(self) -> str:
+        """What the backends hold and the collector's last words (for assertion messages)."""
+        try:
+            projects = requests.get(f"{self.phoenix_url}/v1/projects", timeout=5).json()
+        except (requests.RequestException, ValueError) as e:
+            projects = repr(e)
+        tail = self.rotel_log_text()[-1500:]
+        return f"phoenix projects={projects}; rotel.log tail: {tail}"
 
     def rotel_log_text(self) -> str:
         return self.rotel_log.read_text(errors="replace") if self.rotel_log.exists() else ""
