@@ -7,7 +7,9 @@ the report is silent the choice is named as the model's own.
   max_num_tokens 8192, max_batch_size 64, max_seq_len 262144, tokens_per_block 64; one 60.51 GiB GPU
   budget split at 49,968 B/token (target) and 1,284 B/token (draft): about 1.27M tokens (19,807
   blocks) in each pool. Traffic: the Claude Code agentic traces, closed loop, 16-32 requests in
-  flight (model choice: 24), with the tools+system prefix shared across sessions.
+  flight (model choice: 24), with the tools+system prefix shared across sessions; the first 48
+  sessions of the seeded order (~3,100 requests; ``--set max_sessions=0`` replays without end,
+  recycling sessions under fresh namespaces).
 - ``shared-prefix``: the report's minimal reproduction on the glm5-dsa engine: many 100k+ token
   prompts sharing one long prefix at 16+ concurrency (synthetic).
 - ``qwen-hybrid-mtp``: hybrid Gated-DeltaNet/attention 27B, tp 2, MTP with 3 draft tokens, block
@@ -51,7 +53,7 @@ GLM5_DSA = EngineConfig(
     max_batch_size=64, max_num_tokens=8192, max_seq_len=262144, tokens_per_block=64,
     enable_block_reuse=True, enable_chunked_prefill=True, max_draft_len=1, pp_size=2, tp_size=4,
     max_gpu_total_bytes=int(60.51 * GIB), target_bytes_per_token=49968, draft_bytes_per_token=1284,
-    requests_in_flight=24, share_system_prefix=True,
+    requests_in_flight=24, share_system_prefix=True, max_sessions=48,
 )
 
 QWEN_HYBRID_MTP = EngineConfig(
