@@ -34,7 +34,7 @@ MAX_MESSAGE_CHARS = 512
 
 REQUEST_ATTRIBUTES_READ: tuple[str, ...] = (
     "py_request_id", "prompt_len", "max_new_tokens", "state", "context_current_position",
-    "context_chunk_size", "is_first_context_chunk", "py_draft_tokens", "max_beam_num_tokens",
+    "context_chunk_size", "py_draft_tokens", "max_beam_num_tokens",
 )
 """Every LlmRequest attribute the hooks read (checked against the source snapshots by a test).
 The model-only ``num_generated_tokens`` is preferred when present (the model has no beams)."""
@@ -216,7 +216,8 @@ class Binding:
             return
         role = role_of(manager)
         if after is None:
-            self.emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
+            if before[0]:
+                self.emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
             return
         nb1, cap1, active1, committed1 = after
         tpb = manager.tokens_per_block

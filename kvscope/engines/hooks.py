@@ -74,7 +74,10 @@ def _diff_request(name: str = "req", on_result: OnResult | None = None) -> Calla
 
 def _deferred_if_new(b: Binding, req: Any, pool: PoolRole, num_tokens: int, reason: str,
                      manager: Any = None) -> None:
-    if req.py_request_id not in b.admitted and req.is_first_context_chunk:
+    # "Not admitted yet" is the binding's own record (ADMITTED is emitted once, at the first chunk's
+    # admission); is_first_context_chunk is not used because after a prefix hit the cursor sits at
+    # the reused length, and only the real request compares it with the prepopulated length.
+    if req.py_request_id not in b.admitted:
         b.emit_once(EventKind.ADMISSION_DEFERRED, req.py_request_id, pool, 0, num_tokens, manager, reason)
 
 

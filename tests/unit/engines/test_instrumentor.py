@@ -144,3 +144,21 @@ def test_hook_failures_never_reach_the_engine_when_the_pool_reader_raises(make_e
     assert engine.stats.requests_completed == 1
     assert engine.is_healthy
     assert binding.hook_errors > 0
+
+
+def test_deferral_is_recorded_once_then_admission_when_the_target_pool_is_short(make_engine):
+    engine = make_engine(num_target_blocks=4, num_draft_blocks=16)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 3, (11, 12)))
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 3, (21, 22)))
+    for _ in range(5):
+        engine.step()
+    assert engine.stats.requests_completed == 2
+    rows = [(e.iteration, e.pool, e.kind, e.num_blocks, e.num_tokens) for e in rec.drain()
+            if e.request_id == 2 and e.kind in (K.RESIZE_FAILED, K.ADMISSION_DEFERRED, K.ADMITTED)]
+    assert rows == [
+        (0, T, K.RESIZE_FAILED, 2, 10),  # needs 3 blocks, 1 is free
+        (0, T, K.ADMISSION_DEFERRED, 0, 10),
+        (2, N, K.ADMITTED, 0, 0),
+    ]
