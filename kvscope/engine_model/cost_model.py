@@ -20,7 +20,7 @@ COST_SOURCES.md; this model has no TensorRT-LLM source of its own (the real engi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,7 @@ class CostModel:
     """Probability that the next draft position is accepted, given the previous one was."""
     max_draft_len: int
     """Draft tokens proposed per step (0: no speculation)."""
+    _expected_accepted: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
         for name in ("step_overhead_s", "prefill_s_per_token", "decode_s_per_request"):
@@ -46,6 +47,8 @@ class CostModel:
             raise ValueError(f"mtp_acceptance_rate must be in [0, 1], got {self.mtp_acceptance_rate}")
         if self.max_draft_len < 0:
             raise ValueError(f"max_draft_len must be >= 0, got {self.max_draft_len}")
+        p = self.mtp_acceptance_rate
+        object.__setattr__(self, "_expected_accepted", sum(p ** i for i in range(1, self.max_draft_len + 1)))
 
     @classmethod
     def from_config(cls, config: object) -> CostModel:
@@ -66,8 +69,7 @@ class CostModel:
     @property
     def expected_accepted_drafts(self) -> float:
         """Expected accepted draft tokens per generation step."""
-        p = self.mtp_acceptance_rate
-        return sum(p ** i for i in range(1, self.max_draft_len + 1))
+        return self._expected_accepted
 
     @property
     def expected_tokens_per_step(self) -> float:
@@ -81,7 +83,7 @@ class CostModel:
         """
         if num_steps < 0:
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-        end = phase + num_steps * self.expected_accepted_drafts
+        end = phase + num_steps * self._expected_accepted
         total = math.floor(end) - math.floor(phase)
         return total, end - math.floor(end)
 

@@ -26,6 +26,11 @@ response (counted failed), the engine shuts down (``is_shutdown``) and reports u
 from ``prepare_resources``, so neither is modelled here. Which ranks raised and which were killed
 comes from ``ranks.RankLayout``.
 
+Simplifications, documented: one micro-batch in flight (``inflight_request_ids`` stays empty; with PP
+the real ``_executor_loop_pp`` keeps pp_size micro-batches in flight and excludes their requests from
+scheduling); the cost model's step time stands for the whole pipeline. Rank placement of state and
+of the raise is ``ranks.RankLayout``'s job, not simulated rank by rank.
+
 Speed (simulated time must run >= 1000x faster than real time):
 - idle stretches: when nothing is active the clock jumps to the next arrival;
 - pure-decode stretches: when the last iteration was generation only, nothing waits for context,
@@ -298,16 +303,19 @@ class PyExecutorModel:
                 request.py_draft_tokens = [0] * max_draft_len
                 if request.num_generated_tokens >= request.output_len:
                     request.state = LlmRequestState.GENERATION_COMPLETE
+        accepted_drafts = self.cost_model.accepted_drafts
+        phases = self._acceptance_phase
         for request in batch.generation_requests:
-            proposed = request.num_draft_tokens
-            phase = self._acceptance_phase.get(request.py_request_id, 0.0)
-            accepted, phase = self.cost_model.accepted_drafts(phase, 1)
-            accepted = min(accepted, proposed)
-            self._acceptance_phase[request.py_request_id] = phase
+            proposed = len(request.py_draft_tokens)
+            accepted, phase = accepted_drafts(phases.get(request.py_request_id, 0.0), 1)
+            if accepted > proposed:
+                accepted = proposed
+            phases[request.py_request_id] = phase
             request.py_num_accepted_draft_tokens = accepted
             request.py_rewind_len = proposed - accepted
             request.num_generated_tokens = min(request.output_len, request.num_generated_tokens + 1 + accepted)
-            request.py_draft_tokens = [0] * max_draft_len
+            if proposed != max_draft_len:
+                request.py_draft_tokens = [0] * max_draft_len
             if request.num_generated_tokens >= request.output_len:
                 request.state = LlmRequestState.GENERATION_COMPLETE
 
