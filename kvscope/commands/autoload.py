@@ -67,7 +67,8 @@ class ProcessSession:
             "argv": list(sys.argv),
             "pools": self.binding.pool_meta,  # shared: filled as pools are discovered
         }
-        self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta)
+        self.closers: list = []
+        self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta, self.closers)
         self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)
         self._closed = False
 
@@ -76,6 +77,11 @@ class ProcessSession:
             return
         self._closed = True
         self.pump.shutdown()
+        for close in self.closers:
+            try:
+                close()
+            except Exception:
+                log.exception("kvscope: an exporter failed to shut down")
         from kvscope.engines.instrumentor import uninstrument
 
         uninstrument(self.kind)
@@ -89,7 +95,9 @@ def _engine_version(kind: str) -> str:
     return installed_version() or "unknown"
 
 
-def _make_sinks(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict) -> list:
+def _make_sinks(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
+                closers: list | None = None) -> list:
+    """Sinks named by KVSCOPE_SINKS; exporters that need a shutdown after the pump go to ``closers``."""
     from kvscope.recording import sink_for_path
 
     names = [s.strip() for s in env.get("KVSCOPE_SINKS", "jsonl").split(",") if s.strip()]
@@ -110,6 +118,8 @@ def _make_sinks(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta
 
             pipeline = OtlpPipeline(OtlpConfig.from_env(), resource=kvscope_resource(meta, rank=rank))
             sinks.append(OtelSink(**pipeline.sink_options()))
+            if closers is not None:
+                closers.append(pipeline.shutdown)
         else:
             print(f"kvscope-instrument: unknown sink {name!r} in KVSCOPE_SINKS; ignored", file=sys.stderr)
     return sinks

@@ -110,3 +110,23 @@ def test_missing_command_is_an_error_when_none_given():
                           timeout=60)
     assert done.returncode == 2
     assert "no command given" in done.stderr
+
+
+def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
+    from kvscope.commands.autoload import _make_sinks
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.recording import JsonlSink, ParquetSink
+
+    closers: list = []
+    endpoint = f"ipc://{tmp_path}/live.sock"
+    sinks = _make_sinks({"KVSCOPE_SINKS": "jsonl,parquet,zmq", "KVSCOPE_ZMQ_ENDPOINT": endpoint},
+                        tmp_path, 2, 99, {"engine": "engine_model"}, closers)
+    try:
+        assert [type(s) for s in sinks] == [JsonlSink, ParquetSink, ZmqPublisherSink]
+        assert sinks[0].path == tmp_path / "events-rank2-pid99.jsonl"
+        assert sinks[1].path == tmp_path / "events-rank2-pid99.parquet"
+        assert sinks[2].endpoint == endpoint
+        assert closers == []
+    finally:
+        for s in sinks:
+            s.shutdown()
