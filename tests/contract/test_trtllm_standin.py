@@ -1,0 +1,110 @@
+"""kvscope check and the instrumentor against an importable stand-in of TensorRT-LLM.
+
+TensorRT-LLM cannot be installed here. The stand-in package is generated from the signatures in the
+source snapshot (``snapshots/main-00746ef.json`` and ``main-0004396.json``: facts read from the real
+code), placed at the real module paths, with two deliberate drifts: ``resize_context`` gained a
+parameter and ``admit_mirror`` is gone. Everything runs in a child interpreter so the stand-in never
+leaks into other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SNAPSHOTS = Path(__file__).resolve().parents[2] / "kvscope" / "engines" / "trtllm" / "snapshots"
+MANAGER = "tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py"
+SCHEDULER = "tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py"
+RESOURCES = "tensorrt_llm/_torch/pyexecutor/resource_manager.py"
+
+
+def _methods() -> dict[str, dict[str, str]]:
+    by_class: dict[str, dict[str, str]] = {}
+    for name in ("main-0004396.json", "main-00746ef.json"):
+        for cls, data in json.loads((SNAPSHOTS / name).read_text())["classes"].items():
+            by_class.setdefault(cls, {}).update(data["methods"])
+    return by_class
+
+
+def _class_source(name: str, methods: dict[str, str]) -> str:
+    lines = [f"class {name}:"]
+    for method, sig in methods.items():
+        if sig == "property":
+            lines += ["    @property", f"    def {method}(self):", "        return False"]
+        else:
+            lines += [f"    def {method}{sig}:", "        return None"]
+    return "\n".join(lines) + "\n"
+
+
+def _standin(root: Path) -> None:
+    methods = _methods()
+    manager = dict(methods["KVCacheManagerV2"])
+    manager["resize_context"] = "(self, req, num_tokens, history_length=None)"
+    del manager["admit_mirror"]
+    files = {
+        "tensorrt_llm/__init__.py": '__version__ = "1.4.0rc1"\n',
+        "tensorrt_llm/_torch/__init__.py": "",
+        "tensorrt_llm/_torch/pyexecutor/__init__.py": "",
+        "tensorrt_llm/_torch/pyexecutor/kv_cache/__init__.py": "",
+        "tensorrt_llm/_torch/pyexecutor/scheduler/__init__.py": "",
+        MANAGER: _class_source("KVCacheManagerV2", manager),
+        SCHEDULER: _class_source("KVCacheV2Scheduler", methods["KVCacheV2Scheduler"]),
+        RESOURCES: _class_source("ResourceManager", methods["ResourceManager"]),
+    }
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _run(root: Path, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_check_names_each_drift_in_plain_words_when_an_engine_is_installed(tmp_path):
+    _standin(tmp_path)
+    done = _run(tmp_path, "from kvscope.cli import main; raise SystemExit(main(['check', '--json']))")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    trt = report["tensorrt_llm"]
+    assert (trt["installed"], trt["version"], trt["table"]) == (True, "1.4.0rc1", "main-00746ef")
+    bad = {r["seam"]: r["detail"] for r in trt["results"] if not r["ok"]}
+    assert bad == {
+        "KVCacheManagerV2.resize_context": "parameters changed: recorded (self, req, num_tokens) at 00746ef9, "
+                                           "found (self, req, num_tokens, history_length)",
+        "KVCacheManagerV2.admit_mirror": "method admit_mirror not found on KVCacheManagerV2",
+    }
+    assert report["engine_model"]["results"] and all(r["ok"] for r in report["engine_model"]["results"])
+
+
+def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_installed(tmp_path):
+    _standin(tmp_path)
+    done = _run(tmp_path, """
+        import warnings
+        from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
+        from kvscope.recording import Recorder
+        from tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 import KVCacheManagerV2
+        original = KVCacheManagerV2.prepare_context
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            instrument(recorder=Recorder(), engine=None)
+        inst = instrumentor_for("tensorrt_llm")
+        print(inst.version, len(inst.patched))
+        print(sorted(str(w.message) for w in caught))
+        print(KVCacheManagerV2.prepare_context is not original, KVCacheManagerV2.resize_context.__qualname__)
+        uninstrument()
+        print(KVCacheManagerV2.prepare_context is original)
+    """)
+    assert done.returncode == 0, done.stderr
+    version_line, warnings_line, wrapped_line, restored_line = done.stdout.splitlines()
+    assert version_line == "main-00746ef 16"  # 18 hooked seams in the table, two drifted ones skipped
+    assert "not wrapping KVCacheManagerV2.resize_context" in warnings_line
+    assert "not wrapping KVCacheManagerV2.admit_mirror" in warnings_line
+    assert wrapped_line == "True KVCacheManagerV2.resize_context"
+    assert restored_line == "True"
