@@ -74,28 +74,26 @@ class KVCacheManagerCoreModel:
         self.num_committed_blocks_total = 0
 
     # ---- caches ---------------------------------------------------------------------------------
-    def _match(self, reuse_scope: ReuseScope, input_tokens: ReuseInputModel | None,
-               memo: dict | None = None):
+    def _match(self, reuse_scope: ReuseScope, input_tokens: ReuseInputModel | None, memo: dict | None = None):
+        """``(path, num_reused_tokens, num_claim_blocks)`` for the offered tokens.
+
+        ``memo`` (model-only speed-up, per request): a walk is reused while the tree's version is
+        unchanged, so the several probes of one scheduling pass walk the tree once.
+        """
         if input_tokens is None or input_tokens.num_tokens <= 0:
-            return [], 0
+            return [], 0, 0
         tpb = self.tokens_per_block
-        max_blocks = input_tokens.num_tokens // tpb
         tree = self.tree
-        if memo is None:
-            matched = tree.match(reuse_scope, input_tokens.block_keys, max_blocks)
+        max_blocks = input_tokens.num_tokens // tpb
+        cached = memo.get(id(self)) if memo is not None else None
+        if cached is not None and cached[0] == tree.version and cached[1] == max_blocks and cached[2] == reuse_scope:
+            path, num_blocks = cached[3], cached[4]
         else:
-            # Model-only speed-up: a per-request memo of the full-prompt match, revalidated and
-            # extended by the tree (O(log n + new blocks)) instead of re-walked from the root.
-            entry = memo.get(id(self))
-            if entry is None or entry[1] != reuse_scope:
-                entry = ([], reuse_scope)
-                memo[id(self)] = entry
-            matched = tree.extend_match(reuse_scope, input_tokens.block_keys, len(input_tokens.block_keys),
-                                        entry[0])
-            if len(matched) > max_blocks:
-                matched = matched[:max_blocks]
-        num_reused = max(len(matched) * tpb - self.reuse_match_backoff, 0)
-        return matched[: -(-num_reused // tpb)] if num_reused else [], num_reused
+            path, num_blocks = tree.match(reuse_scope, input_tokens.block_keys, max_blocks)
+            if memo is not None:
+                memo[id(self)] = (tree.version, max_blocks, reuse_scope, path, num_blocks)
+        num_reused = max(num_blocks * tpb - self.reuse_match_backoff, 0)
+        return path, num_reused, -(-num_reused // tpb)
 
     def create_kv_cache(self, reuse_scope: ReuseScope | None = None,
                         input_tokens: ReuseInputModel | None = None, *, id: int | None = None,
@@ -103,16 +101,25 @@ class KVCacheManagerCoreModel:
                         match_memo: dict | None = None) -> _KVCacheModel:
         """Create a SUSPENDED cache holding the blocks matched for ``input_tokens`` (None: no match).
 
-        Internal updates: matched blocks gain a reference (they leave the DROPPABLE queue); the reuse
-        counters grow by the matched and missed full blocks of the offered tokens.
+        Internal updates: the matched runs gain a hold (they leave the DROPPABLE queue; a run is split
+        where the claim ends inside it); the reuse counters grow by the matched and missed full blocks.
         """
         scope = reuse_scope if reuse_scope is not None else ReuseScope()
-        matched, num_reused = self._match(scope, input_tokens, match_memo)
+        path, num_reused, num_claim = self._match(scope, input_tokens, match_memo)
+        last_run = None
+        remaining = num_claim
+        for run, _ in path:
+            if remaining <= 0:
+                break
+            if remaining < len(run.keys):
+                run = self.pool.split_keep_tail(run, remaining)
+            remaining -= len(run.keys)
+            last_run = run
         if input_tokens is not None:
             num_offered_blocks = input_tokens.num_tokens // self.tokens_per_block
-            self.num_reused_blocks += len(matched)
-            self.num_missed_blocks += max(num_offered_blocks - len(matched), 0)
-        return _KVCacheModel(self, scope, matched, num_reused, id)
+            self.num_reused_blocks += num_claim
+            self.num_missed_blocks += max(num_offered_blocks - num_claim, 0)
+        return _KVCacheModel(self, scope, last_run, num_claim, num_reused, id)
 
     def probe_reuse(self, reuse_scope: ReuseScope | None, input_tokens: ReuseInputModel,
                     match_memo: dict | None = None) -> int:
@@ -121,7 +128,13 @@ class KVCacheManagerCoreModel:
         return self._match(scope, input_tokens, match_memo)[1]
 
     def clear_reusable_blocks(self) -> int:
-        return self.tree.clear_unreferenced(self.pool)
+        """Drop every unreferenced committed run. Returns the number of blocks dropped."""
+        before = len(self.tree)
+        for run in self.tree.all_runs():
+            if run.num_refs == 0 and run.level != BlockLevel.DROPPED and (
+                    run.parent is None or run.parent.num_refs > 0):
+                self.pool.drop_unreferenced_run(run)
+        return before - len(self.tree)
 
     # ---- statistics -----------------------------------------------------------------------------
     @property

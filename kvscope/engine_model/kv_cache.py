@@ -14,13 +14,14 @@ Stands for ``tensorrt_llm/runtime/kv_cache_manager_v2/_core/_kv_cache.py`` @
   GPU (host-resident pages, plus one private copy of a partially reused last block on the first
   resume) cannot be allocated;
 - ``suspend()``: pages become HELD (evictable to the host tier if one exists);
-- ``commit(...)``: full blocks are published to the radix tree; a block already there is adopted
-  instead ("rebasing": our private page is released and the existing page locked);
+- ``commit(...)``: full blocks are published to the radix tree; blocks already there are adopted
+  instead ("rebasing": our private pages are released and the existing pages locked);
   ``stop_committing()`` ends publishing (USER_STOP); ``close()`` releases everything, tail block first,
   so tail blocks are evicted first.
 
-Model simplifications: pages are counted, not addressed (committed blocks are objects; private pages
-are two integers, on GPU and on host); ``stop_committing`` does not publish the trailing partial block
+Model simplifications: pages are counted, not addressed (committed blocks are runs of the radix
+tree, held along the path from the root to ``_last_run``; private pages are two integers, on GPU
+and on host); ``stop_committing`` does not publish the trailing partial block
 (partial matches are not modelled, see ``radix_tree``); beam width is 1; no SWA / SSM life cycles.
 """
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from .block_pool import HeldSegment
 from .errors import LogicError
-from .radix_tree import Block, BlockLevel, ReuseScope
+from .radix_tree import BlockLevel, ReuseScope, Run
 
 if TYPE_CHECKING:
     from .core_manager import KVCacheManagerCoreModel
@@ -59,18 +60,18 @@ class _KVCacheModel:
 
     Layout of its blocks (ordinal order)::
 
-        | committed blocks (tree nodes, maybe shared) | private pages (GPU ... / host ...) |
-        0                                   len(self._committed)              num_blocks
+        | committed blocks: runs root..last_run (maybe shared) | private pages (GPU ... / host ...) |
+        0                                    num_committed_blocks                         num_blocks
     """
 
     __slots__ = (
         "id", "_manager", "_reuse_scope", "_status", "_capacity", "_history_length",
-        "_num_committed_tokens", "_commit_state", "_committed", "_num_private_gpu",
-        "_num_private_host", "_segment", "_never_resumed", "_partial_reuse",
+        "_num_committed_tokens", "_commit_state", "_last_run", "_num_committed_blocks",
+        "_num_private_gpu", "_num_private_host", "_segment", "_never_resumed", "_partial_reuse",
     )
 
-    def __init__(self, manager: KVCacheManagerCoreModel, reuse_scope: ReuseScope,
-                 matched: list[Block], num_reused_tokens: int, id: int | None) -> None:
+    def __init__(self, manager: KVCacheManagerCoreModel, reuse_scope: ReuseScope, last_run: Run | None,
+                 num_matched_blocks: int, num_reused_tokens: int, id: int | None) -> None:
         self.id = id
         self._manager = manager
         self._reuse_scope = reuse_scope
@@ -79,7 +80,8 @@ class _KVCacheModel:
         self._history_length = num_reused_tokens
         self._num_committed_tokens = num_reused_tokens
         self._commit_state = CommitState.ALLOWED
-        self._committed: list[Block] = matched
+        self._last_run = last_run
+        self._num_committed_blocks = num_matched_blocks
         self._num_private_gpu = 0
         self._num_private_host = 0
         self._segment: HeldSegment | None = None
@@ -87,8 +89,17 @@ class _KVCacheModel:
         # The reuse backoff can end the match inside the last block: that block is copied into a
         # private page on the first resume (real: deferred copy of a partial block).
         self._partial_reuse = num_reused_tokens % manager.tokens_per_block != 0
-        manager.pool.pin_blocks(matched)
+        manager.pool.pin_runs(self._path())
         manager._num_live_caches += 1
+
+    def _path(self) -> list[Run]:
+        """Held runs, deepest first (the release order: a leaf before its parent)."""
+        path = []
+        run = self._last_run
+        while run is not None:
+            path.append(run)
+            run = run.parent
+        return path
 
     # ---- lengths --------------------------------------------------------------------------------
     @property
@@ -109,11 +120,11 @@ class _KVCacheModel:
 
     @property
     def num_blocks(self) -> int:
-        return len(self._committed) + self._num_private_gpu + self._num_private_host
+        return self._num_committed_blocks + self._num_private_gpu + self._num_private_host
 
     @property
     def num_committed_blocks(self) -> int:
-        return len(self._committed)
+        return self._num_committed_blocks
 
     @property
     def status(self) -> CacheStatus:
@@ -190,30 +201,43 @@ class _KVCacheModel:
         assert self._history_length <= self._capacity, "committed past capacity"
         if self._commit_state == CommitState.VIRTUAL_STOP:
             return
-        tpb = self._manager.tokens_per_block
-        tree = self._manager.tree
-        pool = self._manager.pool
-        for ordinal in range(len(self._committed), self._num_committed_tokens // tpb):
-            if ordinal >= len(block_keys):
-                self._commit_state = CommitState.VIRTUAL_STOP
-                return
-            parent = self._committed[-1] if self._committed else None
-            block, is_new = tree.add_or_get_existing(self._reuse_scope, block_keys[ordinal], parent)
-            # Our first private page (GPU, we are ACTIVE) backs this ordinal. A new block takes that
-            # page; an existing one replaces it ("rebasing"): ours is freed, theirs locked.
-            if not is_new:
-                pool.release_gpu(1)
-                if not pool.lock_block_to_gpu(block):  # pragma: no cover - a slot was just freed
-                    raise AssertionError("rebase could not lock the existing block")
-            self._num_private_gpu -= 1
-            if is_new:
-                block.num_refs = block.num_active_refs = 1  # our locked page, not evictable
+        manager = self._manager
+        tree, pool = manager.tree, manager.pool
+        end = self._num_committed_tokens // manager.tokens_per_block
+        if end > len(block_keys):
+            end = len(block_keys)
+            self._commit_state = CommitState.VIRTUAL_STOP
+        pos = self._num_committed_blocks
+        while pos < end:
+            parent = self._last_run
+            siblings = tree.children_of(self._reuse_scope, parent)
+            existing = siblings.get(block_keys[pos])
+            if existing is not None:
+                # Another cache committed this prefix first: adopt its pages ("rebasing").
+                n = len(existing.keys)
+                if pos + n > end or existing.keys != block_keys[pos:pos + n]:
+                    n = _common_prefix(existing.keys, block_keys[pos:end])
+                    existing = pool.split_keep_tail(existing, n)
+                pool.pin_runs([existing])
+                pool.set_runs_active([existing], True)
+                pool.release_gpu(n)  # our private pages for these blocks
+                if not pool.lock_runs_to_gpu([existing]):  # pragma: no cover - slots just freed
+                    raise AssertionError("rebase could not lock the existing run")
+                self._last_run = existing
             else:
-                pool.pin_blocks([block])
-                pool.set_blocks_active([block], True)
-            self._committed.append(block)
-            if is_new:
-                self._manager.num_committed_blocks_total += 1
+                n = end - pos
+                keys = list(block_keys[pos:end])
+                if parent is not None and parent.num_refs == 1 and not parent.children \
+                        and parent.level == BlockLevel.GPU:
+                    tree.extend(parent, keys)  # our exclusive leaf grows in place
+                else:
+                    run = tree.add(self._reuse_scope, keys, parent)
+                    run.num_refs = run.num_active_refs = 1  # our locked pages, not evictable
+                    self._last_run = run
+                manager.num_committed_blocks_total += n
+            self._num_private_gpu -= n
+            self._num_committed_blocks += n
+            pos += n
 
     def stop_committing(self) -> None:
         """Never publish again (real USER_STOP). Idempotent."""
@@ -225,7 +249,7 @@ class _KVCacheModel:
         """Let the pool move this cache's pages off the GPU (only with a host tier)."""
         assert self._status == CacheStatus.ACTIVE, "suspend needs an ACTIVE cache"
         pool = self._manager.pool
-        pool.set_blocks_active(self._committed, False)
+        pool.set_runs_active(self._path(), False)
         self._segment = HeldSegment(self, self._num_private_gpu)
         pool.add_held_segment(self._segment)
         self._status = CacheStatus.SUSPENDED
@@ -240,37 +264,33 @@ class _KVCacheModel:
             return False
         if self._segment is not None:
             pool.remove_held_segment(self._segment)
-        pool.set_blocks_active(self._committed, True)
-        num_host_blocks = 0
-        if self._num_host_committed_hint():
-            num_host_blocks = sum(1 for block in self._committed if block.level == BlockLevel.HOST)
-        partial_copy = 1 if (self._never_resumed and self._partial_reuse and self._committed) else 0
-        if not pool.allocate_gpu(num_host_blocks + self._num_private_host + partial_copy):
-            pool.set_blocks_active(self._committed, False)
+        path = self._path()
+        pool.set_runs_active(path, True)
+        partial_copy = 1 if (self._never_resumed and self._partial_reuse and path) else 0
+        extra = self._num_private_host + partial_copy
+        if not pool.lock_runs_to_gpu(path) or not pool.allocate_gpu(extra):
+            pool.set_runs_active(path, False)
             if self._segment is not None:
                 pool.add_held_segment(self._segment)
             return False
-        if num_host_blocks:
-            for block in self._committed:
-                if block.level == BlockLevel.HOST:
-                    block.level = BlockLevel.GPU
-            pool.release_host(num_host_blocks)
         if self._num_private_host:
             pool.release_host(self._num_private_host)
             self._num_private_gpu += self._num_private_host
             self._num_private_host = 0
         if partial_copy:
-            pool.unpin_blocks([self._committed.pop()], was_active=True)
+            last = path[0]
+            if len(last.keys) > 1:
+                self._last_run = pool.split_keep_tail(last, len(last.keys) - 1)
+            else:
+                self._last_run = last.parent
+            pool.unpin_runs([last], was_active=True)
+            self._num_committed_blocks -= 1
             self._num_private_gpu += 1
         self._segment = None
         self._never_resumed = False
         self._status = CacheStatus.ACTIVE
         manager._num_active_caches += 1
         return True
-
-    def _num_host_committed_hint(self) -> bool:
-        """Cheap check: can any of our committed blocks be on the host? (only with a host tier)"""
-        return self._manager.pool.has_host_tier and bool(self._committed)
 
     def _on_private_pages_evicted(self, num_blocks: int) -> None:
         """Pool callback: ``num_blocks`` of our HELD private pages moved to the host tier."""
@@ -291,10 +311,11 @@ class _KVCacheModel:
         pool.release_gpu(self._num_private_gpu)
         pool.release_host(self._num_private_host)
         self._num_private_gpu = self._num_private_host = 0
-        # NOTE: released tail first so the tail block joins the LRU queue first and is evicted
-        # before the prefix it extends (a leaf before its parent).
-        pool.unpin_blocks(reversed(self._committed), was_active)
-        self._committed = []
+        # NOTE: released deepest run first so it joins the LRU queue first and is evicted before the
+        # prefix it extends (a leaf before its parent); within a run eviction takes the tail first.
+        pool.unpin_runs(self._path(), was_active)
+        self._last_run = None
+        self._num_committed_blocks = 0
         self._commit_state = CommitState.USER_STOP
         if was_active:
             manager._num_active_caches -= 1
@@ -305,5 +326,13 @@ class _KVCacheModel:
         return (
             f"_KVCacheModel(id={self.id}, {self._status.value}, cap={self._capacity}, "
             f"hist={self._history_length}, committed={self._num_committed_tokens}, "
-            f"blocks={len(self._committed)}+{self._num_private_gpu}g+{self._num_private_host}h)"
+            f"blocks={self._num_committed_blocks}+{self._num_private_gpu}g+{self._num_private_host}h)"
         )
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

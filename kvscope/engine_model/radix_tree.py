@@ -9,29 +9,23 @@ behaviour cross-checked against ``_core/_kv_cache.py`` @ 00f6bd61f297eaefd98fcab
 - only committed (full) blocks are matchable, and a match walks from the root block by block and
   stops at the first miss;
 - committing a block whose key is already in the tree does not add a second node (``UselessBlockError``
-  in the real code): the existing node is returned and the committing cache may rebase onto it.
+  in the real code): the committing cache adopts the existing one ("rebasing").
 
-Model simplifications (documented, not hidden):
+Model representation (for speed, same behaviour): the real tree has one node per block; the model
+stores runs of consecutive blocks in one ``Run`` node (a compressed radix tree, as SGLang's
+``RadixCache`` does with token spans). A run is split whenever a hold, a divergence or an eviction
+falls inside it, so every run is uniform: all its blocks have the same holders and the same cache
+level. Walking, holding and releasing cost O(runs on the path); committing a chunk appends keys.
 
-- The workload supplies the chained keys already (``LlmRequestModel.block_keys``); the tree never sees
-  tokens, so partial-block matches (at most 32 children, partial reuse) are not modelled: a match is
-  always a whole number of full blocks.
-- Nodes are kept in one dict per scope keyed by the chained key; since keys are chained, a dict lookup
-  per block is the same walk the real tree does. Dropping a node drops its subtree, as the real tree
-  does for full-attention blocks (its descendants can no longer be reached); it only happens to
-  unreferenced blocks, whose descendants are unreferenced too.
-
-Per-block work happens only for blocks a call touches; nothing here scans the tree.
+Model simplifications (documented, not hidden): the workload supplies the chained keys
+(``LlmRequestModel.block_keys``), so partial-block matches are not modelled; dropping a run drops
+its subtree (its descendants can no longer be reached), which only happens to unreferenced runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .block_pool import BlockPoolModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,133 +37,191 @@ class ReuseScope:
 
 
 class BlockLevel:
-    """Where a committed block's page lives (cache level, real ``GPU_LEVEL`` = 0)."""
+    """Where a run's pages live (cache level, real ``GPU_LEVEL`` = 0)."""
 
     GPU = 0
     HOST = 1
     DROPPED = -1
 
 
-class Block:
-    """One committed block: a node of the radix tree and the page that backs it.
+class Run:
+    """Consecutive committed blocks with the same holders and level: a compressed radix-tree node.
 
     Attributes:
-        key: chained key of the block (names the whole prefix).
-        scope: reuse scope the block belongs to.
-        num_refs: caches that hold this block (active or suspended).
-        num_active_refs: ACTIVE caches that hold it (page locked on the GPU while > 0).
-        level: ``BlockLevel`` of its page.
+        keys: chained keys of the run's blocks, in order (``len(keys)`` blocks).
+        scope: reuse scope.
+        parent: the run holding the blocks just before ``keys[0]`` (None: a root child).
+        children: first key -> child run.
+        num_refs: caches that hold these blocks (active or suspended).
+        num_active_refs: ACTIVE caches that hold them (pages locked on the GPU while > 0).
+        level: ``BlockLevel`` of the pages.
+        in_queue: filed in one of the pool's eviction queues.
     """
 
-    __slots__ = ("key", "scope", "num_refs", "num_active_refs", "level", "parent", "children",
+    __slots__ = ("keys", "scope", "parent", "children", "num_refs", "num_active_refs", "level",
                  "in_queue")
 
-    def __init__(self, key: int, scope: ReuseScope, parent: Block | None = None) -> None:
-        self.key = key
+    def __init__(self, keys: list[int], scope: ReuseScope, parent: Run | None) -> None:
+        self.keys = keys
         self.scope = scope
+        self.parent = parent
+        self.children: dict[int, Run] = {}
         self.num_refs = 0
         self.num_active_refs = 0
         self.level = BlockLevel.GPU
-        self.parent = parent
-        self.children: set[Block] = set()
-        self.in_queue = False  # model bookkeeping: filed in the pool's GPU or host queue
-        if parent is not None:
-            parent.children.add(self)
+        self.in_queue = False
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
     def __repr__(self) -> str:
-        return (
-            f"Block(key={self.key}, refs={self.num_refs}, active={self.num_active_refs}, "
-            f"level={self.level})"
-        )
+        return (f"Run(keys={self.keys[0]}..{self.keys[-1]} x{len(self.keys)}, refs={self.num_refs}, "
+                f"active={self.num_active_refs}, level={self.level})")
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
 
 
 class BlockRadixTreeModel:
-    """Committed blocks per scope by chained key, plus the prefix walk used by matching and probing."""
+    """Runs of committed blocks per scope, plus the prefix walk used by matching and probing."""
 
     def __init__(self) -> None:
-        self._scope_to_blocks: dict[ReuseScope, dict[int, Block]] = {}
-        # Bumped on every removal: a match computed at the same value can only have grown since.
-        self.num_removals = 0
+        self._scope_to_roots: dict[ReuseScope, dict[int, Run]] = {}
+        self.num_blocks = 0
+        # Bumped by every structural change (add, extend, split, drop): a match computed at the same
+        # version is still exact.
+        self.version = 0
 
     def __len__(self) -> int:
-        return sum(len(blocks) for blocks in self._scope_to_blocks.values())
+        return self.num_blocks
 
-    def match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int) -> list[Block]:
-        """Longest run of committed blocks for ``keys[:max_blocks]``, walking from the root.
+    def children_of(self, scope: ReuseScope, run: Run | None) -> dict[int, Run]:
+        if run is not None:
+            return run.children
+        roots = self._scope_to_roots.get(scope)
+        if roots is None:
+            roots = self._scope_to_roots[scope] = {}
+        return roots
 
-        Args:
-            scope: reuse namespace.
-            keys: chained keys of the sequence's full blocks.
-            max_blocks: most blocks the caller may use (evidence length // tokens_per_block).
+    def match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int) -> tuple[list[tuple[Run, int]], int]:
+        """Longest committed prefix of ``keys[:max_blocks]``, walking from the root.
 
         Returns:
-            The matched blocks in order (possibly empty). Read-only: claims nothing.
+            ``(path, num_blocks)``: the runs walked with how many of their blocks matched (only the
+            last may be partial), and the matched block count. Read-only: claims nothing.
         """
-        return self.extend_match(scope, keys, max_blocks, [])
-
-    def extend_match(self, scope: ReuseScope, keys: Sequence[int], max_blocks: int,
-                     matched: list[Block]) -> list[Block]:
-        """Revalidate and continue a previous match of the same ``keys``.
-
-        Dropped blocks always form a suffix of a match (a drop takes the subtree), so the still valid
-        part is found by binary search, then the walk continues. Internal updates: ``matched`` is
-        truncated/extended in place and returned. Costs O(log n + new blocks).
-        """
-        if matched and matched[-1].level == BlockLevel.DROPPED:
-            lo, hi = 0, len(matched) - 1  # first dropped index is in [lo, hi]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if matched[mid].level == BlockLevel.DROPPED:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            del matched[lo:]
-        lookup = self._scope_to_blocks.get(scope, {}).get
-        for i in range(len(matched), min(max_blocks, len(keys))):
-            block = lookup(keys[i])
-            if block is None:
+        limit = max_blocks if max_blocks < len(keys) else len(keys)
+        children = self._scope_to_roots.get(scope)
+        path: list[tuple[Run, int]] = []
+        pos = 0
+        while pos < limit and children:
+            run = children.get(keys[pos])
+            if run is None:
                 break
-            matched.append(block)
-        return matched
+            run_keys = run.keys
+            run_len = len(run_keys)
+            end = pos + run_len
+            if end <= limit and run_keys == keys[pos:end]:
+                n = run_len
+            else:
+                n = _common_prefix(run_keys, keys[pos:end if end <= limit else limit])
+            path.append((run, n))
+            pos += n
+            if n < run_len:
+                break
+            children = run.children
+        return path, pos
 
-    def get(self, scope: ReuseScope, key: int) -> Block | None:
-        return self._scope_to_blocks.get(scope, {}).get(key)
+    def add(self, scope: ReuseScope, keys: list[int], parent: Run | None) -> Run:
+        """New run of freshly committed blocks under ``parent`` (its first key must be new there)."""
+        run = Run(keys, scope, parent)
+        self.children_of(scope, parent)[keys[0]] = run
+        self.num_blocks += len(keys)
+        self.version += 1
+        return run
 
-    def add_or_get_existing(self, scope: ReuseScope, key: int, parent: Block | None = None) -> tuple[Block, bool]:
-        """Insert a committed block under ``parent``, or return the node already there.
+    def extend(self, run: Run, keys: list[int]) -> None:
+        """Append freshly committed blocks to a leaf run that only its committer holds."""
+        run.keys.extend(keys)
+        self.num_blocks += len(keys)
+        self.version += 1
 
-        Returns:
-            ``(block, is_new)``; ``is_new`` False means another cache committed the same prefix first.
+    def split_keep_tail(self, run: Run, num_head: int) -> Run:
+        """Split ``run`` after ``num_head`` blocks; a NEW head run is inserted above it.
+
+        The existing object keeps the tail (so pointers to it from holders and children stay valid);
+        holders of ``run`` hold both parts. Returns the head. O(len(run)).
         """
-        blocks = self._scope_to_blocks.get(scope)
-        if blocks is None:
-            blocks = self._scope_to_blocks[scope] = {}
-        existing = blocks.get(key)
-        if existing is not None:
-            return existing, False
-        block = Block(key, scope, parent)
-        blocks[key] = block
-        return block, True
+        self.version += 1
+        head = Run(run.keys[:num_head], run.scope, run.parent)
+        head.num_refs, head.num_active_refs, head.level = run.num_refs, run.num_active_refs, run.level
+        self.children_of(run.scope, run.parent)[head.keys[0]] = head
+        run.keys = run.keys[num_head:]
+        run.parent = head
+        head.children[run.keys[0]] = run
+        return head
 
-    def detach(self, block: Block) -> None:
-        """Forget one node (its page is gone). The caller handles its subtree and its slot."""
-        blocks = self._scope_to_blocks.get(block.scope)
-        if blocks is not None and blocks.get(block.key) is block:
-            del blocks[block.key]
-        self.num_removals += 1
-        block.level = BlockLevel.DROPPED
-        parent = block.parent
-        if parent is not None and parent.level != BlockLevel.DROPPED:
-            parent.children.discard(block)
-        block.parent = None
+    def split_keep_head(self, run: Run, num_head: int) -> Run:
+        """Split ``run`` after ``num_head`` blocks; a NEW tail run (with run's children) goes below.
 
-    def all_blocks(self) -> list[Block]:
-        return [b for blocks in self._scope_to_blocks.values() for b in blocks.values()]
+        Returns the tail. Used by eviction, which takes blocks from a run's tail.
+        """
+        self.version += 1
+        tail = Run(run.keys[num_head:], run.scope, run)
+        tail.num_refs, tail.num_active_refs, tail.level = run.num_refs, run.num_active_refs, run.level
+        run.keys = run.keys[:num_head]
+        tail.children = run.children
+        for child in tail.children.values():
+            child.parent = tail
+        run.children = {tail.keys[0]: tail}
+        return tail
 
-    def clear_unreferenced(self, pool: BlockPoolModel) -> int:
-        """Drop every unreferenced block (``clear_reusable_blocks``). Returns how many were dropped."""
-        before = len(self)
-        for block in self.all_blocks():
-            if block.num_refs == 0 and block.level != BlockLevel.DROPPED:
-                pool.drop_unreferenced_block(block)
-        return before - len(self)
+    def merge_parent_into(self, run: Run) -> Run:
+        """Fold ``run``'s parent (whose only child is ``run``) into ``run``; returns the parent.
+
+        Callers check that both have the same holders and level, so no cache points at the parent.
+        """
+        parent = run.parent
+        assert parent is not None and len(parent.children) == 1
+        run.keys = parent.keys + run.keys
+        run.parent = parent.parent
+        self.children_of(run.scope, run.parent)[run.keys[0]] = run
+        parent.children = {}
+        parent.level = BlockLevel.DROPPED
+        parent.parent = None
+        self.version += 1
+        return parent
+
+    def detach(self, run: Run) -> None:
+        """Forget one run (its pages are gone). The caller handles its subtree and slots."""
+        siblings = self.children_of(run.scope, run.parent) if (
+            run.parent is None or run.parent.level != BlockLevel.DROPPED) else {}
+        if siblings.get(run.keys[0]) is run:
+            del siblings[run.keys[0]]
+        self.num_blocks -= len(run.keys)
+        self.version += 1
+        run.level = BlockLevel.DROPPED
+        run.parent = None
+
+    def all_runs(self) -> list[Run]:
+        out: list[Run] = []
+        stack = [r for roots in self._scope_to_roots.values() for r in roots.values()]
+        while stack:
+            run = stack.pop()
+            out.append(run)
+            stack.extend(run.children.values())
+        return out
+
+    def get(self, scope: ReuseScope, key: int) -> Run | None:
+        """The run holding block ``key`` (test helper, O(tree))."""
+        for run in self.all_runs():
+            if run.scope == scope and key in run.keys:
+                return run
+        return None

@@ -95,7 +95,7 @@ class LlmRequestModel:
         self.py_rewind_len = 0
         self.py_is_dummy = False
         self.is_dummy = False
-        # Model-only: per-manager memo of the radix match (see core_manager._match).
+        # Model-only: per-pool memo of the last radix walk (see core_manager._match).
         self.py_reuse_probe_memo: dict = {}
 
     # --- state predicates (real names) ---------------------------------------------------------
