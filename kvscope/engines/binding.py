@@ -242,6 +242,17 @@ class Binding:
         if active0 and not active1:
             self.emit(EventKind.SUSPENDED, rid, role, nb0, cap1, manager=manager)
 
+    def shortfall(self, manager: Any, rid: int, asked_tokens: int) -> int:
+        """Blocks missing for request ``rid`` to hold ``asked_tokens`` (0 when the pool state is not
+        read per event)."""
+        if not self.state_every:
+            return 0
+        cache = manager.kv_cache_map.get(rid)
+        held = cache.num_blocks if cache is not None else 0
+        need = -(-asked_tokens // manager.tokens_per_block) - held
+        _, free, evictable, _ = self.reader.state(manager)
+        return max(need - max(free, 0) - max(evictable, 0), 0)
+
     def emit_once(self, kind: EventKind, rid: int, pool: PoolRole, num_blocks: int, num_tokens: int,
                   manager: Any = None, reason: str = "") -> None:
         """Emit the first of a streak of identical refusals (a pending request retries every

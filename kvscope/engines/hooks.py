@@ -94,7 +94,7 @@ def _on_context_resize(b, m, req, args, kwargs, result, before) -> None:
     b.failed_pool = role
     num_tokens = _second(args, kwargs, "num_tokens")
     asked = req.context_current_position + num_tokens + getattr(m, "num_extra_kv_tokens", 0)
-    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b_shortfall(b, m, req, asked), asked, m)
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
 
 
 def _on_generation(b, m, req, args, kwargs, result, before) -> None:
@@ -104,7 +104,7 @@ def _on_generation(b, m, req, args, kwargs, result, before) -> None:
     b.failed_pool = role
     # A failed resize leaves the capacity as it was: ask = capacity + 1 + draft slots.
     asked = (before[1] if before else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
-    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b_shortfall(b, m, req, asked), asked, m)
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
 
 
 def _on_resume(b, m, req, args, kwargs, result, before) -> None:
@@ -120,17 +120,6 @@ def _on_admit_mirror(b, m, req, args, kwargs, result, before) -> None:
     why = "draft mirror resume refused" if req.py_request_id in m.kv_cache_map else "no IndexMapper slot for the mirror"
     b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, PoolRole.DRAFT, 0, 0, m, why)
     _deferred_if_new(b, req, PoolRole.DRAFT, 0, why, m)
-
-
-def b_shortfall(b: Binding, m: Any, req: Any, asked_tokens: int) -> int:
-    """Blocks missing for ``asked_tokens`` (0 when the pool state is not read per event)."""
-    if not b.state_every:
-        return 0
-    cache = m.kv_cache_map.get(req.py_request_id)
-    held = cache.num_blocks if cache is not None else 0
-    need = -(-asked_tokens // m.tokens_per_block) - held
-    _, free, evictable, _ = b.reader.state(m)
-    return max(need - max(free, 0) - max(evictable, 0), 0)
 
 
 def _on_false(on_result: OnResult) -> Callable[[Binding], Wrapper]:
@@ -236,12 +225,8 @@ def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
                cache.capacity if cache else 0, manager=manager, reason=message[:512])
     elif "resize" in lowered:
         asked = parse_asked_tokens(message)
-        cache = manager.kv_cache_map.get(rid)
-        short = 0
-        if cache is not None and b.state_every:
-            _, free, evictable, _ = b.reader.state(manager)
-            short = max(-(-asked // manager.tokens_per_block) - cache.num_blocks - max(free, 0) - max(evictable, 0), 0)
-        b.emit(EventKind.RESIZE_FAILED, rid, role, short, asked, manager=manager, reason=message[:512])
+        b.emit(EventKind.RESIZE_FAILED, rid, role, b.shortfall(manager, rid, asked), asked, manager=manager,
+               reason=message[:512])
 
 
 # ---- scheduler -----------------------------------------------------------------------------------
