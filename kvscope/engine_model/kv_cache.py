@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from .block_pool import HeldSegment
 from .errors import LogicError
-from .radix_tree import BlockLevel, ReuseScope, Run
+from .radix_tree import BlockLevel, ReuseScope, Run, common_prefix_blocks
 
 if TYPE_CHECKING:
     from .core_manager import KVCacheManagerCoreModel
@@ -214,9 +214,8 @@ class _KVCacheModel:
             existing = siblings.get(block_keys[pos])
             if existing is not None:
                 # Another cache committed this prefix first: adopt its pages ("rebasing").
-                n = len(existing.keys)
-                if pos + n > end or existing.keys != block_keys[pos:pos + n]:
-                    n = _common_prefix(existing.keys, block_keys[pos:end])
+                n = common_prefix_blocks(existing.keys, block_keys, pos, end)
+                if n < len(existing.keys):
                     existing = pool.split_keep_tail(existing, n)
                 pool.pin_runs([existing])
                 pool.set_runs_active([existing], True)
@@ -329,10 +328,3 @@ class _KVCacheModel:
             f"blocks={self._num_committed_blocks}+{self._num_private_gpu}g+{self._num_private_host}h)"
         )
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

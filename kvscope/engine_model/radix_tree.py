@@ -79,14 +79,25 @@ class Run:
                 f"active={self.num_active_refs}, level={self.level})")
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+def common_prefix_blocks(run_keys: Sequence[int], keys: Sequence[int], start: int, end: int) -> int:
+    """How many leading blocks of ``run_keys`` equal ``keys[start:end]``.
+
+    Keys are chained (a key names its whole prefix), so equality at one position implies equality at
+    every earlier one: the matching positions are a prefix, found by binary search in O(log n).
+    """
+    n = min(len(run_keys), end - start)
+    if n <= 0:
+        return 0
+    if run_keys[n - 1] == keys[start + n - 1]:
         return n
-    i = 0
-    while a[i] == b[i]:
-        i += 1
-    return i
+    lo, hi = 0, n - 1  # answer in [lo, hi]; position hi is known to differ
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if run_keys[mid] == keys[start + mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class BlockRadixTreeModel:
@@ -127,11 +138,7 @@ class BlockRadixTreeModel:
                 break
             run_keys = run.keys
             run_len = len(run_keys)
-            end = pos + run_len
-            if end <= limit and run_keys == keys[pos:end]:
-                n = run_len
-            else:
-                n = _common_prefix(run_keys, keys[pos:end if end <= limit else limit])
+            n = common_prefix_blocks(run_keys, keys, pos, limit)
             path.append((run, n))
             pos += n
             if n < run_len:

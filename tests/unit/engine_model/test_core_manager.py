@@ -53,7 +53,8 @@ def test_second_request_reuses_exact_full_blocks_when_prefix_is_committed():
 def test_match_stops_at_first_missing_block_when_keys_diverge():
     core = make_core()
     prefill(core, [1, 2, 3], 12)
-    assert core.probe_reuse(ReuseScope(), ReuseInputModel(12, [1, 7, 3])) == 4
+    # Chained keys: once the prefix diverges every later key differs too.
+    assert core.probe_reuse(ReuseScope(), ReuseInputModel(12, [1, 7, 9])) == 4
 
 
 def test_scopes_do_not_share_blocks_when_lora_differs():
