@@ -54,7 +54,9 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
     off = write_incident(tmp_path / "incident.parquet")
     endpoint = otel_stack.grpc_endpoint if protocol == "grpc" else otel_stack.http_endpoint
-    s = export_files([str(tmp_path / "incident.parquet")], OtlpConfig(endpoint, protocol), service_name=service)
+    s = export_files(
+        [str(tmp_path / "incident.parquet")], OtlpConfig(endpoint, protocol), service_name=service
+    )
     assert (s["events"], s["dropped_total"]) == (110, 0)
     assert (s["spans"]["exported"], s["logs"]["exported"]) == (8, 3)
 
@@ -68,7 +70,11 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
     assert (failed["status_code"], failed["status_message"]) == ("ERROR", MSG)
     assert failed["attributes"][n.ERROR_TYPE] == "resize_failed"
     assert failed["attributes"][n.GEN_AI_INPUT_TOKENS] == 8192
-    assert [e["name"] for e in failed["events"]][-3:] == [n.EV_RESIZE_FAILED, n.EV_ENGINE_FAILED, n.EV_REQUEST_FAILED]
+    assert [e["name"] for e in failed["events"]][-3:] == [
+        n.EV_RESIZE_FAILED,
+        n.EV_ENGINE_FAILED,
+        n.EV_REQUEST_FAILED,
+    ]
     # Original event times (Phoenix keeps microseconds, rounded).
     assert abs(iso_ns(reqs[100]["start_time"]) - (1_000_000_000 + off)) < 1000
     assert abs(iso_ns(reqs[100]["end_time"]) - (1_350_000_000 + off)) < 1000
@@ -82,22 +88,29 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
         res = otel_stack.vm_query(q, at_s=last_s)
         return float(res[0]["value"][1]) if len(res) == 1 else None
 
-    assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1.0)
-    assert value("kvscope_pool_blocks_allocated_total", kvscope_pool="draft") == 512
-    assert value("kvscope_pool_blocks_allocated_total", kvscope_pool="target") == 320
-    assert value("kvscope_prefix_cache_hits_total", kvscope_pool="target") == 12288
-    assert value("kvscope_prefix_cache_queries_total", kvscope_pool="draft") == 32768
-    assert value("kvscope_pool_utilization_ratio", kvscope_pool="draft") == 0.5
-    assert value("kvscope_pool_blocks_used", kvscope_pool="target") == 64
-    assert value("kvscope_admission_wait_seconds_count") == 4
-    assert value("kvscope_admission_deferrals_total", kvscope_pool="draft") == 12
+    def expect(metric, want, **labels):
+        # New series become searchable in VictoriaMetrics a moment after ingestion: poll each one.
+        ok = poll(lambda: value(metric, **labels) == want)
+        assert ok, f"{metric}{labels} = {value(metric, **labels)}, want {want}"
+
+    expect("kvscope_engine_failures_total", 1, kvscope_pool="draft")
+    expect("kvscope_pool_blocks_allocated_total", 512, kvscope_pool="draft")
+    expect("kvscope_pool_blocks_allocated_total", 320, kvscope_pool="target")
+    expect("kvscope_prefix_cache_hits_total", 12288, kvscope_pool="target")
+    expect("kvscope_prefix_cache_queries_total", 32768, kvscope_pool="draft")
+    expect("kvscope_pool_utilization_ratio", 0.5, kvscope_pool="draft")
+    expect("kvscope_pool_blocks_used", 64, kvscope_pool="target")
+    expect("kvscope_admission_wait_seconds_count", 4)
+    expect("kvscope_admission_deferrals_total", 12, kvscope_pool="draft")
     match = f'kvscope_pool_blocks_allocated_total{{{sel},kvscope_pool="draft"}}'
     series = poll(lambda: otel_stack.vm_export(match, last_s - 60, last_s + 60))
     assert len(series) == 1
     assert series[0]["metric"]["kvscope_rank"] == "0"
     assert series[0]["metric"]["kvscope_engine_name"] == "engine_model"
     # Samples carry event times: the 1 s boundary of the incident's clock, then its last event.
-    assert series[0]["timestamps"] == [(t + off) // 1_000_000 for t in (2_000_000_000, 2_350_000_000)]
+    assert series[0]["timestamps"] == [
+        (t + off) // 1_000_000 for t in (2_000_000_000, 2_350_000_000)
+    ]
     assert series[0]["values"] == [384, 512]
 
     # Logs, read back from rotel's debug log.
@@ -122,10 +135,17 @@ def test_prometheus_scrapes_kvscope_metrics_when_live_sink_uses_prometheus_reade
     try:
         clock = FakeClock()
         rec = Recorder(clock=clock)
-        pump = BatchPump(rec, [OtelSink(meter_provider=provider)], interval_s=0.01)  # live: pump thread
+        pump = BatchPump(
+            rec, [OtelSink(meter_provider=provider)], interval_s=0.01
+        )  # live: pump thread
         record_incident(rec, clock, IncidentShape())
         pump.shutdown()
-        got = poll(lambda: otel_stack.prom_query('kvscope_pool_blocks_allocated_total{kvscope_pool="draft"}'), 30)
+        got = poll(
+            lambda: otel_stack.prom_query(
+                'kvscope_pool_blocks_allocated_total{kvscope_pool="draft"}'
+            ),
+            30,
+        )
         assert got and float(got[0]["value"][1]) == 512
         used = otel_stack.prom_query('kvscope_pool_blocks_used{kvscope_pool="draft"}')
         assert float(used[0]["value"][1]) == 128
@@ -135,7 +155,9 @@ def test_prometheus_scrapes_kvscope_metrics_when_live_sink_uses_prometheus_reade
         provider.shutdown()  # unregisters the reader's collector from prometheus_client
 
 
-def test_replay_completes_and_reports_drops_with_bounded_memory_when_collector_killed(otel_stack, tmp_path):
+def test_replay_completes_and_reports_drops_with_bounded_memory_when_collector_killed(
+    otel_stack, tmp_path
+):
     shape = IncidentShape(num_requests=3000, fail=False, num_chunks=1, num_deferrals=1)
     path = tmp_path / "big.parquet"
     write_incident(path, shape)
@@ -148,11 +170,18 @@ def test_replay_completes_and_reports_drops_with_bounded_memory_when_collector_k
             tracemalloc.start()
             marks["kill"] = done
         elif "kill" in marks:
-            marks["mem_after_kill"] = max(marks.get("mem_after_kill", 0), tracemalloc.get_traced_memory()[0])
+            marks["mem_after_kill"] = max(
+                marks.get("mem_after_kill", 0), tracemalloc.get_traced_memory()[0]
+            )
 
     try:
-        s = export_files([str(path)], OtlpConfig(otel_stack.grpc_endpoint, "grpc", timeout_s=1.0),
-                         on_progress=on_progress, shutdown_timeout_s=2.0, max_queue_size=512)
+        s = export_files(
+            [str(path)],
+            OtlpConfig(otel_stack.grpc_endpoint, "grpc", timeout_s=1.0),
+            on_progress=on_progress,
+            shutdown_timeout_s=2.0,
+            max_queue_size=512,
+        )
     finally:
         tracemalloc.stop()
         otel_stack.start_collector()
@@ -162,5 +191,6 @@ def test_replay_completes_and_reports_drops_with_bounded_memory_when_collector_k
     assert s["spans"]["exported"] > 0 and s["spans"]["dropped"] > spans_total // 3
     assert s["dropped_total"] > 0
     assert s["spans"]["high_water"] <= 512  # the queue never grew past its bound
-    # Two thirds of the replay ran against a dead collector: its ~4000 spans were not kept.
-    assert marks["mem_after_kill"] < 16 * 1024 * 1024
+    # Two thirds of the replay ran against a dead collector; keeping its ~4000 spans and ~14000
+    # metric points would take well over this (measured here: ~6.5 MB with the bounded queues).
+    assert marks["mem_after_kill"] < 12 * 1024 * 1024
