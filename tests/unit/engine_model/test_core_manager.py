@@ -193,3 +193,47 @@ def test_droppable_blocks_move_to_host_and_stay_matchable_when_evicted():
     assert reuser.resume()
     assert core.tree.get(ReuseScope(), 1).level == BlockLevel.GPU
     assert core.pool.num_host_free_blocks == 2
+
+
+def test_partial_eviction_takes_blocks_from_the_tail_of_the_oldest_run():
+    core = make_core(num_blocks=8)
+    prefill(core, [1, 2, 3, 4], 16).close()
+    cache = core.create_kv_cache(ReuseScope(), None)
+    assert cache.resume() and cache.resize(4 * 6)  # 4 free + 2 evicted: blocks 4 and 3
+    assert core.pool.gpu_eviction_order() == [("block", 2), ("block", 1)]
+    assert core.probe_reuse(ReuseScope(), ReuseInputModel(16, [1, 2, 3, 4])) == 8
+
+
+def test_claim_inside_a_run_holds_only_the_claimed_blocks():
+    core = make_core(num_blocks=8)
+    prefill(core, [1, 2, 3, 4], 16).close()
+    holder = core.create_kv_cache(ReuseScope(), ReuseInputModel(8, [1, 2, 9]))
+    assert holder.num_committed_blocks == 2
+    # Blocks 4 and 3 stay evictable; 1 and 2 are held (no host tier: not evictable).
+    assert core.pool.gpu_eviction_order() == [("block", 4), ("block", 3)]
+    holder.close()
+    assert core.pool.gpu_eviction_order() == [("block", 4), ("block", 3), ("block", 2), ("block", 1)]
+
+
+def test_droppable_run_partially_moves_to_a_small_host_tier_and_the_tail_is_dropped():
+    core = make_core(num_blocks=4, num_host_blocks=1)
+    prefill(core, [1, 2, 3], 12).close()
+    filler = core.create_kv_cache(ReuseScope(), None)
+    assert filler.resume() and filler.resize(16)  # needs all 4 GPU blocks: evicts 3, 2, 1
+    assert core.tree.get(ReuseScope(), 1).level == BlockLevel.HOST
+    assert core.tree.get(ReuseScope(), 2) is None and core.tree.get(ReuseScope(), 3) is None
+    assert core.probe_reuse(ReuseScope(), ReuseInputModel(12, [1, 2, 3])) == 4
+
+
+def test_runs_split_by_sharing_merge_back_when_released_together():
+    core = make_core(num_blocks=16)
+    first = core.create_kv_cache(ReuseScope(), None)
+    second = core.create_kv_cache(ReuseScope(), None)
+    assert first.resume() and first.resize(8) and second.resume() and second.resize(16)
+    first.commit(8, [1, 2])
+    second.commit(16, [1, 2, 3, 4])  # adopts [1, 2], then its own run [3, 4] below it
+    assert len(core.tree.all_runs()) == 2 and core.pool.num_free_blocks == 12
+    first.close()
+    second.close()
+    assert len(core.tree.all_runs()) == 1 and len(core.tree) == 4
+    assert core.pool.gpu_eviction_order() == [("block", 4), ("block", 3), ("block", 2), ("block", 1)]
