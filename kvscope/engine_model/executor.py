@@ -174,10 +174,13 @@ class PyExecutorModel:
         """Serve ``workload`` until it is exhausted and drained, the engine crashes, or time runs out.
 
         Mirrors ``_event_loop_wrapper``: any exception from ``step`` is fatal (see module docstring).
+        ``max_sim_seconds`` (0: ``config.max_sim_seconds``; 0 there too: no limit) stops the loop
+        healthy, with whatever is in flight left unfinished.
         Pacing: with ``config.pace`` > 0 the loop sleeps so that simulated time runs ``pace`` times
         real time.
         """
         self._workload = workload
+        max_sim_seconds = max_sim_seconds or float(getattr(self.config, "max_sim_seconds", 0.0) or 0.0)
         wall_start = time.perf_counter()
         sim_start = self.clock.now_s
         next_progress = wall_start + progress_interval_s

@@ -176,3 +176,27 @@ def test_replay_is_deterministic_when_seed_fixed():
     second, _ = run_engine(config, requests)
     assert first.executor.clock.now_ns() == second.executor.clock.now_ns()
     assert first.executor.iter_counter == second.executor.iter_counter
+
+
+def test_stops_at_time_limit_when_max_sim_seconds_set():
+    config = make_config(max_sim_seconds=0.5)
+    requests = [make_request(i, 200, 5000) for i in range(1, 3)]
+    parts, workload = run_engine(config, requests)
+    executor = parts.executor
+    assert executor.is_healthy
+    assert 0.5 <= executor.clock.now_s < 0.6
+    assert executor.stats.requests_completed == 0
+    assert executor.stats.requests_failed == 0
+    assert workload.finished == {}
+
+
+def test_wall_time_follows_sim_time_when_paced_real_time():
+    import time
+
+    config = make_config(pace=1.0)
+    requests = [make_request(1, 64, 8)]
+    start = time.perf_counter()
+    parts, _ = run_engine(config, requests)
+    wall = time.perf_counter() - start
+    assert parts.executor.stats.requests_completed == 1
+    assert wall >= parts.executor.clock.now_s * 0.95
