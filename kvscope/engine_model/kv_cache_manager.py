@@ -54,7 +54,13 @@ def get_draft_token_length(req: LlmRequestModel) -> int:
 
 def _settle_context_cursor(req: LlmRequestModel, reused: int, tokens_per_block: int) -> None:
     """Move the context cursor to the reused length (real helper @ 00746ef, rewinds or advances)."""
-    req.context_current_position = reused
+    req.set_prepopulated_prompt_len(reused, tokens_per_block)
+
+
+def rewind_context_after_cache_drop(req: LlmRequestModel, tokens_per_block: int) -> None:
+    """The cache was dropped: the whole prompt is computed again from position 0 (real helper)."""
+    req.set_prepopulated_prompt_len(0, tokens_per_block)
+    req.context_chunk_size = req.prompt_len
 
 
 class IndexMapperModel:
@@ -339,8 +345,7 @@ class KVCacheManagerV2Model:
             return True
         if kv_cache.history_length > pre_cap:
             self.free_resources(req)
-            req.context_current_position = 0
-            req.context_chunk_size = req.prompt_len
+            rewind_context_after_cache_drop(req, self.tokens_per_block)
             return False
         if not kv_cache.resize(pre_cap, min(kv_cache.history_length, pre_cap)):
             raise RuntimeError(errors.revert_context_failed(req.py_request_id, kv_cache.capacity, pre_cap))

@@ -85,6 +85,9 @@ class LlmRequestModel:
         self.state = LlmRequestState.CONTEXT_INIT
         self.context_current_position = 0
         self.context_chunk_size = 0
+        # Reused prompt tokens set at admission (real ``setPrepopulatedPromptLen``); the first chunk
+        # starts there.
+        self.prepopulated_prompt_len = 0
         self.num_generated_tokens = 0
         self.num_output_tokens_before_recompute = 0
         # Draft tokens proposed for the coming generation step (values are irrelevant to the model;
@@ -123,7 +126,12 @@ class LlmRequestModel:
 
     @property
     def is_first_context_chunk(self) -> bool:
-        return self.context_current_position == 0
+        return self.context_current_position == self.prepopulated_prompt_len
+
+    def set_prepopulated_prompt_len(self, prepopulated_prompt_len: int, tokens_per_block: int) -> None:
+        """Reused prefix found at admission: the context cursor (and the first chunk) start there."""
+        self.prepopulated_prompt_len = prepopulated_prompt_len
+        self.context_current_position = prepopulated_prompt_len
 
     @property
     def is_last_context_chunk(self) -> bool:
@@ -161,6 +169,7 @@ class LlmRequestModel:
         self.num_generated_tokens = 0
         self.state = LlmRequestState.CONTEXT_INIT
         self.context_current_position = 0
+        self.prepopulated_prompt_len = 0
         self.context_chunk_size = 0
         self.py_draft_tokens = []
         self.py_ctx_pre_resize_cap = None

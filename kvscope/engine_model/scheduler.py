@@ -35,7 +35,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from .errors import scheduler_deadlock
-from .kv_cache_manager import KVCacheManagerV2Model, get_draft_token_length
+from .kv_cache_manager import (
+    KVCacheManagerV2Model,
+    _settle_context_cursor,
+    get_draft_token_length,
+    rewind_context_after_cache_drop,
+)
 from .request import LlmRequestModel, LlmRequestState
 
 logger = logging.getLogger(__name__)
@@ -382,7 +387,7 @@ class KVCacheV2SchedulerModel:
             for manager in (self.kv_cache_manager, self.draft_kv_cache_manager):
                 if manager is not None and req.py_request_id in manager.kv_cache_map:
                     manager.free_resources(req)
-            req.context_current_position = 0  # rewind_context_after_cache_drop
+            rewind_context_after_cache_drop(req, self.tokens_per_block)
         return result
 
     def _try_schedule_context_full(self, req, budget, preempt_for_pages):
@@ -483,7 +488,7 @@ class KVCacheV2SchedulerModel:
                         f"Could not establish a common no-reuse fallback for request "
                         f"{req.py_request_id}: target={common_reuse}, draft={draft_reuse}"
                     )
-        req.context_current_position = common_reuse  # _settle_context_cursor
+        _settle_context_cursor(req, common_reuse, self.tokens_per_block)
         return True
 
     def _try_allocate_context(self, req: LlmRequestModel, num_tokens: int) -> bool:
