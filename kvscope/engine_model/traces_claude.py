@@ -5,13 +5,14 @@ Source: github.com/callanjfox/kv-cache-tester ``traces/trace_NNNN.json`` @ 94f60
 hash ids with ``hash_id_scope == "local"``, ``t``/``think_time``/``api_time`` in seconds, sub-agents as
 ``type: "subagent"`` entries with nested ``requests`` whose ``t`` is relative to the spawn.
 
-Reading the archive. The ``.tar.xz`` is ONE xz block (461 MB unpacked), so it cannot be seeked: reading
-a member out of order means decompressing from the start (O(archive) per session). Instead the first
-use streams the archive once (about 3 s) and keeps each member's bytes re-compressed with zlib level 1
-(about 56 MB for all 710 members, against 3.4 GB for the parsed hash-id lists); a session start
-decompresses and parses only its own member (O(member)) and drops its bytes, so the store shrinks as a
-pass proceeds. When every session of a pass has started and ``recycle`` is on, the archive is streamed
-again for the next pass. Nothing is ever unpacked to disk.
+Reading the archive. The ``.tar.xz`` is ONE xz block (461 MB unpacked), so it cannot be seeked:
+reading a member out of order would mean decompressing from the start (O(archive) per session).
+``_trace_archive.MemberReader`` lists the members once, then keeps one forward traversal open and,
+while it passes members on the way to the one a session start needs, keeps those of the next
+``archive_window`` sessions; a session start thus parses only its own member, and the archive is
+traversed again only about (sessions / archive_window) times per pass (about 1 s each). Memory: the
+window's members (about 650 kB of JSON each) plus the active sessions, never the whole archive (all
+49k requests' hash ids as Python lists would take ~3.4 GB). Nothing is unpacked to disk.
 
 Sessions. Sessions start in a fixed order: a ``random.Random(seed)`` shuffle of the member names, the
 same in every pass. Each start takes a fresh key namespace (trace ids are local to a file), so a
@@ -35,15 +36,13 @@ id means equal prefix) are keyed in the shared namespace by position; the rest s
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import random
-import tarfile
-import zlib
 from typing import Any
 
 import numpy as np
 
+from kvscope.engine_model._trace_archive import MemberReader
 from kvscope.engine_model._trace_fields import ids_to_array, int_field, list_field, number_field
 from kvscope.engine_model.closed_loop import ClosedLoopSession, ClosedLoopWorkload
 from kvscope.engine_model.workload import (
@@ -55,55 +54,6 @@ from kvscope.engine_model.workload import (
 )
 
 __all__ = ["ClaudeCodeTraceWorkload"]
-
-
-class _TraceArchive:
-    """Streams the tar.xz once per pass; keeps not-yet-started members zlib-compressed in memory."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._names: list[str] | None = None
-        self._store: dict[str, bytes] = {}
-        self.num_scans = 0
-
-    def names(self) -> list[str]:
-        """Sorted names of the session members (``*.json`` regular files)."""
-        if self._names is None:
-            self._scan()
-        assert self._names is not None
-        return self._names
-
-    def take(self, name: str) -> bytes:
-        """The member's bytes; dropped from the store. A member already taken triggers a rescan."""
-        if name not in self._store:
-            self._scan()
-        return zlib.decompress(self._store.pop(name))
-
-    def _scan(self) -> None:
-        store: dict[str, bytes] = {}
-        current = "archive"
-        try:
-            # "r|xz": forward-only stream; tarfile never seeks back (each seek would restart xz)
-            with tarfile.open(self.path, "r|xz") as tf:
-                for member in tf:
-                    if not member.isfile() or not member.name.endswith(".json"):
-                        continue
-                    current = f"member {member.name}"
-                    fh = tf.extractfile(member)
-                    assert fh is not None
-                    store[member.name] = zlib.compress(fh.read(), 1)
-        except FileNotFoundError:
-            raise
-        except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
-            raise TraceFormatError(self.path, current, "<archive>", f"cannot read: {exc}") from exc
-        if not store:
-            raise TraceFormatError(
-                self.path, "archive", "<members>", "holds no *.json session member"
-            )
-        self.num_scans += 1
-        self._store = store
-        if self._names is None:
-            self._names = sorted(store)
 
 
 class _Chain:
@@ -345,6 +295,8 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         max_sessions: stop after starting this many sessions, recycled ones included (None: no limit).
         recycle: start the archive again under fresh namespaces once every session has started.
         end_session_on_failure: a failed/rejected request ends its session.
+        archive_window: members kept ahead of the session order while traversing the archive
+            (>= 1): larger = fewer traversals, more memory (about 650 kB per member).
     """
 
     def __init__(
@@ -360,6 +312,7 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         max_sessions: int | None = None,
         recycle: bool = True,
         end_session_on_failure: bool = False,
+        archive_window: int = 128,
     ) -> None:
         check_tokens_per_block(tokens_per_block)
         super().__init__(
@@ -371,6 +324,10 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         )
         if max_sessions is not None and max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1 or None, got {max_sessions}")
+        if isinstance(archive_window, bool) or not isinstance(archive_window, int):
+            raise ValueError(f"archive_window must be an int, got {archive_window!r}")
+        if archive_window < 1:
+            raise ValueError(f"archive_window must be >= 1, got {archive_window}")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"trace archive not found: {path}")
         self.seed = seed
@@ -378,42 +335,59 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         self.share_system_prefix = bool(share_system_prefix)
         self.max_sessions = max_sessions
         self.recycle = bool(recycle)
-        self._archive = _TraceArchive(self.path)
+        self.archive_window = archive_window
+        self._archive = MemberReader(self.path)
         self._order: list[str] | None = None
+        self._position: dict[str, int] = {}
 
     @property
     def num_members_stored(self) -> int:
-        """Members held (compressed) for sessions not yet started in this pass."""
-        return len(self._archive._store)
+        """Members held ahead of the session order."""
+        return self._archive.num_stored
 
     @property
     def num_archive_scans(self) -> int:
-        """How many times the archive was streamed (1 per pass over its sessions)."""
-        return self._archive.num_scans
+        """Traversals of the archive so far (the listing one included)."""
+        return self._archive.num_traversals
 
     def session_order(self) -> list[str]:
         """Member names in the order sessions start (same in every pass)."""
+        return list(self._session_order())
+
+    def _session_order(self) -> list[str]:
         if self._order is None:
             order = list(self._archive.names())
             random.Random(self.seed).shuffle(order)
             self._order = order
-        return list(self._order)
+            self._position = {name: i for i, name in enumerate(order)}
+        return self._order
 
     def _next_session(self) -> ClosedLoopSession | None:
         index = self.num_sessions_started
         if self.max_sessions is not None and index >= self.max_sessions:
             return None
-        order = self.session_order()
-        if index >= len(order) and not self.recycle:
+        order = self._session_order()
+        num = len(order)
+        if index >= num and not self.recycle:
             return None
         namespace = index + 1
         if namespace > MAX_NAMESPACE:
             raise ValueError(f"key namespaces exhausted: at most {MAX_NAMESPACE} session starts")
-        name = order[index % len(order)]
+        pos = index % num
+        limit = self.max_sessions if self.max_sessions is not None else float("inf")
+        if not self.recycle:
+            limit = min(limit, num)
+
+        def keep(member: str) -> bool:
+            # the next archive_window sessions of the (cyclic) order that will still start
+            ahead = (self._position[member] - pos) % num
+            return 0 < ahead < self.archive_window and index + ahead < limit
+
+        name = order[pos]
         return _parse_session(
             self.path,
             name,
-            self._archive.take(name),
+            self._archive.take(name, keep),
             index,
             namespace,
             self.tokens_per_block,
@@ -433,4 +407,5 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
             "max_sessions": self.max_sessions,
             "recycle": self.recycle,
             "end_session_on_failure": self.end_session_on_failure,
+            "archive_window": self.archive_window,
         }

@@ -160,7 +160,7 @@ def test_recycles_sessions_under_fresh_namespaces_when_archive_is_exhausted(
     firsts = {r.session_id: r for r in popped if r.prompt_len == 5 * 64 + 10}
     assert sorted(firsts) == [0, 1, 2, 3]
     assert len(popped) == 12
-    assert w.num_archive_scans == 2
+    assert w.num_members_stored == 0
     # session 2 replays the member session 0 played, with the same shape and no key in common
     order = w.session_order()
     assert order[0] != order[1]
@@ -195,16 +195,18 @@ def test_replays_identically_when_seed_is_the_same(tmp_path: Path) -> None:
     ]
 
 
-def test_holds_only_active_sessions_when_streaming_the_archive(tmp_path: Path) -> None:
+def test_holds_only_active_sessions_and_the_window_when_streaming_the_archive(
+    tmp_path: Path,
+) -> None:
     members = {f"trace_{i:04d}.json": _three_turns(10 + i) for i in range(6)}
     w = _workload(
         write_archive(tmp_path / "six.tar.xz", members),
         requests_in_flight=2,
         recycle=False,
         max_think_time_s=0.0,
+        archive_window=2,
     )
-    loaded = []
-    stored = []
+    loaded, stored, started = [], [], []
     now = 0.0
     in_flight = w.pop_arrivals(now)
     while in_flight:
@@ -212,12 +214,32 @@ def test_holds_only_active_sessions_when_streaming_the_archive(tmp_path: Path) -
         stored.append(w.num_members_stored)
         now += 1.0
         for req in in_flight:
+            if req.prompt_len == 5 * 64 + 10:
+                started.append(req.session_id)
             w.on_finished(req.request_id, now)
         in_flight = w.pop_arrivals(now)
     assert max(loaded) == w.peak_loaded_sessions == 2
     assert w.num_sessions_started == 6 and w.num_loaded_sessions == 0
-    # members leave the compressed store as their sessions start
-    assert stored[0] == 4 and stored[-1] == 0
+    # at most the window's next member is held; sessions still start in the seeded order
+    assert max(stored) <= 1 and stored[-1] == 0
+    assert sorted(started) == list(range(6))
+    assert w.num_archive_scans >= 2  # the listing + at least one serving traversal
+
+
+def test_starts_sessions_in_the_seeded_order_when_the_window_forces_retraversals(
+    tmp_path: Path,
+) -> None:
+    # each member's first prompt has a distinct length: the played order is observable
+    members = {
+        f"trace_{i:04d}.json": make_session([make_request(0.0, [0, 1, 2], tail_tokens=i)])
+        for i in range(12)
+    }
+    path = write_archive(tmp_path / "twelve.tar.xz", members)
+    w = _workload(path, seed=3, recycle=False, archive_window=1)
+    played = [r.prompt_len - 192 for _, r in run_to_end(w)]
+    expected = [int(name[-9:-5]) for name in w.session_order()]
+    assert played == expected and sorted(played) == list(range(12))
+    assert w.num_members_stored == 0
 
 
 def test_names_file_member_request_and_field_when_a_request_is_corrupt(tmp_path: Path) -> None:
@@ -270,6 +292,7 @@ def test_raises_when_a_finish_names_an_unknown_request(two_sessions: Path) -> No
         ({"max_think_time_s": -1.0}, "max_think_time_s must be >= 0 or None, got -1.0"),
         ({"max_sessions": 0}, "max_sessions must be >= 1 or None, got 0"),
         ({"tokens_per_block": 0}, "tokens_per_block must be >= 1, got 0"),
+        ({"archive_window": 0}, "archive_window must be >= 1, got 0"),
     ],
 )
 def test_rejects_knobs_with_the_rule_when_out_of_range(
@@ -294,6 +317,7 @@ def test_describe_lists_every_knob_when_asked(two_sessions: Path) -> None:
         "max_sessions": None,
         "recycle": True,
         "end_session_on_failure": False,
+        "archive_window": 128,
     }
 
 
@@ -304,7 +328,7 @@ def test_maps_real_sessions_onto_full_engine_blocks_when_reading_the_shared_arch
     )
     first = w.pop_arrivals(0.0)
     assert len(first) == 4 and len({r.session_id for r in first}) == 4
-    assert w.num_members_stored == 710 - 4
+    assert w.num_members_stored < 128  # only the archive window ahead of the session order
     for req in first:
         assert len(req.block_keys) == req.prompt_len // 64
     shared = set.intersection(*(set(r.block_keys) for r in first))
