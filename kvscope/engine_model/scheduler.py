@@ -140,6 +140,7 @@ class KVCacheV2SchedulerModel:
         enable_recompute_pause: bool = True,
         *,
         enable_chunked_prefill: bool | None = None,
+        admit_unpaired_mirror: bool = True,
     ) -> None:
         if not isinstance(kv_cache_manager, KVCacheManagerV2Model):
             raise TypeError(
@@ -169,6 +170,9 @@ class KVCacheV2SchedulerModel:
             )
         self.policy = CapacitySchedulerPolicy.MAX_UTILIZATION
         self.peft_cache_manager = peft_cache_manager
+        # Model-only: False reproduces 0004396, where the unpaired mirror was only created and
+        # resumed in the draft manager's prepare_resources (no admit_mirror at scheduling).
+        self.admit_unpaired_mirror = admit_unpaired_mirror
         if ctx_chunk_config is None and enable_chunked_prefill:
             # Model-only convenience: what create_py_executor_instance builds when chunked prefill is
             # on (default policy, chunk unit = tokens_per_block).
@@ -451,7 +455,7 @@ class KVCacheV2SchedulerModel:
 
     def _admit_unpaired_draft(self, req: LlmRequestModel) -> bool:
         draft_manager = self.draft_kv_cache_manager
-        if draft_manager is None or self._joint_draft_manager is not None:
+        if draft_manager is None or self._joint_draft_manager is not None or not self.admit_unpaired_mirror:
             return True
         return draft_manager.admit_mirror(req)
 

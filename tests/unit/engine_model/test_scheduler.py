@@ -208,3 +208,20 @@ def test_equal_pools_with_shared_prefix_finish_when_paired():
     scheduler, target, draft = make_engine(64, 64, reuse=True, paired=True)
     run_all(scheduler, target, draft, make_requests(8, 300, output_len=40, shared_blocks=15))
     assert draft.pool_state().used_blocks == 0
+
+
+def test_0004396_mode_leaves_mirror_creation_to_prepare_resources():
+    scheduler, target, draft = make_engine()
+    scheduler.admit_unpaired_mirror = False
+    req = make_requests(1, 100)[0]
+    out = scheduler.schedule_request([req], set())
+    assert out.context_requests == [req] and 0 not in draft.kv_cache_map
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=[req]))
+    assert draft.kv_cache_map[0].capacity == 100
+
+
+def test_equal_pools_with_reuse_off_also_finish_without_mirror_admission():
+    scheduler, target, draft = make_engine(64, 64, reuse=False)
+    scheduler.admit_unpaired_mirror = False
+    run_all(scheduler, target, draft, make_requests(8, 300, output_len=40))
+    assert draft.pool_state().free_blocks == 64
