@@ -32,7 +32,7 @@ case, traces = sys.argv[1], sys.argv[2]
 def drive(w, service_s=1.0):
     # executor-like loop that keeps nothing: returns (requests, keys)
     now, finishing, n, keys = 0.0, [], 0, 0
-    while not w.is_exhausted():
+    while finishing or not w.is_exhausted():
         nxt = w.next_arrival_s()
         if finishing and (nxt is None or finishing[0][0] < nxt):
             now, rid = heapq.heappop(finishing)

@@ -154,10 +154,10 @@ class ClosedLoopWorkload(ABC):
         self._top_up(now_s)
 
     def is_exhausted(self) -> bool:
-        """No pending request and none can ever be released again."""
+        """No pending request and none can ever be released again (in-flight ones may remain)."""
         if not self._started:
             self._advance(self._now_s)
-        if self._pending or self._in_flight:
+        if self._pending:
             return False
         return self._limit_reached() or (not self._sessions and self._no_more_sessions)
 

@@ -377,3 +377,15 @@ def test_keys_equal_a_full_remapping_when_turns_append_reset_and_share_the_prefi
             64 * len(ids)
         ) // tokens_per_block
         assert req.block_keys == expected, f"turn {i}"
+
+
+def test_reports_exhausted_while_requests_are_in_flight_when_the_request_limit_is_reached(
+    two_sessions: Path,
+) -> None:
+    w = _workload(two_sessions, requests_in_flight=2, max_requests=2)
+    first = w.pop_arrivals(0.0)
+    assert len(first) == 2 and w.num_in_flight == 2
+    assert w.is_exhausted() and w.next_arrival_s() is None
+    for req in first:
+        w.on_finished(req.request_id, 1.0)
+    assert w.pop_arrivals(100.0) == [] and w.num_loaded_sessions == 0

@@ -71,7 +71,8 @@ def run_to_end(
     *,
     max_finishes: int = 100_000,
 ) -> list[tuple[float, WorkloadRequest]]:
-    """Drive a workload like the executor does, each request taking service_s(request) seconds.
+    """Drive a workload like the executor does (until exhausted and drained), each request taking
+    service_s(request) seconds.
 
     Returns (pop time, request) in pop order.
     """
@@ -79,7 +80,7 @@ def run_to_end(
     finishing: list[tuple[float, int]] = []
     popped: list[tuple[float, WorkloadRequest]] = []
     finishes = 0
-    while not workload.is_exhausted() and finishes < max_finishes:
+    while (finishing or not workload.is_exhausted()) and finishes < max_finishes:
         nxt = workload.next_arrival_s()
         if finishing and (nxt is None or finishing[0][0] < nxt):
             now, rid = heapq.heappop(finishing)
