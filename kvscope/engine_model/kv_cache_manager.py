@@ -147,6 +147,8 @@ class KVCacheManagerV2Model:
         enable_block_reuse, joint_kv_cache_reuse, num_reserved_index_slots, is_disagg,
             max_util_for_resume: real names and meaning.
         num_host_blocks: host-tier blocks (0: GPU only; real default auto-sizes a host tier).
+        gpu_max_tokens: real ``kv_cache_config.max_tokens`` shown in the draft diagnostic
+            (None: the pool's tokens).
         reuse_match_backoff: None -> max_draft_len when the class supports backoff, else 0.
         draft_len_on_every_chunk, draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
     """
@@ -162,7 +164,7 @@ class KVCacheManagerV2Model:
                  max_util_for_resume: float = 0.95, num_host_blocks: int = 0,
                  reuse_match_backoff: int | None = None, bytes_per_token: int = 0,
                  draft_len_on_every_chunk: bool = False, draft_cursor_sizing: str = "chunk",
-                 target_reserves_draft_slots: bool = True) -> None:
+                 target_reserves_draft_slots: bool = True, gpu_max_tokens: int | None = None) -> None:
         if num_reserved_index_slots < 0:
             raise ValueError("num_reserved_index_slots must be non-negative")
         if draft_cursor_sizing not in ("chunk", "prompt"):
@@ -196,7 +198,9 @@ class KVCacheManagerV2Model:
         self.can_evict = num_host_blocks > 0
         self.kv_cache_map: dict[int, _KVCacheModel] = {}
         self._allocated_draft_lens: dict[int, int] = {}
-        self._gpu_max_tokens = num_blocks * tokens_per_block
+        # Real ``kv_cache_config.max_tokens``; it only appears in the draft diagnostic. Default: the
+        # pool's tokens, as if the pool had been sized by max_tokens.
+        self._gpu_max_tokens = num_blocks * tokens_per_block if gpu_max_tokens is None else gpu_max_tokens
         self.index_mapper = IndexMapperModel(
             max_batch_size * pp_size * (2 if is_disagg else 1) + num_reserved_index_slots)
 

@@ -237,3 +237,17 @@ def test_runs_split_by_sharing_merge_back_when_released_together():
     second.close()
     assert len(core.tree.all_runs()) == 1 and len(core.tree) == 4
     assert core.pool.gpu_eviction_order() == [("block", 4), ("block", 3), ("block", 2), ("block", 1)]
+
+
+def test_held_run_tail_moves_to_host_and_comes_back_on_resume():
+    core = make_core(num_blocks=6, num_host_blocks=4)
+    owner = prefill(core, [1, 2, 3, 4], 16)
+    owner.suspend()  # 4 committed blocks HELD: evictable to the host
+    other = core.create_kv_cache(ReuseScope(), None)
+    assert other.resume() and other.resize(16)  # 2 free + 2 evicted: the run's tail (4, 3)
+    assert [run.level for run in core.tree.all_runs()] == [BlockLevel.GPU, BlockLevel.HOST]
+    assert core.pool.num_host_free_blocks == 2
+    other.close()
+    assert owner.resume()
+    assert [run.level for run in core.tree.all_runs()] == [BlockLevel.GPU, BlockLevel.GPU]
+    assert (core.pool.num_free_blocks, core.pool.num_host_free_blocks) == (2, 4)
