@@ -144,3 +144,14 @@ def test_replays_every_conversation_row_when_reading_the_shared_trace() -> None:
     # every request starts with block 0 (a common first 512 tokens): 8 shared engine keys
     first8 = {r.block_keys[:8] for r in popped if r.prompt_len >= 512}
     assert first8 == {tuple(make_block_key(1, 0, 64 * i) for i in range(1, 9))}
+
+
+@pytest.mark.skipif(
+    not (TRACES / "synthetic_trace.jsonl").exists(), reason="shared traces not present"
+)
+def test_replays_every_synthetic_row_when_reading_the_shared_trace() -> None:
+    w = create_mooncake_workload(TRACES / "synthetic_trace.jsonl", tokens_per_block=32)
+    popped = [r for _, r in run_to_end(w)]
+    assert len(popped) == 3993
+    assert popped[-1].arrival_s == 1022.025
+    assert sum(len(r.block_keys) for r in popped) == sum(r.prompt_len // 32 for r in popped)
