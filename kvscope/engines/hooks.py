@@ -17,6 +17,7 @@ before and after the call, so nested calls on the same manager (``prepare_contex
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -120,29 +121,6 @@ def _on_admit_mirror(b, m, req, args, kwargs, result, before) -> None:
     why = "draft mirror resume refused" if req.py_request_id in m.kv_cache_map else "no IndexMapper slot for the mirror"
     b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, PoolRole.DRAFT, 0, 0, m, why)
     _deferred_if_new(b, req, PoolRole.DRAFT, 0, why, m)
-
-
-def _on_false(on_result: OnResult) -> Callable[[Binding], Wrapper]:
-    """A light wrapper for per-request calls made every iteration (generation growth, mirror
-    admission): success is observed by :meth:`Binding.sweep`; only a refusal is reported here."""
-
-    def factory(b: Binding) -> Wrapper:
-        rec = b.rec
-
-        def wrapper(wrapped, instance, args, kwargs):
-            result = wrapped(*args, **kwargs)
-            if not result and rec.enabled:
-                try:
-                    req = _first(args, kwargs, "req")
-                    before = cache_view(instance, req.py_request_id)
-                    on_result(b, instance, req, args, kwargs, result, before)
-                except Exception:
-                    b.hook_failed()
-            return result
-
-        return wrapper
-
-    return factory
 
 
 def _prepare_draft(b: Binding) -> Wrapper:
@@ -298,17 +276,6 @@ def try_allocate_context(b: Binding) -> Wrapper:
     return wrapper
 
 
-def passthrough_observed(b: Binding) -> Wrapper:
-    """``_try_allocate_generation``: allocation facts come from the manager wrappers; this one only
-    resets which pool failed so the managers' reports are attributed to this attempt."""
-
-    def wrapper(wrapped, instance, args, kwargs):
-        b.failed_pool = PoolRole.NONE
-        return wrapped(*args, **kwargs)
-
-    return wrapper
-
-
 # ---- resource manager (the executor's call sites) -------------------------------------------------
 def rm_prepare_resources(b: Binding) -> Wrapper:
     rec = b.rec
@@ -381,22 +348,100 @@ def rm_free_resources(b: Binding) -> Wrapper:
 
 HOOKS: dict[str, Callable[[Binding], Wrapper]] = {
     "KVCacheManagerV2._prepare_draft_resources": _prepare_draft,
-    "KVCacheManagerV2.prepare_context": _diff_request(on_result=_on_prepare),
-    "KVCacheManagerV2.prepare_context_cache": _diff_request(on_result=_on_prepare),
-    "KVCacheManagerV2.resize_context": _diff_request(on_result=_on_context_resize),
-    "KVCacheManagerV2.try_allocate_draft_context": _diff_request(on_result=_on_context_resize),
-    "KVCacheManagerV2.try_allocate_generation": _on_false(_on_generation),
     "KVCacheManagerV2.revert_allocate_context": _diff_request(),
     "KVCacheManagerV2.suspend_request": _diff_request(),
     "KVCacheManagerV2.resume_request": _diff_request(on_result=_on_resume),
-    "KVCacheManagerV2.admit_mirror": _on_false(_on_admit_mirror),
     "KVCacheManagerV2.update_context_resources": _diff_batch(("context_requests",), fatal=True),
     "KVCacheManagerV2.free_resources": _diff_request(name="request"),
     "KVCacheV2Scheduler.schedule_request": schedule_request,
-    "KVCacheV2Scheduler._try_allocate_context": try_allocate_context,
-    "KVCacheV2Scheduler._try_allocate_generation": passthrough_observed,
     "ResourceManager.prepare_resources": rm_prepare_resources,
     "ResourceManager.update_resources": rm_update_resources,
     "ResourceManager.free_resources": rm_free_resources,
 }
-"""Real qualname -> wrapper factory. Seams without an entry (read-only ones) are not wrapped."""
+"""Real qualname -> wrapt wrapper factory (the seams called a few times per iteration)."""
+
+
+# ---- fast hooks: per-request seams called every iteration ------------------------------------------
+# wrapt's FunctionWrapper costs about 3x a plain closure per call (bench/bench_instrumentation.py
+# context); the seams below run once per pending or running request per iteration, so they are
+# patched with an equivalent closure (same contract: one call, same arguments, result returned,
+# exceptions untouched; ``functools.wraps`` keeps ``__wrapped__``, and uninstrument puts the very
+# same original back).
+FastFactory = Callable[[Binding, Callable[..., Any]], Callable[..., Any]]
+
+
+def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
+    def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+        rec = b.rec
+        depth = b.depth
+
+        @functools.wraps(original)
+        def method(self, req, *args, **kwargs):
+            if not rec.enabled or depth.get(id(self)):
+                return original(self, req, *args, **kwargs)
+            try:
+                rid = req.py_request_id
+                before = cache_view(self, rid)
+            except Exception:
+                b.hook_failed()
+                return original(self, req, *args, **kwargs)
+            depth[id(self)] = 1
+            try:
+                result = original(self, req, *args, **kwargs)
+            finally:
+                depth[id(self)] = 0
+                try:
+                    b.emit_cache_diff(self, rid, before)
+                except Exception:
+                    b.hook_failed()
+            if on_result is not None:
+                try:
+                    on_result(b, self, req, (req, *args), kwargs, result, before)
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return method
+
+    return factory
+
+
+def _fast_on_false(on_result: OnResult) -> FastFactory:
+    def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+        rec = b.rec
+
+        @functools.wraps(original)
+        def method(self, req, *args, **kwargs):
+            result = original(self, req, *args, **kwargs)
+            if not result and rec.enabled:
+                try:
+                    on_result(b, self, req, (req, *args), kwargs, result, cache_view(self, req.py_request_id))
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return method
+
+    return factory
+
+
+def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+    inner = try_allocate_context(b)
+
+    @functools.wraps(original)
+    def method(self, req, num_tokens, *args, **kwargs):
+        return inner(lambda *a, **k: original(self, *a, **k), self, (req, num_tokens, *args), kwargs)
+
+    return method
+
+
+FAST_HOOKS: dict[str, FastFactory] = {
+    "KVCacheManagerV2.prepare_context": _fast_diff(_on_prepare),
+    "KVCacheManagerV2.prepare_context_cache": _fast_diff(_on_prepare),
+    "KVCacheManagerV2.resize_context": _fast_diff(_on_context_resize),
+    "KVCacheManagerV2.try_allocate_draft_context": _fast_diff(_on_context_resize),
+    "KVCacheManagerV2.try_allocate_generation": _fast_on_false(_on_generation),
+    "KVCacheManagerV2.admit_mirror": _fast_on_false(_on_admit_mirror),
+    "KVCacheV2Scheduler._try_allocate_context": _fast_try_allocate_context,
+}
+"""Real qualname -> closure factory ``(binding, original) -> method`` for the hot seams."""

@@ -10,7 +10,7 @@ import pytest
 
 from kvscope.engine_model.request import LlmRequestModel
 from kvscope.engines.binding import CACHE_ATTRIBUTES_READ, REQUEST_ATTRIBUTES_READ
-from kvscope.engines.hooks import HOOKS
+from kvscope.engines.hooks import FAST_HOOKS, HOOKS
 from kvscope.engines.model.seams import model_classes
 from kvscope.engines.seams import PROPERTY, check_seams, parse_parameters
 from kvscope.engines.trtllm.seams import MODEL_VERSION, SEAMS_BY_VERSION, seams_for
@@ -74,14 +74,16 @@ def test_engine_model_classes_match_the_record_when_checked():
 
 
 def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
-    unhooked = {s.qualname for s in seams_for(MODEL_VERSION) if s.qualname not in HOOKS}
-    assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources"}
+    unhooked = {s.qualname for s in seams_for(MODEL_VERSION) if s.qualname not in HOOKS and s.qualname not in FAST_HOOKS}
+    assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
+                        "KVCacheV2Scheduler._try_allocate_generation"}
+    assert set(HOOKS).isdisjoint(FAST_HOOKS)
 
 
 def test_dsa_manager_overrides_no_seam_so_class_level_wrapping_reaches_it():
     dsa = _snapshots()["1.3.0rc25"]["classes"]["DSACacheManagerV2"]
     assert dsa["bases"] == ["KVCacheManagerV2"]
-    hooked = {q.split(".")[1] for q in HOOKS if q.startswith("KVCacheManagerV2.")}
+    hooked = {q.split(".")[1] for q in (*HOOKS, *FAST_HOOKS) if q.startswith("KVCacheManagerV2.")}
     assert hooked.isdisjoint(dsa["overrides"])
 
 

@@ -45,7 +45,7 @@ def _scheduler(commit: str, note: str = "") -> tuple[Seam, ...]:
         Seam(SCHED, "KVCacheV2Scheduler._try_allocate_context", "(self, req, num_tokens)",
              commit, "ADMITTED on a first chunk's success, ADMISSION_DEFERRED (target) on failure", note),
         Seam(SCHED, "KVCacheV2Scheduler._try_allocate_generation", "(self, req)",
-             commit, "generation admission outcome (allocation events come from the managers)", note),
+             commit, "read-only: generation growth is swept per iteration, failures come from the managers", note),
     )
 
 
