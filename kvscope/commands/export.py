@@ -25,6 +25,9 @@ from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
 
 BATCH_ROWS = 4096
+REPLAY_MAX_BLOCK_S = 10.0
+"""A replay waits up to this long for room in a full export queue while the collector answers
+(a file is not an engine: pacing it loses nothing); once an export fails it stops waiting."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +101,7 @@ def export_files(
             shutdown_timeout_s=shutdown_timeout_s,
             max_queue_size=max_queue_size,
             max_batch_size=min(512, max_queue_size),
+            max_block_s=REPLAY_MAX_BLOCK_S,
         )
         sink = OtelSink(
             **pipeline.sink_options(),

@@ -109,6 +109,7 @@ class MetricState:
         self._counters: dict[tuple[n.MetricName, Attrs], float] = {}
         self._gauges: dict[tuple[n.MetricName, Attrs], float] = {}
         self._hists: dict[tuple[n.MetricName, Attrs], _Hist] = {}
+        self._last_pool_state: dict[str, tuple[int, int, int, int]] = {}
         # Per-request timing (ns) and prompt length; insertion order = age, for bounded forgetting.
         self._arrival_ns: dict[int, int] = {}
         self._prompt_tokens: dict[int, int] = {}
@@ -162,8 +163,13 @@ class MetricState:
             self._forget(rid)
 
     def _set_pool_state(self, pool: str, r: tuple) -> None:
-        a: Attrs = ((n.POOL, pool),)
         cap, free, evict, resv = r[CAP], r[FREE], r[EVICT], r[RESV]
+        is_snapshot = r[KIND] is EventKind.POOL_SNAPSHOT
+        state = (cap, free, evict, resv)
+        if not is_snapshot and self._last_pool_state.get(pool) == state:
+            return  # most events repeat the pool state: skip seven map writes
+        self._last_pool_state[pool] = state
+        a: Attrs = ((n.POOL, pool),)
         g = self._gauges
         g[(n.POOL_BLOCKS_CAPACITY, a)] = cap
         if free >= 0:
@@ -175,7 +181,7 @@ class MetricState:
             g[(n.POOL_BLOCKS_EVICTABLE, a)] = evict
         if resv >= 0:
             g[(n.POOL_BLOCKS_RESERVED, a)] = resv
-        if r[KIND] is EventKind.POOL_SNAPSHOT:
+        if is_snapshot:
             g[(n.POOL_REQUESTS, a)] = r[NR]
 
     def _add(self, metric: n.MetricName, kv: tuple[str, str] | None, value: float) -> None:

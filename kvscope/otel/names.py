@@ -31,9 +31,13 @@ class Instrument(str, Enum):
     HISTOGRAM = "histogram"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class MetricName:
-    """One exported metric: its name, UCUM unit, instrument and attribute keys."""
+    """One exported metric: its name, UCUM unit, instrument and attribute keys.
+
+    Compared and hashed by identity (each is a module constant): metric state keys hash it per
+    event, and a field-wise dataclass hash would cost more than the rest of the update.
+    """
 
     name: str
     unit: str

@@ -42,6 +42,8 @@ class ExportQueue(Generic[T]):
         max_batch_size: most items per export call.
         schedule_delay_s: longest wait before a partial batch is exported.
         weight: items counted per queued element (e.g. data points in a metrics snapshot).
+        max_block_s: 0 (default, live use): ``offer`` never waits. > 0 (file replays): see
+            :meth:`offer`.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class ExportQueue(Generic[T]):
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.2,
         weight: Callable[[T], int] | None = None,
+        max_block_s: float = 0.0,
     ) -> None:
         if max_queue_size <= 0:
             raise ValueError(f"max_queue_size must be > 0, got {max_queue_size}")
@@ -68,6 +71,10 @@ class ExportQueue(Generic[T]):
         self.max_batch_size = max_batch_size
         self.schedule_delay_s = schedule_delay_s
         self._weight = weight
+        if max_block_s < 0:
+            raise ValueError(f"max_block_s must be >= 0, got {max_block_s}")
+        self.max_block_s = max_block_s
+        self._healthy = True
         self._queue: deque[T] = deque()
         self._cond = threading.Condition()
         self._exporting = 0
@@ -92,10 +99,25 @@ class ExportQueue(Generic[T]):
         return 1 if self._weight is None else self._weight(item)
 
     def offer(self, item: T) -> bool:
-        """Queue one item; never blocks or raises. False (and counted) when full or shut down."""
+        """Queue one item; never raises. False (and counted) when full or shut down.
+
+        Never blocks unless ``max_block_s`` > 0 (replays only): then a full queue waits up to that
+        long for room, but only while the exporter is healthy (its last export succeeded), so a
+        healthy but slower collector paces a file replay instead of losing data, and a down one
+        costs at most one wait before everything is dropped at once.
+        """
         w = self._w(item)
         with self._cond:
             self.num_offered += w
+            if self.max_block_s > 0 and len(self._queue) >= self.max_queue_size and self._healthy:
+                deadline = time.monotonic() + self.max_block_s
+                while (
+                    len(self._queue) >= self.max_queue_size and self._healthy and not self._stopping
+                ):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
             if self._stopping or len(self._queue) >= self.max_queue_size:
                 self.num_dropped_full += w
                 return False
@@ -128,6 +150,7 @@ class ExportQueue(Generic[T]):
                 ok = False
             with self._cond:
                 self._exporting -= 1
+                self._healthy = ok
                 if ok:
                     self.num_exported += weight
                 else:

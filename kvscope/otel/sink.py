@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ from kvscope.recording.sinks import EventBatch
 
 log = logging.getLogger(__name__)
 SCOPE_NAME = "kvscope"
+YIELD_EVERY_ROWS = 32
+"""Threaded translation releases the GIL after this many rows (about 0.5 ms of work)."""
 try:
     from importlib.metadata import version as _version
 
@@ -93,14 +96,17 @@ class OtlpPipeline:
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.2,
         shutdown_timeout_s: float = 5.0,
+        max_block_s: float = 0.0,
     ) -> None:
         self.config = config
         self.resource = resource
+        self.max_block_s = max_block_s
         span_exp, self.metric_exporter, log_exp = config.exporters()
         q = {
             "max_queue_size": max_queue_size,
             "max_batch_size": max_batch_size,
             "schedule_delay_s": schedule_delay_s,
+            "max_block_s": max_block_s,
         }
         self.span_processor = BoundedSpanProcessor(
             span_exp, shutdown_timeout_s=shutdown_timeout_s, **q
@@ -120,6 +126,7 @@ class OtlpPipeline:
             "metric_exporter": self.metric_exporter,
             "resource": self.resource,
             "queues": (self.span_processor.queue, self.log_processor.queue),
+            "max_block_s": self.max_block_s,
         }
 
     def shutdown(self) -> None:
@@ -143,6 +150,8 @@ class OtelSink:
         max_open_requests: open request spans kept (oldest ended as 'unfinished' beyond).
         on_batch: called with each translated batch's rows on the translating thread (the hook
             the analyzer's streaming detector plugs into); must not raise.
+        max_block_s: 0 for live use (never wait); > 0 lets a file replay wait that long for room
+            in the metric queue while the collector is healthy (see ``ExportQueue.offer``).
     """
 
     def __init__(
@@ -160,6 +169,7 @@ class OtelSink:
         max_open_requests: int = 4096,
         shutdown_timeout_s: float = 5.0,
         on_batch: Callable[[Sequence[tuple], int], None] | None = None,
+        max_block_s: float = 0.0,
     ) -> None:
         if metric_interval_s <= 0:
             raise ValueError(f"metric_interval_s must be > 0, got {metric_interval_s}")
@@ -203,6 +213,7 @@ class OtelSink:
                 max_batch_size=8,
                 schedule_delay_s=0.2,
                 weight=_num_points,
+                max_block_s=max_block_s,
             )
         self.queues = list(queues) + ([self._metric_queue] if self._metric_queue else [])
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -215,6 +226,7 @@ class OtelSink:
         self.num_recorder_dropped = 0
         self._is_shut_down = False
         self._pending: ExportQueue[EventBatch] | None = None
+        self._yield_every = YIELD_EVERY_ROWS if threaded else 0
         if threaded:
             self._pending = ExportQueue(
                 self._translate_batches,
@@ -289,7 +301,12 @@ class OtelSink:
         interval = self.metric_interval_ns
         do_metrics = self._metric_queue is not None
         start = 0
+        yield_every = self._yield_every
         for i, r in enumerate(rows):
+            if yield_every and i % yield_every == yield_every - 1:
+                # Hand the GIL back now and then: a woken engine thread would otherwise wait up to
+                # the interpreter's switch interval (5 ms) behind this loop.
+                time.sleep(0)
             t = r[TS] + off
             if do_metrics:
                 if self._next_metric_ns is None:

@@ -114,3 +114,29 @@ def test_http_exporters_get_signal_paths_when_built():
     assert span._endpoint == "http://127.0.0.1:4318/v1/traces"
     assert metric._endpoint == "http://127.0.0.1:4318/v1/metrics"
     assert log._endpoint == "http://127.0.0.1:4318/v1/logs"
+
+
+def test_replay_queue_waits_for_a_slow_healthy_exporter_instead_of_dropping_when_blocking_allowed():
+    def slow(batch):
+        time.sleep(0.01)
+        return True
+
+    q = ExportQueue(
+        slow, name="t", max_queue_size=2, max_batch_size=1, schedule_delay_s=0.01, max_block_s=5
+    )
+    assert all(q.offer(i) for i in range(30))
+    q.shutdown(5)
+    assert (q.num_exported, q.num_dropped) == (30, 0)
+
+
+def test_replay_queue_stops_waiting_once_an_export_failed_when_collector_down():
+    q = ExportQueue(lambda b: False, name="t", max_queue_size=2, max_batch_size=1, schedule_delay_s=0.01,
+                    max_block_s=30)  # fmt: skip
+    q.offer(0)
+    assert q.force_flush(5)  # the first export fails: the queue is now unhealthy
+    t0 = time.monotonic()
+    results = [q.offer(i) for i in range(1, 200)]
+    assert time.monotonic() - t0 < 5  # far less than one 30 s wait
+    q.shutdown(2)
+    assert results.count(False) > 0
+    assert q.num_exported == 0 and q.num_dropped == 200
