@@ -152,9 +152,8 @@ class Binding:
             figures = self.device_memory()
             if figures:
                 extra = format_kv(figures)
-        for manager in self.managers.values():
-            self.sweep(manager)
-        for manager in self.managers.values():
+        held = [self.sweep(manager) for manager in self.managers.values()]
+        for manager, tokens in zip(self.managers.values(), held):
             role = role_of(manager)
             evicted = self.reader.evicted_total(manager)
             if evicted is not None:
@@ -163,14 +162,13 @@ class Binding:
                     self.emit(EventKind.BLOCKS_EVICTED, -1, role, evicted - last, manager=manager)
                 self._evicted[id(manager)] = evicted
             cap, free, evictable, reserved = self.reader.state(manager)
-            caches = manager.kv_cache_map
-            tokens = sum(c.capacity for c in caches.values())
-            self.rec.record(EventKind.POOL_SNAPSHOT, -1, role, 0, tokens, len(caches),
+            self.rec.record(EventKind.POOL_SNAPSHOT, -1, role, 0, tokens, len(manager.kv_cache_map),
                             cap, free, evictable, reserved, extra)
 
     # ---- per-request cache diffs --------------------------------------------------------------
-    def sweep(self, manager: Any) -> None:
-        """Block and residency changes of every live cache in ``manager`` since last reported.
+    def sweep(self, manager: Any) -> int:
+        """Block and residency changes of every live cache in ``manager`` since last reported;
+        returns the tokens the live caches hold (sum of capacities).
 
         Generation steps grow every running request's caches each iteration; observing them call
         by call would cost a wrapper per request per iteration, so they are swept once per
@@ -180,7 +178,9 @@ class Binding:
         known = self.known.setdefault(id(manager), {})
         role = role_of(manager)
         items = manager.kv_cache_map.items()
+        tokens_held = 0
         for rid, cache in items:
+            tokens_held += cache.capacity
             nb1 = cache.num_blocks
             active1 = cache.is_active
             last = known.get(rid)
@@ -203,6 +203,7 @@ class Binding:
         if len(known) > len(items):
             for rid in [r for r in known if r not in manager.kv_cache_map]:
                 del known[rid]
+        return tokens_held
 
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""

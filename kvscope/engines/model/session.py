@@ -33,7 +33,7 @@ class EventFileSession:
 
     def __init__(self, path: str | os.PathLike[str] | None, *, label: str = "", rank: int = 0,
                  extra_sinks: list[Sink] | None = None, capacity: int = 1 << 18,
-                 interval_s: float = 0.02) -> None:
+                 interval_s: float = 0.1) -> None:
         self.path = Path(path) if path is not None else None
         self.label = label
         self.rank = rank
