@@ -389,3 +389,23 @@ def test_reports_exhausted_while_requests_are_in_flight_when_the_request_limit_i
     for req in first:
         w.on_finished(req.request_id, 1.0)
     assert w.pop_arrivals(100.0) == [] and w.num_loaded_sessions == 0
+
+
+def test_ends_the_session_when_a_request_fails_and_end_session_on_failure_is_on(
+    two_sessions: Path,
+) -> None:
+    w = _workload(two_sessions, end_session_on_failure=True, recycle=False)
+    (first,) = w.pop_arrivals(0.0)
+    w.on_finished(first.request_id, 2.0, failed=True)
+    (nxt,) = w.pop_arrivals(2.0)
+    assert (nxt.session_id, nxt.prompt_len) == (1, 5 * 64 + 10)  # the next session's first turn
+    assert w.num_loaded_sessions == 1
+
+
+def test_goes_on_with_the_session_when_a_request_fails_by_default(two_sessions: Path) -> None:
+    w = _workload(two_sessions, max_sessions=1)
+    (first,) = w.pop_arrivals(0.0)
+    w.on_finished(first.request_id, 2.0, failed=True)
+    assert w.next_arrival_s() == 12.0
+    (nxt,) = w.pop_arrivals(12.0)
+    assert (nxt.session_id, nxt.prompt_len) == (0, 6 * 64 + 10)
