@@ -51,10 +51,6 @@ class CommitState(str, Enum):
     USER_STOP = "user_stop"
 
 
-def _div_up(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 class _KVCacheModel:
     """One request's cache in one pool. Created by ``KVCacheManagerCoreModel.create_kv_cache``.
 
@@ -132,7 +128,7 @@ class _KVCacheModel:
 
     @property
     def is_active(self) -> bool:
-        return self._status == CacheStatus.ACTIVE
+        return self._status is CacheStatus.ACTIVE
 
     @property
     def commit_state(self) -> CommitState:
@@ -149,7 +145,7 @@ class _KVCacheModel:
         Raises:
             ValueError: history would decrease, or capacity would drop below history (real text).
         """
-        assert self._status == CacheStatus.ACTIVE, "resize needs an ACTIVE cache"
+        assert self._status is CacheStatus.ACTIVE, "resize needs an ACTIVE cache"
         if capacity is None:
             capacity = self._capacity
         if history_length is None:
@@ -159,8 +155,12 @@ class _KVCacheModel:
         if capacity < history_length:
             raise ValueError("History length cannot be greater than capacity")
         tpb = self._manager.tokens_per_block
-        old_num_blocks = _div_up(self._capacity, tpb)
-        new_num_blocks = _div_up(capacity, tpb)
+        old_num_blocks = -(-self._capacity // tpb)
+        new_num_blocks = -(-capacity // tpb)
+        if new_num_blocks == old_num_blocks:  # the common decode step: no page changes hands
+            self._capacity = capacity
+            self._history_length = history_length
+            return True
         pool = self._manager.pool
         if new_num_blocks > old_num_blocks:
             num_new = new_num_blocks - old_num_blocks

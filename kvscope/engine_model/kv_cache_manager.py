@@ -517,27 +517,30 @@ class KVCacheManagerV2Model:
     def update_resources(self, scheduled_batch: ScheduledRequestsModel, attn_metadata: Any = None,
                          kv_cache_dtype_byte_size: float | None = None) -> None:
         """Give back rejected draft slots and advance history for each generation request; raise on failure."""
+        cache_map, allocated_lens = self.kv_cache_map, self._allocated_draft_lens
+        is_draft, reserve = self.is_draft, self._kv_reserve_draft_tokens
+        capacity_only = not is_draft and not self.target_reserves_draft_slots
         for req in scheduled_batch.generation_requests:
-            kv_cache = self.kv_cache_map.get(req.py_request_id)
+            kv_cache = cache_map.get(req.py_request_id)
             if kv_cache is None or not kv_cache.is_active:
                 continue
             accepted = req.py_num_accepted_draft_tokens
-            runtime_draft_len = req.py_rewind_len + accepted
-            allocated = self._allocated_draft_lens.get(
-                req.py_request_id,
-                max(runtime_draft_len, self._kv_reserve_draft_tokens) if self.is_draft else runtime_draft_len)
-            rewind_len = max(allocated - accepted, 0)
-            done = req.state in (LlmRequestState.GENERATION_COMPLETE, LlmRequestState.CONTEXT_INIT)
+            allocated = allocated_lens.pop(req.py_request_id, None)
+            if allocated is None:  # this pool did not grow through the scheduler (unpaired mirror)
+                runtime_draft_len = req.py_rewind_len + accepted
+                allocated = max(runtime_draft_len, reserve) if is_draft else runtime_draft_len
+            rewind_len = allocated - accepted if allocated > accepted else 0
+            state = req.state
+            done = state is LlmRequestState.GENERATION_COMPLETE or state is LlmRequestState.CONTEXT_INIT
             new_capacity = None if done else kv_cache.capacity - rewind_len
             history_length = req.get_num_tokens(0) - 1
-            if not self.is_draft and not self.target_reserves_draft_slots:
+            if capacity_only:
                 # Capacity-only control: no slot was reserved for the accepted drafts, so the
                 # target grows here to the tokens that landed (model-only, see SOURCES.md).
                 new_capacity = max(kv_cache.capacity if new_capacity is None else new_capacity,
                                    history_length)
             if not kv_cache.resize(new_capacity, history_length):
                 raise ValueError(errors.generation_update_failed(req.py_request_id, new_capacity, history_length))
-            self._allocated_draft_lens.pop(req.py_request_id, None)
 
     def free_resources(self, request: LlmRequestModel, pin_on_release: bool = False) -> None:
         self._allocated_draft_lens.pop(request.py_request_id, None)
