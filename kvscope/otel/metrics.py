@@ -62,6 +62,7 @@ _COUNTED_PER_POOL = {
     EventKind.ENGINE_FAILED: (n.ENGINE_FAILURES, None),
 }
 _TOUCHES_POOL = (EventKind.BLOCKS_ALLOCATED, EventKind.BLOCKS_REUSED)
+_POOL_COUNTERS = tuple(m for m, _ in _COUNTED_PER_POOL.values()) + (n.PREFIX_QUERIES, n.PREFIX_HITS)
 
 
 @dataclass(slots=True)
@@ -134,6 +135,8 @@ class MetricState:
         kind, pool = r[KIND], r[POOL]
         if pool is not PoolRole.NONE and r[CAP] >= 0:
             self._set_pool_state(pool.value, r)
+        if kind is EventKind.POOL_CONFIGURED and pool is not PoolRole.NONE:
+            self._zero_counters(pool.value)
         counted = _COUNTED_PER_POOL.get(kind)
         if counted is not None:
             metric, col = counted
@@ -183,6 +186,14 @@ class MetricState:
             g[(n.POOL_BLOCKS_RESERVED, a)] = resv
         if is_snapshot:
             g[(n.POOL_REQUESTS, a)] = r[NR]
+
+    def _zero_counters(self, pool: str) -> None:
+        # Start every per-pool counter at 0 once the pool exists, so rate()/increase() see the
+        # first allocation, deferral or failure (a series born at 1 hides its first increment).
+        a: Attrs = ((n.POOL, pool),)
+        for m in _POOL_COUNTERS:
+            self._counters.setdefault((m, a), 0)
+        self._counters.setdefault((n.REJECTIONS, _NO_ATTRS), 0)
 
     def _add(self, metric: n.MetricName, kv: tuple[str, str] | None, value: float) -> None:
         key = (metric, _NO_ATTRS if kv is None else (kv,))

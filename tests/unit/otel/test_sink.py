@@ -52,8 +52,8 @@ def test_metrics_pushed_per_interval_of_event_time_when_exporter_given():
     assert times == [1_500_000_000, 2_000_000_000, 2_350_000_000]
     assert sink.summary()["metric_points"]["dropped"] == 0
     last = {m.name: m for m in exp.pushed[-1].resource_metrics[0].scope_metrics[0].metrics}
-    (p,) = [p for p in last[n.ENGINE_FAILURES.name].data.data_points]
-    assert p.value == 1
+    points = {p.attributes[n.POOL]: p.value for p in last[n.ENGINE_FAILURES.name].data.data_points}
+    assert points == {"target": 0, "draft": 1}
 
 
 def test_drops_and_counts_batches_when_worker_cannot_keep_up():
