@@ -19,7 +19,7 @@ class DetectorConfig:
     """Trailing window for consumption rates (iterations)."""
     risk_horizon_s: float = 30.0
     """Time-to-exhaustion at-risk warning when the trend empties the pool within this time..."""
-    risk_min_utilization: float = 0.85
+    risk_min_utilization: float = 0.95
     """...and the pool is at least this full..."""
     risk_margin_fraction: float = 0.02
     """...and its headroom is below the target's by more than this fraction of its capacity (with

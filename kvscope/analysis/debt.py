@@ -36,11 +36,13 @@ class DebtResult:
     Attributes:
         series: one row per event position where a tracked pool's need, availability or debt
             changed: pos, ts_ns, t_s, iteration, pool, need_blocks, available_blocks,
-            shortfall_blocks (target's, in this pool's blocks), debt_blocks, capacity_blocks.
+            shortfall_blocks (target's, in this pool's blocks), debt_blocks, capacity_blocks,
+            queued_blocks (what queued requests would need), projected_debt_blocks.
         track: one row per (request, pool, position) update: pos, request_id, pool, held_blocks,
             final_blocks, remaining_blocks, is_counted.
         full: pool role -> dict of full-length arrays (one value per event): need, available,
-            debt (NaN before the pool is first observed), alloc (blocks newly held at that event).
+            debt (NaN before the pool is first observed), alloc (blocks newly held at that event),
+            queued, projected (debt with the queue admitted), shortfall.
     """
 
     series: pd.DataFrame
@@ -87,12 +89,23 @@ def request_prompts(events: pd.DataFrame) -> pd.Series:
     return arrived.combine_first(chunk_end).astype("int64")
 
 
-def compute_debt(events: pd.DataFrame, configs: pd.DataFrame | None = None) -> DebtResult:
+def compute_debt(
+    events: pd.DataFrame, configs: pd.DataFrame | None = None, *, hit_window: int = 16
+) -> DebtResult:
     """Need, availability and debt per KV pool over the whole frame (vectorized).
+
+    Also the *projected* debt: the same with the requests still queued (arrived, not admitted)
+    counted as if admitted now and the pages of decoding requests (prefill done) counted as free
+    (optimistic: they finish first), the target's reuse for each taken from its last prefix match
+    (the scheduler matches and reverts while it waits) or else the target's hit rate over the
+    last ``hit_window`` admissions. A positive projected debt means the target would admit the
+    queue while the pool outside admission could not back it: the at-risk signal, which comes
+    before the admission that makes the debt real.
 
     Args:
         events: an event frame (see :mod:`kvscope.analysis.frame`), in recording order.
         configs: :func:`pool_configs` of the frame (computed when None).
+        hit_window: admissions averaged for the target's recent prefix hit rate.
     """
     if configs is None:
         configs = pool_configs(events)
@@ -109,8 +122,16 @@ def compute_debt(events: pd.DataFrame, configs: pd.DataFrame | None = None) -> D
     off_kinds = np.isin(kind, [K[k] for k in END_KINDS]) | (
         (kind == K[EventKind.BLOCKS_FREED]) & (pool == P[PoolRole.TARGET])
     )
-    status_pos = np.flatnonzero((on_kinds | off_kinds) & (rid >= 0))
+    # Prefill done (a chunk reaching the prompt's end): the request is decoding and frees its
+    # pages when it finishes; the at-risk projection counts on that.
+    chunk_m = (kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED]) & (rid >= 0)
+    chunk_end = ntok + events["num_blocks"].to_numpy(np.int64)
+    prompt_at = prompts.reindex(rid).to_numpy(dtype=np.float64, na_value=np.nan)
+    done_kinds = chunk_m & (chunk_end >= np.nan_to_num(prompt_at, nan=np.inf))
+    status_pos = np.flatnonzero((on_kinds | off_kinds | done_kinds) & (rid >= 0))
     target_reuse_at_admit = np.where(on_kinds[status_pos], ntok[status_pos], np.nan)
+    st_on = np.where(done_kinds[status_pos], np.nan, on_kinds[status_pos].astype(float))
+    st_done = np.where(done_kinds[status_pos], 1.0, np.where(on_kinds[status_pos], 0.0, np.nan))
 
     tracks, full, series = [], {}, []
     for role in pools:
@@ -128,17 +149,20 @@ def compute_debt(events: pd.DataFrame, configs: pd.DataFrame | None = None) -> D
         susp = np.concatenate([np.where(susp_mask[own], (kind[own] == K[EventKind.SUSPENDED]).astype(float), np.nan),
                                np.full(len(status_pos), np.nan)])
         reused = np.concatenate([np.where(reuse_mask[own], ntok[own], np.nan), np.full(len(status_pos), np.nan)])
-        on = np.concatenate([np.full(len(own), np.nan), on_kinds[status_pos].astype(float)])
+        on = np.concatenate([np.full(len(own), np.nan), st_on])
+        done = np.concatenate([np.full(len(own), np.nan), st_done])
         tgt_reuse = np.concatenate([np.full(len(own), np.nan), target_reuse_at_admit])
         r = rid[pos]
         order = np.lexsort((pos, r))
-        pos, r, cap, susp, reused, on, tgt_reuse = (a[order] for a in (pos, r, cap, susp, reused, on, tgt_reuse))
+        pos, r, cap, susp, reused, on, done, tgt_reuse = (
+            a[order] for a in (pos, r, cap, susp, reused, on, done, tgt_reuse))
         start = np.ones(len(r), dtype=bool)
         start[1:] = r[1:] != r[:-1]
         cap = _ffill_groups(cap, start, 0.0)
         susp = _ffill_groups(susp, start, 0.0)
         reused = _ffill_groups(reused, start, 0.0)
         on = _ffill_groups(on, start, 0.0)
+        done = _ffill_groups(done, start, 0.0)
         tgt_reuse = _ffill_groups(tgt_reuse, start, 0.0)
         if role == PoolRole.TARGET or bool(cfg["paired"]):
             reused = np.maximum(reused, tgt_reuse)  # paired mirrors get the target's reuse
@@ -151,6 +175,9 @@ def compute_debt(events: pd.DataFrame, configs: pd.DataFrame | None = None) -> D
         prev_rem = np.where(start, 0.0, np.roll(rem, 1))
         prev_held = np.where(start, 0.0, np.roll(held, 1))
         need = np.cumsum(np.bincount(pos, weights=rem - prev_rem, minlength=n))
+        decoding = np.where((on > 0) & (done > 0), held, 0.0)
+        prev_dec = np.where(start, 0.0, np.roll(decoding, 1))
+        decode_held = np.cumsum(np.bincount(pos, weights=decoding - prev_dec, minlength=n))
         alloc = np.bincount(pos, weights=np.maximum(held - prev_held, 0.0) * (susp == 0), minlength=n)
         tracks.append(pd.DataFrame({
             "pos": pos, "request_id": r, "pool": role.value, "held_blocks": held.astype(np.int64),
@@ -166,24 +193,95 @@ def compute_debt(events: pd.DataFrame, configs: pd.DataFrame | None = None) -> D
         ).astype(np.float64)
         capacity = np.where(state, events["capacity_blocks"].to_numpy(np.int64), np.nan).astype(np.float64)
         full[role.value] = {
-            "need": need, "available": _ffill(avail), "capacity": _ffill(capacity), "alloc": alloc, "tpb": tpb,
+            "need": need, "decode_held": decode_held, "available": _ffill(avail), "capacity": _ffill(capacity), "alloc": alloc, "tpb": tpb,
         }
 
+    for role in pools:
+        full[role.value]["queued"] = _queued_need(events, configs.loc[role.value], role, prompts, hit_window)
     tgt = full.get(PoolRole.TARGET.value)
     for role in pools:
         f = full[role.value]
         if role == PoolRole.TARGET or tgt is None:
-            shortfall = np.zeros(n)
+            shortfall = projected_shortfall = np.zeros(n)
         else:
-            short_tokens = np.maximum(tgt["need"] - np.nan_to_num(tgt["available"], nan=np.inf), 0.0) * tgt["tpb"]
-            shortfall = np.floor(short_tokens / f["tpb"])
+            avail_t = np.nan_to_num(tgt["available"], nan=np.inf)
+            shortfall = np.floor(np.maximum(tgt["need"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"])
+            projected_shortfall = np.floor(np.maximum(
+                tgt["need"] + tgt["queued"] - avail_t - tgt["decode_held"], 0.0) * tgt["tpb"] / f["tpb"])
         f["shortfall"] = shortfall
         f["debt"] = f["need"] - f["available"] - shortfall
+        # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
+        # queue is admitted, so only a queue that cannot fit even then is flagged.
+        f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
         series.append(_changes(events, role.value, f))
     series_df = pd.concat(series, ignore_index=True) if series else _empty_series()
     track_df = pd.concat(tracks, ignore_index=True) if tracks else pd.DataFrame(
         columns=["pos", "request_id", "pool", "held_blocks", "final_blocks", "remaining_blocks", "is_counted"])
     return DebtResult(series=series_df, track=track_df, full=full)
+
+
+def _first_pos(kind: np.ndarray, rid: np.ndarray, kinds: list[int]) -> pd.Series:
+    m = np.isin(kind, kinds) & (rid >= 0)
+    pos = np.flatnonzero(m)
+    s = pd.Series(pos, index=rid[m])
+    return s[~s.index.duplicated(keep="first")]
+
+
+def _queued_need(
+    events: pd.DataFrame, cfg: pd.Series, role: PoolRole, prompts: pd.Series, hit_window: int
+) -> np.ndarray:
+    """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``."""
+    n = len(events)
+    kind, pool = codes(events)
+    rid = events["request_id"].to_numpy(np.int64)
+    ntok = events["num_tokens"].to_numpy(np.int64).astype(np.float64)
+    arr = _first_pos(kind, rid, [K[EventKind.REQUEST_ARRIVED]])
+    if arr.empty:
+        return np.zeros(n)
+    adm = _first_pos(kind, rid, [K[EventKind.ADMITTED]])
+    end = _first_pos(kind, rid, [K[k] for k in END_KINDS])
+    stop = adm.reindex(arr.index).fillna(end.reindex(arr.index)).fillna(n).to_numpy(np.int64)
+    ids = arr.index.to_numpy()
+    apos = arr.to_numpy()
+    prompt = prompts.reindex(ids).fillna(0).to_numpy(np.float64)
+    tpb = int(cfg["tokens_per_block"])
+    total = prompt + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]
+    uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
+    if not uses_reuse:
+        q = np.ceil(total / tpb)
+        w = np.bincount(apos, weights=q, minlength=n + 1) - np.bincount(stop, weights=q, minlength=n + 1)
+        return np.cumsum(w)[:n]
+    # Recent hit rate of the target at each arrival (last hit_window admissions before it).
+    a_pos = np.flatnonzero(kind == K[EventKind.ADMITTED])
+    a_reused = ntok[a_pos]
+    a_prompt = prompts.reindex(rid[a_pos]).fillna(0).to_numpy(np.float64)
+    cs_r = np.concatenate([[0.0], np.cumsum(a_reused)])
+    cs_p = np.concatenate([[0.0], np.cumsum(a_prompt)])
+    hi = np.searchsorted(a_pos, apos, side="right")
+    lo = np.maximum(hi - hit_window, 0)
+    den = cs_p[hi] - cs_p[lo]
+    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+    q0 = np.ceil(np.maximum(total - hit * prompt, 0) / tpb)
+    # Known matches while queued (target's BLOCKS_REUSED before admission) replace the estimate.
+    rm = (kind == K[EventKind.BLOCKS_REUSED]) & (pool == P[PoolRole.TARGET]) & (rid >= 0)
+    rpos = np.flatnonzero(rm)
+    idx = pd.Index(ids).get_indexer(rid[rpos])
+    ok = idx >= 0
+    rpos, idx = rpos[ok], idx[ok]
+    ok = (rpos >= apos[idx]) & (rpos < stop[idx])
+    rpos, idx = rpos[ok], idx[ok]
+    qk = np.ceil(np.maximum(total[idx] - ntok[rpos], 0) / tpb)
+    rows_pos = np.concatenate([apos, rpos, stop])
+    rows_req = np.concatenate([np.arange(len(ids)), idx, np.arange(len(ids))])
+    rows_val = np.concatenate([q0, qk, np.zeros(len(ids))])
+    rows_ord = np.concatenate([np.zeros(len(ids)), np.ones(len(idx)), np.full(len(ids), 2)])
+    order = np.lexsort((rows_ord, rows_pos, rows_req))
+    rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
+    start = np.ones(len(rows_req), dtype=bool)
+    start[1:] = rows_req[1:] != rows_req[:-1]
+    prev = np.where(start, 0.0, np.roll(rows_val, 1))
+    w = np.bincount(rows_pos, weights=rows_val - prev, minlength=n + 1)
+    return np.cumsum(w)[:n]
 
 
 def _changes(events: pd.DataFrame, role: str, f: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -194,8 +292,9 @@ def _changes(events: pd.DataFrame, role: str, f: dict[str, np.ndarray]) -> pd.Da
         return _empty_series()
     keep = np.zeros(n, dtype=bool)
     keep[0] = True
+    proj = np.nan_to_num(f["projected"], nan=0.0)
     keep[1:] = (need[1:] != need[:-1]) | (np.nan_to_num(avail[1:], nan=-1) != np.nan_to_num(avail[:-1], nan=-1)) | (
-        f["shortfall"][1:] != f["shortfall"][:-1])
+        f["shortfall"][1:] != f["shortfall"][:-1]) | (proj[1:] != proj[:-1])
     keep &= ~np.isnan(avail)
     idx = np.flatnonzero(keep)
     ts = events["ts_ns"].to_numpy(np.int64)[idx]
@@ -203,6 +302,7 @@ def _changes(events: pd.DataFrame, role: str, f: dict[str, np.ndarray]) -> pd.Da
         "pos": idx, "ts_ns": ts, "t_s": ts / 1e9, "iteration": events["iteration"].to_numpy(np.int64)[idx],
         "pool": role, "need_blocks": need[idx], "available_blocks": avail[idx],
         "shortfall_blocks": f["shortfall"][idx], "debt_blocks": d[idx], "capacity_blocks": f["capacity"][idx],
+        "queued_blocks": f["queued"][idx], "projected_debt_blocks": f["projected"][idx],
     })
 
 
@@ -213,7 +313,24 @@ def _empty_series() -> pd.DataFrame:
         "pool": pd.Series([], dtype="object"), "need_blocks": pd.Series([], dtype="float64"),
         "available_blocks": pd.Series([], dtype="float64"), "shortfall_blocks": pd.Series([], dtype="float64"),
         "debt_blocks": pd.Series([], dtype="float64"), "capacity_blocks": pd.Series([], dtype="float64"),
+        "queued_blocks": pd.Series([], dtype="float64"), "projected_debt_blocks": pd.Series([], dtype="float64"),
     })
+
+
+def eval_points(events: pd.DataFrame) -> np.ndarray:
+    """Event positions where pool states and needs are mutually consistent: every
+    ITERATION_SCHEDULED (the scheduler admitted and sized the target; the draft is not yet resized)
+    and the last event of every iteration (after prepare_resources and the snapshots). Bindings
+    may stamp one pool state on a whole batch of allocations, so positions in between can mix
+    before and after; detectors read the debt at these points only."""
+    n = len(events)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    kind, _ = codes(events)
+    it = events["iteration"].to_numpy(np.int64)
+    ends = np.concatenate([np.flatnonzero(it[1:] != it[:-1]), [n - 1]])
+    sched = np.flatnonzero(kind == K[EventKind.ITERATION_SCHEDULED])
+    return np.union1d(ends, sched)
 
 
 def owing_at(track: pd.DataFrame, role: str, pos: int) -> list[int]:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from kvscope.analysis.config import DetectorConfig, runs
-from kvscope.analysis.debt import DebtResult, owing_at
+from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import K, codes
 from kvscope.events import EventKind
@@ -26,7 +26,9 @@ def find_admission_gaps(
 ) -> list[Finding]:
     """Admission gaps: runs where a pool outside admission has positive debt.
 
-    The finding starts at the first event of the run (the admission that made the debt positive),
+    The debt is read at :func:`~kvscope.analysis.debt.eval_points` (consistent states). The
+    finding starts at the first such point in debt (its iteration holds the admission that made
+    the debt positive),
     names the requests admitted while in debt (``evidence["admitted_into_debt"]``) and those still
     owed pages when it started (``evidence["owing_at_start"]``).
     """
@@ -35,19 +37,22 @@ def find_admission_gaps(
     it = events["iteration"].to_numpy(np.int64)
     rid = events["request_id"].to_numpy(np.int64)
     adm_pos = np.flatnonzero(kind == K[EventKind.ADMITTED])
+    ev_pos = eval_points(events)
     out = []
     for role, f in debt.full.items():
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
         d = f["debt"]
-        mask = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
-        for s, e in runs(mask, it, cfg.merge_gap_iterations):
-            inside = adm_pos[(adm_pos >= s) & (adm_pos <= e)]
+        mask = np.nan_to_num(d[ev_pos], nan=-np.inf) > cfg.min_debt_blocks
+        for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
+            s, e = int(ev_pos[es]), int(ev_pos[ee])
+            inside = adm_pos[(it[adm_pos] >= it[s]) & (adm_pos <= e)]
             admitted = list(dict.fromkeys(int(x) for x in rid[inside]))
             owing = owing_at(debt.track, role, s)
-            first_adm = int(rid[s]) if kind[s] == K[EventKind.ADMITTED] else (admitted[0] if admitted else -1)
+            first_adm = admitted[0] if admitted else -1
             named = list(dict.fromkeys(admitted + owing))
-            peak = float(np.nanmax(d[s : e + 1]))
+            run_pos = ev_pos[es : ee + 1]
+            peak = float(np.nanmax(d[run_pos]))
             cap = float(f["capacity"][s])
             out.append(Finding(
                 kind=FindingKind.ADMISSION_GAP,
@@ -79,7 +84,8 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
     Columns: iteration, ts_ns, t_s, pool, pos (last event of the iteration), available_blocks,
     capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
     alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
-    basis ('debt': certain, admitted requests already owe more than is available; 'trend':
+    basis ('debt': certain, admitted requests already owe more than is available; 'queue': at
+    risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'trend':
     projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
     minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
     blocks), is_binding (this pool would run out before the target pushes back: its headroom is
@@ -105,6 +111,7 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
         avail = f["available"][ends]
         cap = f["capacity"][ends]
         d = f["debt"][ends]
+        proj = f["projected"][ends]
         alloc = np.add.reduceat(f["alloc"], starts)
         used = cap - avail
         t = ts[ends] / 1e9
@@ -115,19 +122,21 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
         span_i = (np.arange(len(t)) - back).astype(float)
         net = used - used[back]
         certain = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
+        queue = ~certain & (np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks)
         with np.errstate(divide="ignore", invalid="ignore"):
             alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
             net_rate = np.where(span_t > 0, net / span_t, np.nan)
             per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
             per_it_net = np.where(span_i > 0, net / span_i, np.nan)
-            eta_s = np.where(certain, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
-            eta_it = np.where(certain, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
-        basis = np.where(certain, "debt", np.where(np.isfinite(eta_s), "trend", ""))
+            by_alloc = certain | queue
+            eta_s = np.where(by_alloc, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
+            eta_it = np.where(by_alloc, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
+        basis = np.where(certain, "debt", np.where(queue, "queue", np.where(np.isfinite(eta_s), "trend", "")))
         frames.append(pd.DataFrame({
             "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pool": role, "pos": ends,
             "available_blocks": avail, "capacity_blocks": cap,
             "utilization": np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan),
-            "debt_blocks": d, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
+            "debt_blocks": d, "projected_debt_blocks": proj, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
             "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis": basis,
             "headroom_blocks": headroom, "target_headroom_blocks": tgt_room, "is_binding": binding,
         }))
@@ -136,47 +145,52 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
 
 def estimate_time_to_exhaustion(
     events: pd.DataFrame, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
-    exhaustion: pd.DataFrame | None = None,
+    exhaustion: pd.DataFrame | None = None, timeline: pd.DataFrame | None = None,
 ) -> list[Finding]:
-    """Time-to-exhaustion findings for pools outside admission.
+    """Time-to-exhaustion findings for pools outside admission, one per episode.
 
-    Critical when certain (debt > 0: the pool runs out after ``available`` more blocks at the
-    current allocation rate); warning when at risk (net usage growth empties the pool within
-    ``risk_horizon_s`` while it is at least ``risk_min_utilization`` full and it is the binding
-    pool, i.e. it would run out before the target's admission pushes back). One finding per episode;
-    it names the requests still owed pages and those queued (arrived, not yet admitted).
+    Critical when certain (debt > 0: the pool runs out once ``available`` more blocks are taken,
+    at the current allocation rate); warning when at risk: the queue admitted now would put the
+    pool in debt (basis ``queue``), or net usage growth empties it within ``risk_horizon_s`` while
+    it is at least ``risk_min_utilization`` full and it is the binding pool (basis ``trend``).
+    The finding names every request queued for or owed pages in the pool during the episode,
+    with the iteration it was first named (``evidence["named_at"]``: ``[request_id, iteration]``).
     """
     ex = exhaustion if exhaustion is not None else exhaustion_frame(events, debt, cfg)
     if ex.empty:
         return []
+    if timeline is None:
+        from kvscope.analysis.frame import request_timeline
+
+        timeline = request_timeline(events)
     out = []
     for role, g in ex.groupby("pool", sort=False):
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
         g = g.reset_index(drop=True)
-        certain = (g["basis"] == "debt").to_numpy()
-        risk = ((g["basis"] == "trend") & (g["eta_s"] <= cfg.risk_horizon_s)
-                & (g["utilization"] >= cfg.risk_min_utilization) & g["is_binding"]).to_numpy()
+        basis = g["basis"].to_numpy()
+        certain = basis == "debt"
+        risk = (basis == "queue") | ((basis == "trend") & (g["eta_s"] <= cfg.risk_horizon_s).to_numpy()
+                                     & (g["utilization"] >= cfg.risk_min_utilization).to_numpy()
+                                     & g["is_binding"].to_numpy())
         it = g["iteration"].to_numpy()
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
             row = g.iloc[s]
-            pos = int(row["pos"])
-            owing = owing_at(debt.track, role, pos)
-            queued = queued_at(events, pos)
+            named = named_during(timeline, float(row["t_s"]), float(g.iloc[e]["t_s"]), int(row["iteration"]))
+            named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             eta = float(row["eta_s"])
-            named = list(dict.fromkeys(owing + queued))
+            what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
+                    "queue": f"at risk: with the queue admitted it would owe {row['projected_debt_blocks']:.0f} blocks",
+                    "trend": "at the current growth"}[row["basis"]]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
                 severity=Severity.CRITICAL if is_certain else Severity.WARNING,
                 t_start_s=row["t_s"], t_end_s=g.iloc[e]["t_s"],
                 iteration_start=row["iteration"], iteration_end=g.iloc[e]["iteration"],
-                pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
-                summary=(
-                    f"{role} pool runs out in about {eta:.2f} s ({row['eta_iterations']:.0f} iterations) "
-                    f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available"
-                    f" ({'certain: admitted requests owe ' + format(row['debt_blocks'], '.0f') + ' blocks more' if row['basis'] == 'debt' else 'at the current growth'})."
-                ),
+                pools=(role,), request_ids=tuple(r for r, _ in named),
+                summary=(f"{role} pool runs out in about {eta:.2f} s ({row['eta_iterations']:.0f} iterations) "
+                         f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available ({what})."),
                 evidence={
                     "eta_s": eta, "eta_iterations": float(row["eta_iterations"]),
                     "predicted_exhaustion_s": float(row["t_s"]) + eta,
@@ -184,11 +198,27 @@ def estimate_time_to_exhaustion(
                     "min_eta_s": float(g["eta_s"].iloc[s : e + 1].min()),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
+                    "projected_debt_blocks": row["projected_debt_blocks"],
                     "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
-                    "owing_requests": owing[: cfg.max_named_requests], "queued_requests": queued[: cfg.max_named_requests],
+                    "named_at": [[r, i] for r, i in named],
                 },
             ))
     return out
+
+
+def named_during(timeline: pd.DataFrame, t0: float, t1: float, it0: int) -> list[tuple[int, int]]:
+    """Requests queued or still in prefill at some time in [t0, t1], with the iteration each was
+    first named (the episode's start, or the request's arrival if later); ordered by that, then id."""
+    if timeline.empty:
+        return []
+    stop = timeline["context_done_s"].fillna(timeline["end_s"]).fillna(np.inf)
+    stop = np.minimum(stop, timeline["end_s"].fillna(np.inf))
+    arrival = timeline["arrival_s"].fillna(timeline["admitted_s"])
+    m = (arrival <= t1) & (stop > t0)
+    sel = timeline[m]
+    named_it = np.maximum(sel["arrival_iteration"].to_numpy(), it0)
+    order = np.lexsort((sel.index.to_numpy(), named_it))
+    return [(int(sel.index[i]), int(named_it[i])) for i in order]
 
 
 def queued_at(events: pd.DataFrame, pos: int) -> list[int]:

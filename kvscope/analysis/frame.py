@@ -191,8 +191,9 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     """One row per request id: arrival, deferrals, admission, chunks, end, reuse vs compute per pool.
 
     Columns (fixed dtypes; NaN times / -1 counts when the event never happened):
-    arrival_s, prompt_tokens, max_new_tokens, num_deferrals, first_deferred_s, deferred_pool,
-    admitted_s, admitted_iteration, queue_wait_s, num_chunks, computed_tokens, context_done_s,
+    arrival_s, arrival_iteration, prompt_tokens, max_new_tokens, num_deferrals, first_deferred_s, deferred_pool,
+    admitted_s, admitted_iteration, queue_wait_s, num_chunks, computed_tokens, context_done_s (NaN
+    until a chunk reaches the prompt's end),
     end_s, end_iteration, outcome (running|finished|failed|cancelled|rejected), output_tokens,
     reason, and per KV pool ``reused_tokens_<pool>`` / ``peak_tokens_<pool>`` (largest cache
     capacity) / ``allocated_tokens_<pool>`` (peak minus reused: what the pool had to compute/hold
@@ -209,6 +210,7 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
 
     arr = first(kind == K[EventKind.REQUEST_ARRIVED], ["num_tokens", "num_blocks"])
     out["arrival_s"] = arr["ts_ns"] / 1e9
+    out["arrival_iteration"] = arr["iteration"].fillna(-1).astype("int64")
     out["prompt_tokens"] = arr["num_tokens"].fillna(-1).astype("int64")
     out["max_new_tokens"] = arr["num_blocks"].fillna(-1).astype("int64")
 
@@ -229,7 +231,11 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     cg = chunks.groupby("r")
     out["num_chunks"] = cg.size().reindex(ids).fillna(0).astype("int64")
     out["computed_tokens"] = cg["n"].sum().reindex(ids).fillna(0).astype("int64")
-    out["context_done_s"] = cg["ts"].max().reindex(ids) / 1e9
+    # Prefill is done when a chunk reaches the prompt's end (position before + chunk >= prompt).
+    chunks["end"] = chunks["n"] + events["num_blocks"].to_numpy(np.int64)[cmask]
+    chunks["prompt"] = out["prompt_tokens"].reindex(chunks["r"]).to_numpy()
+    done = chunks[(chunks["prompt"] >= 0) & (chunks["end"] >= chunks["prompt"])]
+    out["context_done_s"] = done.groupby("r")["ts"].min().reindex(ids) / 1e9
 
     emask = np.isin(kind, [K[k] for k in END_KINDS]) & (rid >= 0)
     end = first(emask, ["kind", "num_tokens", "reason"])
@@ -250,7 +256,9 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
 
     for role in KV_POOLS:
         pm = pool == P[role]
-        reuse = _sum_by_request(rid, events["num_tokens"], (kind == K[EventKind.BLOCKS_REUSED]) & pm, ids)
+        # A request may be matched several times (the scheduler retries and reverts); the match
+        # that counts is the largest, not the sum.
+        reuse = _max_by_request(rid, events["num_tokens"], (kind == K[EventKind.BLOCKS_REUSED]) & pm, ids)
         capm = np.isin(kind, [K[EventKind.BLOCKS_ALLOCATED], K[EventKind.RESIZED]]) & pm & (rid >= 0)
         peak = pd.Series(events["num_tokens"].to_numpy(np.int64)[capm]).groupby(rid[capm]).max().reindex(ids)
         peak = peak.fillna(0).astype("int64").to_numpy()
@@ -263,8 +271,8 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _sum_by_request(rid: np.ndarray, col: pd.Series, mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    s = pd.Series(col.to_numpy(np.int64)[mask]).groupby(rid[mask]).sum()
+def _max_by_request(rid: np.ndarray, col: pd.Series, mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    s = pd.Series(col.to_numpy(np.int64)[mask]).groupby(rid[mask]).max()
     return s.reindex(ids).fillna(0).astype("int64").to_numpy()
 
 

@@ -45,6 +45,10 @@ class _Req:
     susp: dict = field(default_factory=dict)
     rem: dict = field(default_factory=dict)
     held: dict = field(default_factory=dict)
+    arrival_it: int = -1
+    queued: bool = False
+    q: dict = field(default_factory=dict)
+    context_done: bool = False
     stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
     stall_finding: int = -1
     never_fitting: list = field(default_factory=list)
@@ -55,6 +59,11 @@ class _Episode:
     index: int  # position of its finding in self._findings
     last_it: int
     names: list
+
+
+def _nb_pos(sa: StreamingAnalyzer) -> int:
+    """num_blocks of the event being handled (a chunk's position before it)."""
+    return sa._nb
 
 
 def _div(a: float, b: float) -> float:
@@ -74,7 +83,9 @@ class StreamingAnalyzer:
         max_findings: most findings kept (oldest dropped first, counted in ``dropped_findings``).
     """
 
-    def __init__(self, config: DetectorConfig | None = None, *, max_findings: int = 1000) -> None:
+    def __init__(
+        self, config: DetectorConfig | None = None, *, max_findings: int = 1000, hit_window: int = 16
+    ) -> None:
         if max_findings < 1:
             raise ValueError(f"max_findings must be >= 1, got {max_findings}")
         self.cfg = config or DetectorConfig()
@@ -85,6 +96,8 @@ class StreamingAnalyzer:
         self._state: dict[str, tuple[float, float]] = {}  # pool -> (capacity, available)
         self._reqs: dict[int, _Req] = {}
         self._need: dict[str, float] = {p: 0.0 for p in _KV}
+        self._queued: dict[str, float] = {p: 0.0 for p in _KV}
+        self._recent: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (reused, prompt) per admission
         self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
         self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
         self._window: dict[str, deque] = {}
@@ -97,6 +110,8 @@ class StreamingAnalyzer:
         self._lost: dict[int, tuple[float, float]] = {}  # rid -> (lost tokens, lost blocks) live
         self._lost_total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
         self._lost_first = (math.inf, -1)
+        self._nb = 0
+        self._iter_admitted: list[int] = []  # admissions of the current iteration
         self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
@@ -116,7 +131,8 @@ class StreamingAnalyzer:
         return self._eta.get(str(getattr(pool, "value", pool)), (math.inf, math.inf, ""))[0]
 
     def gauges(self) -> dict[str, dict[str, float]]:
-        return {p: {"debt_blocks": self._debt(p), "eta_s": self.time_to_exhaustion_s(p),
+        return {p: {"debt_blocks": self._debt(p), "projected_debt_blocks": self._projected(p),
+                    "eta_s": self.time_to_exhaustion_s(p),
                     "need_blocks": self._need.get(p, 0.0),
                     "available_blocks": self._state.get(p, (math.nan, math.nan))[1]}
                 for p in self._configs if p in _KV}
@@ -153,6 +169,7 @@ class StreamingAnalyzer:
         t = ts / 1e9
         if self._iteration is not None and it != self._iteration:
             self._end_iteration()
+            self._iter_admitted = []
         self._iteration, self._last_t, self._last_it = it, t, it
         if kind == EventKind.POOL_CONFIGURED.value:
             d = parse_kv(reason or "")
@@ -162,10 +179,14 @@ class StreamingAnalyzer:
         if pool != PoolRole.NONE.value and cap >= 0:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if rid >= 0:
+            self._nb = nb
             self._request_event(rid, kind, pool, nt, t, it, reason)
         if kind == EventKind.ENGINE_FAILED.value:
             self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
-        self._check_gap(kind, rid, t, it)
+        if kind == EventKind.ADMITTED.value and rid >= 0:
+            self._iter_admitted.append(rid)
+        if kind == EventKind.ITERATION_SCHEDULED.value:
+            self._check_gap(t, it)
 
     def _request_event(self, rid: int, kind: str, pool: str, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
@@ -174,12 +195,21 @@ class StreamingAnalyzer:
                 return  # late events of an ended request (e.g. BLOCKS_FREED after REQUEST_FINISHED)
             req = self._reqs[rid] = _Req(rid)
         if kind == EventKind.REQUEST_ARRIVED.value:
-            req.prompt, req.arrival_s = nt, t
+            req.prompt, req.arrival_s, req.arrival_it = nt, t, it
             self._never_fitting(rid, req, t)
+            req.queued = True
+            reused = sum(r for r, _p in self._recent)
+            prompts = sum(pr for _r, pr in self._recent)
+            self._set_queued(req, min(max(reused / prompts, 0.0), 1.0) * nt if prompts > 0 else 0.0)
         elif kind == EventKind.ADMITTED.value:
             req.counted, req.target_reuse = True, float(nt)
             if math.isnan(req.admitted_s):
                 req.admitted_s, req.admitted_it = t, it
+                self._recent.append((float(nt), float(max(req.prompt, 0))))
+            self._unqueue(req)
+        elif kind == EventKind.CONTEXT_CHUNK_SCHEDULED.value:
+            if req.prompt >= 0 and _nb_pos(self) + nt >= req.prompt:
+                req.context_done = True
         elif kind in (EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value) and pool in _KV:
             req.cap[pool] = float(nt)
         elif kind == EventKind.BLOCKS_FREED.value and pool in _KV:
@@ -190,6 +220,8 @@ class StreamingAnalyzer:
             req.susp[pool] = kind == EventKind.SUSPENDED.value
         elif kind == EventKind.BLOCKS_REUSED.value and pool in _KV:
             req.reused[pool] = float(nt)
+            if req.queued and pool == PoolRole.TARGET.value:
+                self._set_queued(req, float(nt))
         if kind in _STALL and req.stall is None:
             req.stall = (t, it, kind, pool, 0)
         if req.stall is not None and kind in _STALL:
@@ -201,6 +233,7 @@ class StreamingAnalyzer:
             req.stall_finding = -1
         if kind in _END:
             req.counted = False
+            self._unqueue(req)
             for i in req.never_fitting:
                 f = self._findings[i] if 0 <= i < len(self._findings) else None
                 if f is not None:
@@ -238,6 +271,35 @@ class StreamingAnalyzer:
         if req.counted and rid not in self._lost:
             self._start_lost(rid, req, t)
 
+    def _set_queued(self, req: _Req, target_reuse_est: float) -> None:
+        for p, c in self._configs.items():
+            if p not in _KV or req.prompt < 0:
+                continue
+            total = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
+            uses_reuse = p == PoolRole.TARGET.value or c["paired"]
+            q = math.ceil(max(total - (target_reuse_est if uses_reuse else 0.0), 0.0) / c["tokens_per_block"])
+            self._queued[p] += q - req.q.get(p, 0)
+            req.q[p] = q
+
+    def _unqueue(self, req: _Req) -> None:
+        if req.queued:
+            for p, q in req.q.items():
+                self._queued[p] -= q
+            req.q.clear()
+            req.queued = False
+
+    def _projected(self, p: str) -> float:
+        if p not in self._state or p not in self._configs:
+            return math.nan
+        _cap, avail = self._state[p]
+        short = 0.0
+        tgt = PoolRole.TARGET.value
+        if p != tgt and tgt in self._state and tgt in self._configs:
+            short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1], 0.0) \
+                * self._configs[tgt]["tokens_per_block"]
+            short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
+        return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - short
+
     # ---- debt / admission gap ---------------------------------------------------------------
     def _debt(self, p: str) -> float:
         if p not in self._state or p not in self._configs:
@@ -253,28 +315,29 @@ class StreamingAnalyzer:
     def _outside(self) -> list[str]:
         return [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
 
-    def _check_gap(self, kind: str, rid: int, t: float, it: int) -> None:
+    def _check_gap(self, t: float, it: int) -> None:
+        """Read the debt at a consistent point (ITERATION_SCHEDULED or the iteration's end)."""
         for p in self._outside():
             d = self._debt(p)
             ep = self._gap.get(p)
-            positive = not math.isnan(d) and d > self.cfg.min_debt_blocks
-            if not positive:
+            if math.isnan(d) or d <= self.cfg.min_debt_blocks:
                 continue
             if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
                 ep.last_it = it
-                if kind == EventKind.ADMITTED.value and rid not in ep.names:
-                    ep.names.append(rid)
                 f = self._findings[ep.index]
                 ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
-                if kind == EventKind.ADMITTED.value and rid not in ev["admitted_into_debt"]:
-                    ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
-                    ev["num_admitted_into_debt"] += 1
+                for rid in self._iter_admitted:
+                    if rid not in ev["admitted_into_debt"]:
+                        ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
+                        ev["num_admitted_into_debt"] += 1
+                    if rid not in ep.names:
+                        ep.names.append(rid)
                 self._findings[ep.index] = replace(
                     f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: self.cfg.max_named_requests]),
                     evidence=ev)
                 continue
             cap, avail = self._state[p]
-            admitted = [rid] if kind == EventKind.ADMITTED.value else []
+            admitted = list(dict.fromkeys(self._iter_admitted))
             owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
             names = list(dict.fromkeys(admitted + owing))
             first = admitted[0] if admitted else -1
@@ -286,7 +349,7 @@ class StreamingAnalyzer:
                          f"but only {avail:.0f} are available" + (f" (request {first} admitted into debt)." if first >= 0 else ".")),
                 evidence={"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
                           "capacity_blocks": cap, "tokens_per_block": self._configs[p]["tokens_per_block"],
-                          "first_admission_request": first, "admitted_into_debt": admitted,
+                          "first_admission_request": first, "admitted_into_debt": admitted[: self.cfg.max_named_requests],
                           "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
                           "paired": bool(self._configs[p]["paired"])},
             )
@@ -295,6 +358,7 @@ class StreamingAnalyzer:
     # ---- per iteration: time to exhaustion, stalls --------------------------------------------
     def _end_iteration(self) -> None:
         t, it = self._last_t, self._iteration
+        self._check_gap(t, it)
         for p in self._configs:
             if p not in _KV or p not in self._state:
                 continue
@@ -310,8 +374,11 @@ class StreamingAnalyzer:
             certain = not math.isnan(d) and d > self.cfg.min_debt_blocks
             rate = roll / span_t if span_t > 0 else math.nan
             net_rate = net / span_t if span_t > 0 else math.nan
-            if certain:
-                eta, eta_it, basis = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan), "debt"
+            proj = self._projected(p)
+            queue = not certain and not math.isnan(proj) and proj > self.cfg.min_debt_blocks
+            if certain or queue:
+                eta, eta_it = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan)
+                basis = "debt" if certain else "queue"
             elif net_rate > 0:
                 eta, eta_it, basis = _div(avail, net_rate), _div(avail, net / span_i), "trend"
             else:
@@ -326,40 +393,51 @@ class StreamingAnalyzer:
                     tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
-                risk = (basis == "trend" and eta <= self.cfg.risk_horizon_s and util >= self.cfg.risk_min_utilization
-                        and binding)
+                risk = basis == "queue" or (basis == "trend" and eta <= self.cfg.risk_horizon_s
+                                            and util >= self.cfg.risk_min_utilization and binding)
                 if certain or risk:
-                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, rate, net_rate)
+                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate)
         for req in self._reqs.values():
             if req.stall is not None:
                 self._check_stall(req, t, it, final=False)
 
-    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, rate, net_rate) -> None:
+    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate) -> None:
         ep = self._tte.get(p)
-        if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
+        cont = ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index)
+        start_it = self._findings[ep.index].iteration_start if cont else it
+        named = dict(ep.names) if cont else {}
+        for r, q in self._reqs.items():
+            if r not in named and not q.context_done:
+                named[r] = max(start_it, q.arrival_it)
+        order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
+        if cont:
             ep.last_it = it
+            ep.names = order
             f = self._findings[ep.index]
-            ev = dict(f.evidence, min_eta_s=min(f.evidence["min_eta_s"] if f.evidence["min_eta_s"] is not None else math.inf, eta))
-            sev = Severity.CRITICAL if basis == "debt" else f.severity
+            old = f.evidence["min_eta_s"]
+            ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
+                      named_at=[[r, i] for r, i in order])
             ev["certain"] = ev["certain"] or basis == "debt"
-            self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev)
+            sev = Severity.CRITICAL if basis == "debt" else f.severity
+            self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
+                                               request_ids=tuple(r for r, _ in order))
             return
-        owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
-        queued = [r for r, q in self._reqs.items() if not q.counted and math.isnan(q.admitted_s) and q.prompt >= 0]
-        names = list(dict.fromkeys(owing + queued))
+        what = {"debt": f"certain: admitted requests owe {d:.0f} blocks more",
+                "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks",
+                "trend": "at the current growth"}[basis]
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION, severity=Severity.CRITICAL if basis == "debt" else Severity.WARNING,
             t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
-            request_ids=tuple(names[: self.cfg.max_named_requests]),
+            request_ids=tuple(r for r, _ in order),
             summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
-                    f"{avail:.0f} blocks available ({'certain' if basis == 'debt' else 'at the current growth'}).",
+                    f"{avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
                       "certain": basis == "debt", "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
-                      "utilization": util, "debt_blocks": d, "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
-                      "owing_requests": owing[: self.cfg.max_named_requests],
-                      "queued_requests": queued[: self.cfg.max_named_requests]},
+                      "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
+                      "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
+                      "named_at": [[r, i] for r, i in order]},
         )
-        self._tte[p] = _Episode(self._add(f), it, names)
+        self._tte[p] = _Episode(self._add(f), it, order)
 
     def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
         t0, it0, kind, pool, ndef = req.stall

@@ -50,10 +50,11 @@ class EventScript:
                 "evictable_blocks": self.evictable[role], "reserved_blocks": 0}
 
     # ---- lifecycle ----
-    def iteration(self, n_ctx: int = 0, tokens: int = 0) -> None:
+    def iteration(self) -> None:
+        """Advance the clock and the iteration (ITERATION_SCHEDULED comes after the scheduler's
+        events, as the engine-model binding records it: see :meth:`chunk`)."""
         self.now += STEP_NS
         self.rec.iteration += 1
-        self.rec.record(EventKind.ITERATION_SCHEDULED, num_requests=n_ctx, num_tokens=tokens, num_blocks=n_ctx)
 
     def snapshot(self) -> None:
         for role in (PoolRole.TARGET, PoolRole.DRAFT):
@@ -99,13 +100,15 @@ class EventScript:
 
     def chunk(self, rid: int, position: int, size: int) -> str:
         """One context chunk the engine's way: the scheduler sizes the target (``"blocked"`` when it
-        is short: backpressure, nothing scheduled), then prepare_resources sizes the draft mirror
+        is short: backpressure, nothing scheduled), the iteration is scheduled (ITERATION_SCHEDULED),
+        then prepare_resources sizes the draft mirror
         (``"draft_failed"`` after RESIZE_FAILED when the draft is short), else ``"ok"``."""
         last = position + size >= self.prompt[rid]
         extra = self.draft_len if last else 0
         if not self._resize(rid, PoolRole.TARGET, position + size + extra):
             return "blocked"
         self.rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, request_id=rid, num_tokens=size, num_blocks=position)
+        self.rec.record(EventKind.ITERATION_SCHEDULED, num_requests=1, num_tokens=size, num_blocks=1)
         if not self._resize(rid, PoolRole.DRAFT, position + size + extra):
             return "draft_failed"
         return "ok"
