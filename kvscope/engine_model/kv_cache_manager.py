@@ -464,7 +464,9 @@ class KVCacheManagerV2Model:
                 raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
             on_last = req.is_last_context_chunk or self.draft_len_on_every_chunk
             draft_len = get_draft_token_length(req) if on_last else 0
-            if self.draft_cursor_sizing == "prompt":
+            # The "prompt" cursor is the legacy draft request view; joint reuse shares the target's
+            # cursor (request_context(not joint, ...)), so it never applies to a paired draft.
+            if self.draft_cursor_sizing == "prompt" and not self.enable_joint_kv_cache_reuse:
                 covered = max(req.prompt_len, req.context_current_position + req.context_chunk_size)
             else:
                 covered = req.context_current_position + req.context_chunk_size

@@ -203,3 +203,14 @@ def test_free_resources_releases_pages_and_index_slot():
     target.free_resources(req)
     state = target.pool_state()
     assert (state.free_blocks, state.num_live_caches, target.index_mapper.num_free_slots()) == (64, 0, 5)
+
+
+def test_prompt_cursor_sizing_applies_to_the_unpaired_mirror_only():
+    sizes = []
+    for joint in (False, True):
+        draft = make_manager(is_draft=True, draft_cursor_sizing="prompt", joint_kv_cache_reuse=joint)
+        req = make_request(1, 100)
+        req.context_chunk_size = 32
+        draft.prepare_resources(ScheduledRequestsModel(context_requests=[req]))
+        sizes.append(draft.kv_cache_map[1].capacity)
+    assert sizes == [100, 32]
