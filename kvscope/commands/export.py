@@ -20,6 +20,7 @@ from typing import Any
 
 from kvscope.events import WallClockAnchor
 from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
+from kvscope.otel.analyzer_bridge import AnalyzerBridge
 from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
@@ -66,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="per export call (default: $OTEL_EXPORTER_OTLP_TIMEOUT, else 2)",
     )
+    p.add_argument(
+        "--no-analyze",
+        action="store_true",
+        help="do not run the analyzer's streaming detector (no finding logs, no debt gauges)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
 
@@ -79,11 +85,13 @@ def export_files(
     shutdown_timeout_s: float = 5.0,
     max_queue_size: int = 2048,
     on_progress: Callable[[int], None] | None = None,
+    analyze: bool = True,
 ) -> dict[str, Any]:
     """Replay each file into OTLP; returns the summary (see :meth:`OtelSink.summary`) summed over files.
 
     ``on_progress(num_events_so_far)`` is called after each batch (tests use it to break the
-    collector mid-replay).
+    collector mid-replay). With ``analyze`` the analyzer's streaming detector runs along: its
+    findings become log records and its draft debt / time to exhaustion become gauges.
     """
     total: dict[str, Any] = {}
     files = []
@@ -109,6 +117,7 @@ def export_files(
             metric_interval_s=metric_interval_s,
             shutdown_timeout_s=shutdown_timeout_s,
         )
+        bridge = _attach_analyzer(sink) if analyze else None
         for i in range(0, len(rows), BATCH_ROWS):
             sink.export(EventBatch.from_rows(rows[i : i + BATCH_ROWS], anchor))
             done += len(rows[i : i + BATCH_ROWS])
@@ -117,6 +126,7 @@ def export_files(
         sink.shutdown()
         pipeline.shutdown()
         s = sink.summary()
+        s["findings"] = bridge.num_findings if bridge is not None else 0
         files.append(
             {
                 "path": str(path),
@@ -133,6 +143,14 @@ def export_files(
         total.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points")
     )
     return total
+
+
+def _attach_analyzer(sink: OtelSink) -> AnalyzerBridge | None:
+    try:
+        from kvscope.analysis.streaming import StreamingAnalyzer
+    except ImportError:  # analyzer not available in this build: export without findings
+        return None
+    return AnalyzerBridge(sink, StreamingAnalyzer())
 
 
 def _add(acc: dict[str, Any], s: dict[str, Any]) -> None:
@@ -152,7 +170,11 @@ def run(args: argparse.Namespace) -> int:
     if args.metric_interval <= 0:
         raise ValueError(f"--metric-interval must be > 0, got {args.metric_interval}")
     s = export_files(
-        args.events, config, service_name=args.service_name, metric_interval_s=args.metric_interval
+        args.events,
+        config,
+        service_name=args.service_name,
+        metric_interval_s=args.metric_interval,
+        analyze=not args.no_analyze,
     )
     if args.json:
         print(json.dumps(s))
@@ -161,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             f"kvscope export: {s['events']} events from {len(s['files'])} file(s) -> {config.endpoint} "
             f"({config.protocol}): spans {s['spans']['exported']} exported / {s['spans']['dropped']} dropped, "
             f"metric points {s['metric_points']['exported']} / {s['metric_points']['dropped']}, "
-            f"logs {s['logs']['exported']} / {s['logs']['dropped']}"
+            f"logs {s['logs']['exported']} / {s['logs']['dropped']} ({s['findings']} analyzer findings)"
         )
     if s["dropped_total"]:
         print(

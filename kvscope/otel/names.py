@@ -230,7 +230,7 @@ DRAFT_DEBT = MetricName(
     "kvscope.analysis.draft_debt",
     "{block}",
     G,
-    "Analyzer: draft blocks owed to admitted requests beyond free.",
+    "Analyzer: blocks owed to admitted requests beyond what the pool can give (< 0: headroom).",
     _P,
 )
 TIME_TO_EXHAUSTION = MetricName(

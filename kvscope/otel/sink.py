@@ -218,7 +218,9 @@ class OtelSink:
         self.queues = list(queues) + ([self._metric_queue] if self._metric_queue else [])
         self.shutdown_timeout_s = shutdown_timeout_s
         self.on_batch = on_batch
-        self._lock = threading.Lock()  # one translator at a time (worker, flush, findings)
+        self.on_close: Callable[[], None] | None = None
+        """Called once at shutdown, before open spans end (the analyzer bridge's closing findings)."""
+        self._lock = threading.RLock()  # one translator at a time; re-entered by on_batch findings
         self._next_metric_ns: int | None = None
         self._last_push: tuple[int, int] | None = None
         self._offset_ns: int | None = None
@@ -269,6 +271,11 @@ class OtelSink:
         if self._pending is not None:
             self._pending.shutdown(self.shutdown_timeout_s)
         with self._lock:
+            if self.on_close is not None:
+                try:
+                    self.on_close()
+                except Exception:
+                    log.exception("kvscope on_close hook failed")
             if self.spans is not None:
                 self.spans.end_all()
             self._push_snapshot(final=True)
