@@ -58,7 +58,8 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
         [str(tmp_path / "incident.parquet")], OtlpConfig(endpoint, protocol), service_name=service
     )
     assert (s["events"], s["dropped_total"]) == (110, 0)
-    assert (s["spans"]["exported"], s["logs"]["exported"]) == (8, 3)
+    # 3 failure records + 2 analyzer findings (engine_fatal, and the reuse-loss summary at the end)
+    assert (s["spans"]["exported"], s["logs"]["exported"], s["findings"]) == (8, 5, 2)
 
     # Traces, read back from Phoenix.
     spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) == 8 and sp)
@@ -114,14 +115,16 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
     assert series[0]["values"] == [384, 512]
 
     # Logs, read back from rotel's debug log.
-    recs = poll(lambda: len(r := log_records(otel_stack.rotel_log_text(), service)) == 3 and r)
-    assert recs, "rotel never logged the 3 records"
+    recs = poll(lambda: len(r := log_records(otel_stack.rotel_log_text(), service)) == 5 and r)
+    assert recs, "rotel never logged the 5 records"
     fatal = next(r for r in recs if "EventName: kvscope.engine.failed" in r)
     assert "SeverityText: FATAL" in fatal
     assert f"Body: Str({MSG})" in fatal
     assert "kvscope.request.id: Int(103)" in fatal
     assert f"Timestamp: {1_000_000_000 + 1_350_000_000 + off}" in fatal
     assert re.search(r"Trace ID\s*: " + failed["context"]["trace_id"], fatal)
+    finding = next(r for r in recs if "kvscope.finding.kind: Str(engine_fatal)" in r)
+    assert "EventName: kvscope.analysis.finding" in finding and "SeverityText: FATAL" in finding
 
 
 def test_prometheus_scrapes_kvscope_metrics_when_live_sink_uses_prometheus_reader(otel_stack):
