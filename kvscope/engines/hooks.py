@@ -435,13 +435,37 @@ def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Call
     return method
 
 
+def _fast_prepare_pair(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``_prepare_context_pair``: an unpaired draft mirror refused at admission (00746ef's
+    ``admit_mirror`` returned False although the target prepared) -> RESUME_FAILED + deferral in the
+    draft pool. Observed here, once per context attempt, rather than on ``admit_mirror``, which the
+    scheduler also calls for every running generation request every iteration."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self, req, *args, **kwargs):
+        result = original(self, req, *args, **kwargs)
+        if not result and rec.enabled:
+            try:
+                draft = self.draft_kv_cache_manager
+                if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
+                    target_cache = self.kv_cache_manager.kv_cache_map.get(req.py_request_id)
+                    if target_cache is not None and target_cache.is_active:
+                        _on_admit_mirror(b, draft, req, (req, *args), kwargs, result, None)
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return method
+
+
 FAST_HOOKS: dict[str, FastFactory] = {
     "KVCacheManagerV2.prepare_context": _fast_diff(_on_prepare),
     "KVCacheManagerV2.prepare_context_cache": _fast_diff(_on_prepare),
     "KVCacheManagerV2.resize_context": _fast_diff(_on_context_resize),
     "KVCacheManagerV2.try_allocate_draft_context": _fast_diff(_on_context_resize),
     "KVCacheManagerV2.try_allocate_generation": _fast_on_false(_on_generation),
-    "KVCacheManagerV2.admit_mirror": _fast_on_false(_on_admit_mirror),
+    "KVCacheV2Scheduler._prepare_context_pair": _fast_prepare_pair,
     "KVCacheV2Scheduler._try_allocate_context": _fast_try_allocate_context,
 }
 """Real qualname -> closure factory ``(binding, original) -> method`` for the hot seams."""

@@ -60,7 +60,8 @@ def test_rc25_and_main_differ_where_the_source_differs_when_compared():
     assert main["KVCacheManagerV2.resize_context"].module == "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2"
     only_main = set(main) - set(rc25)
     assert only_main == {"KVCacheManagerV2.prepare_context_cache", "KVCacheManagerV2.try_allocate_draft_context",
-                         "KVCacheManagerV2.admit_mirror", "KVCacheManagerV2.has_cache_tier_below_gpu"}
+                         "KVCacheManagerV2.admit_mirror", "KVCacheManagerV2.has_cache_tier_below_gpu",
+                         "KVCacheV2Scheduler._prepare_context_pair"}
     snaps = _snapshots()
     assert snaps["1.3.0rc25"]["facts"]["draft_len_charged_on_every_context_chunk"] is True
     assert snaps["main-0004396"]["facts"]["draft_len_charged_on_every_context_chunk"] is False
@@ -76,7 +77,7 @@ def test_engine_model_classes_match_the_record_when_checked():
 def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
     unhooked = {s.qualname for s in seams_for(MODEL_VERSION) if s.qualname not in HOOKS and s.qualname not in FAST_HOOKS}
     assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
-                        "KVCacheV2Scheduler._try_allocate_generation"}
+                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror"}
     assert set(HOOKS).isdisjoint(FAST_HOOKS)
 
 

@@ -49,6 +49,12 @@ def _scheduler(commit: str, note: str = "") -> tuple[Seam, ...]:
     )
 
 
+def _pair_seam(note: str = "") -> Seam:
+    return Seam(SCHED, "KVCacheV2Scheduler._prepare_context_pair", "(self, req)", C_00746EF,
+                "unpaired mirror refused at admission -> RESUME_FAILED + ADMISSION_DEFERRED (draft)",
+                (note + "; " if note else "") + "absent before #18093")
+
+
 def _resource_manager() -> tuple[Seam, ...]:
     note = "ResourceManager bodies are the same in every stored version read"
     return (
@@ -102,15 +108,17 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + _scheduler(C_00746EF, _SCHED_RC25)
     + _resource_manager(),
     "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
+    + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager(),
     "main-00746ef": _manager_main(C_00746EF, late_note="not re-read at 00746ef; signature from 0004396")
     + (
         Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
-             "unpaired mirror created/resumed at admission: RESUMED / RESUME_FAILED", "only on 00746ef"),
+             "read-only: its refusal is observed at KVCacheV2Scheduler._prepare_context_pair", "only on 00746ef"),
         Seam(MGR_NEW, "KVCacheManagerV2.has_cache_tier_below_gpu", PROPERTY, C_00746EF,
              "read only (pool configuration)", "only on 00746ef"),
     )
     + _scheduler(C_00746EF)
+    + (_pair_seam(),)
     + _resource_manager(),
 }
 """Seam tables by engine version. ``main-00746ef`` is what the engine model follows."""

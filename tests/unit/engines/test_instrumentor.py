@@ -162,3 +162,22 @@ def test_deferral_is_recorded_once_then_admission_when_the_target_pool_is_short(
         (0, T, K.ADMISSION_DEFERRED, 0, 10),
         (2, N, K.ADMITTED, 0, 0),
     ]
+
+
+def test_mirror_refusal_defers_in_the_draft_pool_when_the_draft_pool_is_above_the_resume_gate(make_engine):
+    engine = make_engine(num_target_blocks=32, num_draft_blocks=4)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 14, 2, (11, 12, 13)))
+    engine.step()  # request 1's mirror fills the draft pool (4 of 4 blocks)
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 2, (21, 22)))
+    for _ in range(3):
+        engine.step()
+    assert engine.stats.requests_completed == 2
+    rows = [(e.iteration, e.pool, e.kind, e.reason) for e in rec.drain()
+            if e.request_id == 2 and e.kind in (K.RESUME_FAILED, K.ADMISSION_DEFERRED, K.ADMITTED)]
+    assert rows == [
+        (1, D, K.RESUME_FAILED, "draft mirror resume refused"),
+        (1, D, K.ADMISSION_DEFERRED, "draft mirror resume refused"),
+        (2, N, K.ADMITTED, ""),
+    ]
