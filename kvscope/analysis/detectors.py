@@ -48,6 +48,9 @@ def find_admission_gaps(
             s, e = int(ev_pos[es]), int(ev_pos[ee])
             inside = adm_pos[(it[adm_pos] >= it[s]) & (adm_pos <= e)]
             admitted = list(dict.fromkeys(int(x) for x in rid[inside]))
+            adm_it = {}
+            for x in inside:
+                adm_it.setdefault(int(rid[x]), int(it[x]))
             owing = owing_at(debt.track, role, s)
             first_adm = admitted[0] if admitted else -1
             named = list(dict.fromkeys(admitted + owing))
@@ -73,6 +76,7 @@ def find_admission_gaps(
                     "admitted_into_debt": admitted[: cfg.max_named_requests],
                     "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: cfg.max_named_requests],
                     "paired": bool(configs.loc[role, "paired"]),
+                    "named_at": [[r, max(adm_it.get(r, int(it[s])), int(it[s]))] for r in named[: cfg.max_named_requests]],
                 },
             ))
     return out

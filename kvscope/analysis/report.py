@@ -31,10 +31,14 @@ def lead_times(findings: Sequence[Finding]) -> dict[int, dict[str, Any]]:
         nxt = next((x for x in fatals if x.t_start_s >= f.t_start_s), None)
         if nxt is None:
             continue
+        named = {int(r): int(it) for r, it in f.evidence.get("named_at", [])}
+        failing = [r for r in nxt.request_ids if r in f.request_ids or r in named]
+        named_it = named.get(failing[0], f.iteration_start) if failing else None
         out[i] = {
             "lead_s": nxt.t_start_s - f.t_start_s,
             "lead_iterations": (nxt.iteration_start - f.iteration_start) if f.iteration_start >= 0 else None,
-            "names_failing_request": bool(set(nxt.request_ids) & set(f.request_ids)),
+            "names_failing_request": bool(failing),
+            "named_lead_iterations": (nxt.iteration_start - named_it) if failing and named_it >= 0 else None,
         }
     return out
 
@@ -57,11 +61,13 @@ def render_html(analysis: Analysis, figures: Sequence[HtmlFigure] = (), *, title
     for i, f in enumerate(findings):
         lead = leads.get(i)
         if f.kind == FindingKind.ENGINE_FATAL and f.evidence.get("lead_iterations") is not None:
-            lead_txt = f"first named {f.evidence['lead_iterations']} it / {f.evidence['lead_s']:.3f} s earlier"
+            lead_txt = (f"request first named {f.evidence['lead_iterations']} it earlier "
+                        f"({f.evidence['lead_kind']})")
         elif lead:
             it_txt = f"{lead['lead_iterations']} it / " if lead["lead_iterations"] is not None else ""
             lead_txt = f"{it_txt}{lead['lead_s']:.3f} s before the failure" + (
-                " (names the failing request)" if lead["names_failing_request"] else "")
+                f" (names the failing request {lead['named_lead_iterations']} it before)"
+                if lead["named_lead_iterations"] is not None else "")
         else:
             lead_txt = ""
         ids = ", ".join(str(r) for r in f.request_ids[:20]) + (" …" if len(f.request_ids) > 20 else "")

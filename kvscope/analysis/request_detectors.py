@@ -113,7 +113,7 @@ def find_never_fitting(
             t1 = float(row["end_s"]) if not np.isnan(row["end_s"]) else stream_end
             out.append(Finding(
                 kind=FindingKind.NEVER_FITTING, severity=sev, t_start_s=t0, t_end_s=max(t0, t1),
-                iteration_start=-1, iteration_end=int(row["end_iteration"]),
+                iteration_start=int(row["arrival_iteration"]), iteration_end=int(row["end_iteration"]),
                 pools=(role,), request_ids=(int(req),),
                 summary=(
                     f"request {req} needs {nb} blocks ({need_tokens[req]} tokens) in the {role} pool, "
@@ -185,6 +185,30 @@ def find_reuse_loss(
 _REQ_RE = re.compile(r"request (\d+)")
 
 
+def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]:
+    """Lead of every earlier alarm finding before a failure at (t, it) on request ``req``.
+
+    ``lead_iterations``/``lead_s`` count from the finding's start; ``named_lead_iterations`` from
+    the iteration the finding first named ``req`` (its ``evidence["named_at"]``, else its start),
+    None when it never named it.
+    """
+    out = []
+    for g in prior:
+        if g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t:
+            continue
+        named = {int(r): int(i) for r, i in g.evidence.get("named_at", [])}
+        names = req in g.request_ids or req in named
+        named_it = named.get(req, g.iteration_start) if names else None
+        out.append({
+            "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
+            "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,
+            "names_request": names,
+            "named_lead_iterations": it - named_it if names and named_it is not None and named_it >= 0 else None,
+            "pools": list(g.pools),
+        })
+    return out
+
+
 def find_engine_fatal(
     events: pd.DataFrame, debt: DebtResult, prior: list[Finding]
 ) -> list[Finding]:
@@ -212,17 +236,9 @@ def find_engine_fatal(
             if state["capacity_blocks"] < 0:
                 state["capacity_blocks"] = f["capacity"][p]
                 state["available_blocks"] = f["available"][p]
-        leads = []
-        for g in prior:
-            if g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t:
-                continue
-            leads.append({
-                "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
-                "lead_iterations": int(it[p]) - g.iteration_start if g.iteration_start >= 0 else None,
-                "names_request": req in g.request_ids, "pools": list(g.pools),
-            })
-        naming = [x for x in leads if x["names_request"] and x["lead_iterations"] is not None]
-        best = max(naming, key=lambda x: x["lead_iterations"], default=None)
+        leads = fatal_leads(prior, req, t, int(it[p]))
+        naming = [x for x in leads if x["named_lead_iterations"] is not None]
+        best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
         out.append(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
             iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
@@ -230,14 +246,14 @@ def find_engine_fatal(
             summary=(
                 f"engine failed on request {req} in the {role} pool (asked {int(row['num_tokens'])} tokens): "
                 f"{reason[:160]}"
-                + (f" — first warned {best['lead_iterations']} iterations ({best['lead_s']:.2f} s) earlier "
-                   f"by {best['kind']}." if best else " — no earlier finding named this request.")
+                + (f" — first named {best['named_lead_iterations']} iterations earlier by {best['kind']}."
+                   if best else " — no earlier finding named this request.")
             ),
             evidence={
                 "message": reason, "asked_tokens": int(row["num_tokens"]), "pool_state": state,
                 "lead_times": leads,
-                "lead_iterations": best["lead_iterations"] if best else None,
-                "lead_s": best["lead_s"] if best else None,
+                "lead_iterations": best["named_lead_iterations"] if best else None,
+                "lead_kind": best["kind"] if best else None,
                 "num_failed_after": int(((kind[p:] == K[EventKind.REQUEST_FAILED])).sum()),
             },
         ))

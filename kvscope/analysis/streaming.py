@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import _config_row
+from kvscope.analysis.request_detectors import fatal_leads
 from kvscope.events import EventKind, KVEvent, PoolRole, parse_kv
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
@@ -472,7 +473,7 @@ class StreamingAnalyzer:
                 continue
             f = Finding(
                 kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
-                t_start_s=t, t_end_s=t, iteration_start=-1, iteration_end=self._last_it, pools=(p,),
+                t_start_s=t, t_end_s=t, iteration_start=req.arrival_it, iteration_end=self._last_it, pools=(p,),
                 request_ids=(rid,),
                 summary=f"request {rid} needs {need} blocks ({need_tok} tokens) in the {p} pool, which has "
                         f"{c['capacity_blocks']}; it can never fit.",
@@ -483,21 +484,17 @@ class StreamingAnalyzer:
             req.never_fitting.append(self._add(f))
 
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
-        leads = [{"kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
-                  "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,
-                  "names_request": rid in g.request_ids, "pools": list(g.pools)}
-                 for g in self._findings if g.kind in ALARM_KINDS and g.kind != FindingKind.ENGINE_FATAL
-                 and g.t_start_s <= t]
-        naming = [x for x in leads if x["names_request"] and x["lead_iterations"] is not None]
-        best = max(naming, key=lambda x: x["lead_iterations"], default=None)
+        leads = fatal_leads(self._findings, rid, t, it)
+        naming = [x for x in leads if x["named_lead_iterations"] is not None]
+        best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
         self._add(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
             iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
             summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {(reason or '')[:160]}",
             evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
                       "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
-                      "lead_iterations": best["lead_iterations"] if best else None,
-                      "lead_s": best["lead_s"] if best else None},
+                      "lead_iterations": best["named_lead_iterations"] if best else None,
+                      "lead_kind": best["kind"] if best else None},
         ))
 
     def _start_lost(self, rid: int, req: _Req, t: float) -> None:

@@ -44,7 +44,8 @@ def test_html_report_shows_lead_time_and_figures(tmp_path):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["html"] == str(report)
     text = report.read_text()
-    assert "24 it / 0.240 s before the failure (names the failing request)" in text
+    assert "24 it / 0.240 s before the failure (names the failing request 24 it before)" in text
+    assert "request first named 24 it earlier (admission_gap)" in text
     assert text.count("plotly-graph-div") >= 3
 
 
