@@ -4,6 +4,7 @@ metrics), rotel's debug log (logs), Prometheus 2.42 (scraping a live meter provi
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import tracemalloc
 import uuid
@@ -197,3 +198,59 @@ def test_replay_completes_and_reports_drops_with_bounded_memory_when_collector_k
     # Two thirds of the replay ran against a dead collector; keeping its ~4000 spans and ~14000
     # metric points would take well over this (measured here: ~6.5 MB with the bounded queues).
     assert marks["mem_after_kill"] < 12 * 1024 * 1024
+
+
+def test_engine_model_replay_lands_in_backends_when_exported(
+    otel_stack, tmp_path, monkeypatch, capsys
+):
+    from kvscope.cli import main
+
+    path = tmp_path / "shared-prefix.parquet"
+    assert main(["replay", "--scenario", "shared-prefix", "--events", str(path), "--json"]) == 0
+    capsys.readouterr()
+    df = read_file(path)
+    fatal = df[df["kind"] == "engine_failed"].iloc[0]
+    reused = (
+        df[df["kind"] == "blocks_reused"]
+        .groupby("pool", observed=True)["num_tokens"]
+        .sum()
+        .to_dict()
+    )
+    num_requests = int((df["kind"] == "request_arrived").sum())
+    run = uuid.uuid4().hex[:8]
+    service, project = f"replay-{run}", f"replay-{run}"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+
+    code = main(["export", str(path), "--otlp-endpoint", otel_stack.http_endpoint, "--protocol", "http/protobuf",
+                 "--service-name", service, "--json"])  # fmt: skip
+    s = json.loads(capsys.readouterr().out)
+    assert code == 0 and s["dropped_total"] == 0 and s["events"] == len(df)
+
+    spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) >= num_requests and sp)
+    assert spans, otel_stack.diagnose()
+    reqs = {sp["attributes"][n.REQUEST_ID]: sp for sp in spans if sp["name"] == n.SPAN_REQUEST}
+    assert len(reqs) == num_requests
+    trigger = reqs[int(fatal["request_id"])]
+    assert trigger["status_code"] == "ERROR"
+    assert trigger["attributes"][n.ERROR_TYPE] == "resize_failed"
+    assert n.EV_ENGINE_FAILED in [e["name"] for e in trigger["events"]]
+
+    sel = f'service_name="{service}"'
+    last_s = int(df["epoch_ns"].max()) / 1e9
+
+    def value(metric, **labels):
+        q = metric + "{" + ",".join([sel] + [f'{k}="{v}"' for k, v in labels.items()]) + "}"
+        res = otel_stack.vm_query(q, at_s=last_s)
+        return float(res[0]["value"][1]) if len(res) == 1 else None
+
+    assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1)
+    # The mechanism in two numbers: the target pool reuses the shared prefix, the unpaired draft
+    # mirror reuses nothing.
+    assert poll(
+        lambda: value("kvscope_prefix_cache_hits_total", kvscope_pool="target") == reused["target"]
+    )
+    assert poll(lambda: value("kvscope_prefix_cache_hits_total", kvscope_pool="draft") == 0)
+    res = otel_stack.vm_query(f"kvscope_engine_failures_total{{{sel}}}", at_s=last_s)
+    labels = res[0]["metric"]
+    assert (labels["kvscope_parallel_tp_size"], labels["kvscope_parallel_pp_size"]) == ("4", "2")
+    assert labels["kvscope_scenario"] == "shared-prefix"
