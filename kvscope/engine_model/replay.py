@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .config import DraftMode, EngineConfig
@@ -99,6 +98,8 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
         enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint,
     )
+    # DSA scenarios (no mamba state) use DSACacheManagerV2 for both managers, as the real creator
+    # does for GLM-5 / DeepSeek V3.2 (the draft config is the target's); hybrid models the plain V2 class.
     manager_cls = kvm.DSACacheManagerV2Model if config.num_mamba_slots == 0 else kvm.KVCacheManagerV2Model
     target = manager_cls(num_blocks=target_blocks, is_draft=False,
                          bytes_per_token=config.target_bytes_per_token, **common)
@@ -121,13 +122,21 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
 
 
 def resolve(source: str) -> tuple[EngineConfig, Callable[[EngineConfig], Any], str]:
-    """(base config, workload builder, label) for a scenario name or a trace path."""
+    """(base config, workload builder, label) for a scenario name or a trace path.
+
+    A trace replays on the ``glm5-dsa`` engine (override knobs with ``--set``).
+
+    Raises:
+        ValueError: neither a built-in scenario nor a trace file name (the message lists scenarios).
+        FileNotFoundError: a trace path that does not exist.
+    """
     if source in SCENARIOS:
         scenario = get_scenario(source)
         return scenario.config, scenario.build_workload, scenario.name
-    if Path(source).suffix in (".jsonl", ".xz", ".tar"):
+    if source.endswith((".jsonl", ".tar.xz", ".tar")):
         return SCENARIOS["glm5-dsa"].config, trace_workload_builder(source), str(source)
-    return get_scenario(source).config, get_scenario(source).build_workload, source  # raises the names
+    get_scenario(source)  # raises ValueError naming the built-in scenarios
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def run(source: str, overrides: list[str] | dict[str, Any] | None = None, *,
