@@ -1,0 +1,136 @@
+"""Issue 6 acceptance: the analyzer on real event files written by ``kvscope replay --events``.
+
+- glm5-dsa, shared-prefix, qwen-hybrid-mtp (reuse on, unpaired): an admission-gap or at-risk finding
+  and a time-to-exhaustion estimate at least 10 scheduler iterations before the fatal event, naming
+  the request that later fails (``named_at`` in the finding's evidence), and the fatal finding shows
+  that lead.
+- glm5-dsa with reuse off and paired: no admission gap. near-miss (draft peaks >= 90%, no crash): no
+  admission gap. A draft pool smaller than some prompts: never-fitting names them before the crash;
+  a prompt over max_seq_len: never-fitting (rejected). A healthy Mooncake conversation replay: no
+  alarm at all.
+
+Shortened but faithful workloads (about half a minute of replays on 2 cores, run two at a time):
+glm5-dsa replays its first 64 requests (the crash comes from the start-up burst of 24 sessions, as in
+tests/integration/test_replay_outcomes.py); the Mooncake trace its first 200 requests (the full trace
+crashes later in this model, so it is not the healthy case); the others run in full.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from kvscope.analysis import ALARM_KINDS, FindingKind, Severity, analyze
+from kvscope.recording import read_frame
+
+pytestmark = pytest.mark.slow
+
+GLM5 = ("glm5-dsa", ("max_requests=64",))
+REPLAYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "glm5": GLM5,
+    "shared-prefix": ("shared-prefix", ()),
+    "qwen": ("qwen-hybrid-mtp", ()),
+    "glm5-reuse-off": ("glm5-dsa", (*GLM5[1], "enable_block_reuse=false")),
+    "glm5-paired": ("glm5-dsa", (*GLM5[1], "draft_mode=paired")),
+    "near-miss": ("near-miss", ()),
+    "small-draft": ("shared-prefix", ("num_draft_blocks=1800",)),
+    "oversize": ("oversize", ()),
+    "mooncake": ("mooncake-conversation", ("max_requests=200",)),
+}
+MIN_LEAD_ITERATIONS = 10
+
+
+def _replay(name: str, tmp_dir) -> tuple[dict, object]:
+    scenario, sets = REPLAYS[name]
+    path = tmp_dir / f"{name}.parquet"
+    cmd = [sys.executable, "-m", "kvscope", "replay", "--scenario", scenario, "--json", "--events", str(path)]
+    for s in sets:
+        cmd += ["--set", s]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout), path
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("analyzer-replays")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_replay, name, tmp) for name in REPLAYS}
+        done = {name: f.result() for name, f in futures.items()}
+    return {name: (summary, analyze(read_frame(path))) for name, (summary, path) in done.items()}
+
+
+def _named_at(finding, request_id: int) -> int | None:
+    named = {int(r): int(i) for r, i in finding.evidence.get("named_at", [])}
+    if request_id in named:
+        return named[request_id]
+    return finding.iteration_start if request_id in finding.request_ids else None
+
+
+@pytest.mark.parametrize("name", ["glm5", "shared-prefix", "qwen"])
+def test_warns_ten_iterations_before_fatal_naming_failing_request_when_unpaired_with_reuse(replays, name):
+    summary, a = replays[name]
+    assert summary["engine_fatal"] is True
+    failing = summary["fatal_request_id"]
+    (fatal,) = [f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL]
+    assert fatal.request_ids == (failing,)
+    assert fatal.pools == ("draft",)
+    fatal_it = fatal.iteration_start
+    warnings = [f for f in a.findings if f.kind in (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION)]
+    naming = [(f, _named_at(f, failing)) for f in warnings]
+    early = [(f, it) for f, it in naming if it is not None and fatal_it - it >= MIN_LEAD_ITERATIONS]
+    assert early, [(f.kind.value, f.iteration_start, f.request_ids) for f in warnings]
+    # a time-to-exhaustion estimate (finite eta) that early, naming the failing request
+    tte = [f for f, _ in early if f.kind == FindingKind.TIME_TO_EXHAUSTION]
+    assert tte and all(f.evidence["eta_s"] is not None and f.evidence["eta_s"] > 0 for f in tte)
+    # the fatal finding reports the lead
+    assert fatal.evidence["lead_iterations"] >= MIN_LEAD_ITERATIONS
+    assert fatal.evidence["lead_iterations"] == max(fatal_it - it for _, it in early)
+
+
+@pytest.mark.parametrize("name", ["glm5-reuse-off", "glm5-paired"])
+def test_no_admission_gap_when_glm5_reuse_off_or_paired(replays, name):
+    summary, a = replays[name]
+    assert summary["engine_fatal"] is False
+    assert [f for f in a.findings if f.kind == FindingKind.ADMISSION_GAP] == []
+    assert [f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL] == []
+
+
+def test_no_admission_gap_when_near_miss_peaks_above_90_percent(replays):
+    summary, a = replays["near-miss"]
+    assert summary["engine_fatal"] is False
+    assert summary["peak_utilization"]["draft"] >= 0.9
+    assert [f for f in a.findings if f.kind == FindingKind.ADMISSION_GAP] == []
+
+
+def test_never_fitting_names_request_before_crash_when_prompt_exceeds_draft_pool(replays):
+    summary, a = replays["small-draft"]
+    failing = summary["fatal_request_id"]
+    nf = [f for f in a.findings if f.kind == FindingKind.NEVER_FITTING and f.pools == ("draft",)]
+    assert failing in {r for f in nf for r in f.request_ids}
+    first = next(f for f in nf if failing in f.request_ids)
+    assert first.severity == Severity.CRITICAL
+    assert first.evidence["need_blocks"] > first.evidence["capacity_blocks"] == 1800
+    fatal = next(f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL)
+    assert first.t_start_s <= fatal.t_start_s
+
+
+def test_never_fitting_when_prompt_exceeds_max_seq_len_and_pools(replays):
+    summary, a = replays["oversize"]
+    assert summary["requests_rejected"] >= 1
+    nf = [f for f in a.findings if f.kind == FindingKind.NEVER_FITTING]
+    assert nf and {"draft", "target"} <= {p for f in nf for p in f.pools}
+    assert all(f.evidence["outcome"] == "rejected" and f.severity == Severity.INFO for f in nf)
+
+
+def test_no_false_alarm_when_mooncake_conversation_replay_is_healthy(replays):
+    summary, a = replays["mooncake"]
+    assert summary["engine_fatal"] is False
+    assert summary["requests_completed"] == summary["requests_total"]
+    alarms = [(f.kind.value, f.summary) for f in a.findings if f.kind in ALARM_KINDS]
+    assert alarms == []
+    assert all(f.severity == Severity.INFO for f in a.findings)
