@@ -22,6 +22,9 @@ wrapper observes the same manager calls):
 - Deadlock detection: ``RuntimeError("V2 scheduler deadlock: ...")`` after 1000 consecutive passes with
   candidates but no progress; a warning every 250 passes (collected in ``warnings`` for tests).
 
+Split for size: the value types live in ``scheduler_types.py`` (re-exported here) and the eviction
+ladder in ``scheduler_eviction.py`` (a mixin); the seams stay on this class.
+
 Model knob: the draft tokens the target reserves on the last chunk follow the target manager's
 ``target_reserves_draft_slots`` (True = real). Not modelled: encoder/cross, disaggregated, PEFT pages
 (the budget accepts a manager but the model never has one), multimodal chunk alignment, connectors.
@@ -31,8 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
 
 from .errors import scheduler_deadlock
 from .kv_cache_manager import (
@@ -42,83 +43,23 @@ from .kv_cache_manager import (
     rewind_context_after_cache_drop,
 )
 from .request import LlmRequestModel, LlmRequestState
+from .scheduler_eviction import EvictionLadderMixin
+from .scheduler_types import (  # noqa: F401  (re-exported: the real names live in scheduler_v2)
+    BudgetTracker,
+    CapacitySchedulerPolicy,
+    ContextChunkingPolicy,
+    ScheduleAction,
+    SchedulerOutputModel,
+    _RecomputePauseState,
+)
 
 logger = logging.getLogger(__name__)
-
-
-class CapacitySchedulerPolicy(str, Enum):
-    MAX_UTILIZATION = "MAX_UTILIZATION"
-    GUARANTEED_NO_EVICT = "GUARANTEED_NO_EVICT"
-    STATIC_BATCH = "STATIC_BATCH"
-
-
-class ContextChunkingPolicy(str, Enum):
-    FIRST_COME_FIRST_SERVED = "FIRST_COME_FIRST_SERVED"
-    EQUAL_PROGRESS = "EQUAL_PROGRESS"
-    FORCE_CHUNK = "FORCE_CHUNK"
-
-
-class ScheduleAction(str, Enum):
-    """Result of one per-request scheduling attempt (real values)."""
-
-    SCHEDULED = "scheduled"
-    SKIP = "skip"
-    STOP = "stop"
-
-
-@dataclass(slots=True)
-class SchedulerOutputModel:
-    """Real ``SchedulerOutput`` fields."""
-
-    encoder_requests: list[LlmRequestModel] = field(default_factory=list)
-    context_requests: list[LlmRequestModel] = field(default_factory=list)
-    generation_requests: list[LlmRequestModel] = field(default_factory=list)
-    paused_requests: list[LlmRequestModel] = field(default_factory=list)
-    recompute_paused_requests: list[LlmRequestModel] = field(default_factory=list)
-    fitting_disagg_gen_init_requests: list[LlmRequestModel] = field(default_factory=list)
-    num_fitting_requests: int = 0
-
-
-class BudgetTracker:
-    """Token and request budget of one scheduling pass (PEFT pages: accepted, never used here)."""
-
-    def __init__(
-        self, max_num_tokens: int | None, max_num_requests: int, peft_cache_manager=None
-    ) -> None:
-        self.max_num_tokens = max_num_tokens
-        self.max_num_requests = max_num_requests
-        self.num_tokens = 0
-        self.num_requests = 0
-
-    @property
-    def requests_full(self) -> bool:
-        return self.num_requests >= self.max_num_requests
-
-    def can_fit_tokens(self, num_tokens: int) -> bool:
-        return self.max_num_tokens is None or self.num_tokens + num_tokens <= self.max_num_tokens
-
-    @property
-    def remaining_tokens(self) -> int | None:
-        return None if self.max_num_tokens is None else self.max_num_tokens - self.num_tokens
-
-    def commit(self, req: LlmRequestModel, num_tokens: int, peft_pages: int) -> None:
-        self.num_tokens += num_tokens
-        self.num_requests += 1
-
-    def peft_pages_needed(self, req: LlmRequestModel) -> int | None:
-        return 0
-
-
-class _RecomputePauseState:
-    def __init__(self, frontier: int) -> None:
-        self.frontier = frontier
-        self.victim_indices: set[int] = set()
 
 
 _SCHEDULABLE = (LlmRequestState.CONTEXT_INIT, LlmRequestState.GENERATION_IN_PROGRESS)
 
 
-class KVCacheV2SchedulerModel:
+class KVCacheV2SchedulerModel(EvictionLadderMixin):
     """Try-and-see admission: allocation happens inside scheduling, on the target pool (+ joint draft)."""
 
     _DEADLOCK_STALL_ITERS = 1000
@@ -563,12 +504,6 @@ class KVCacheV2SchedulerModel:
         self.kv_cache_manager.revert_allocate_generation(req)
         return False
 
-    @staticmethod
-    def _is_started_request(req: LlmRequestModel) -> bool:
-        return (
-            req.is_context_init_state and not req.is_first_context_chunk
-        ) or req.is_generation_in_progress_state
-
     def _suspend_request(self, req: LlmRequestModel) -> None:
         self.kv_cache_manager.suspend_request(req)
         if self.draft_kv_cache_manager is not None:
@@ -578,123 +513,6 @@ class KVCacheV2SchedulerModel:
         self.kv_cache_manager.free_resources(req)
         if self.draft_kv_cache_manager is not None:
             self.draft_kv_cache_manager.free_resources(req)
-
-    def _is_evictable(self, req: LlmRequestModel, inflight_request_ids: set[int]) -> bool:
-        return (
-            req.request_id not in inflight_request_ids
-            and self._is_started_request(req)
-            and self.kv_cache_manager.is_request_active(req.py_request_id)
-        )
-
-    def _is_recompute_pause_candidate(
-        self, req: LlmRequestModel, inflight_request_ids: set[int]
-    ) -> bool:
-        if (
-            req.request_id in inflight_request_ids
-            or req.state == LlmRequestState.GENERATION_TO_COMPLETE
-        ):
-            return False
-        return self._is_started_request(req)
-
-    def _try_evict_for_gen(
-        self, req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
-    ):
-        """Suspend started requests from the tail of the list until ``req`` fits."""
-        while req_it_end > req_it:
-            victim_idx = None
-            for i in range(req_it_end - 1, req_it, -1):
-                if self._is_evictable(requests_list[i], inflight_request_ids):
-                    victim_idx = i
-                    break
-            if victim_idx is None:
-                break
-            victim = requests_list[victim_idx]
-            self._suspend_request(victim)
-            evicted.append(victim)
-            req_it_end = victim_idx
-            if self._try_allocate_generation(req):
-                return req_it_end, True
-        return req_it_end, False
-
-    def _try_recompute_pause_for_gen(
-        self,
-        req,
-        requests_list,
-        req_it,
-        req_it_end,
-        state,
-        evicted,
-        recompute_paused,
-        inflight_request_ids,
-    ):
-        """Free started requests entirely (they re-prefill later) when suspension is not enough."""
-        if not self.enable_recompute_pause:
-            return req_it_end, False
-        can_evict = self.kv_cache_manager.can_evict
-        while True:
-            victim_idx = None
-            for i in range(state.frontier - 1, req_it, -1):
-                if i in state.victim_indices:
-                    continue
-                candidate = requests_list[i]
-                was_evicted = any(e is candidate for e in evicted)
-                if (can_evict or not was_evicted) and self._is_recompute_pause_candidate(
-                    candidate, inflight_request_ids
-                ):
-                    victim_idx = i
-                    break
-            if victim_idx is None and can_evict:
-                victim = next(
-                    (
-                        c
-                        for c in evicted
-                        if self._is_recompute_pause_candidate(c, inflight_request_ids)
-                    ),
-                    None,
-                )
-                if victim is None:
-                    break
-                victim_idx = next(i for i, c in enumerate(requests_list) if c is victim)
-            elif victim_idx is not None:
-                victim = requests_list[victim_idx]
-            else:
-                break
-            pos = next((i for i, c in enumerate(evicted) if c is victim), None)
-            if pos is not None:
-                evicted.pop(pos)
-            self._free_kv_caches(victim)
-            recompute_paused.append(victim)
-            state.victim_indices.add(victim_idx)
-            state.frontier = min(state.frontier, victim_idx)
-            success = self._try_allocate_generation(req)
-            if not success and can_evict:
-                req_it_end, success = self._try_evict_for_gen(
-                    req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
-                )
-            if success:
-                return req_it_end, True
-        return req_it_end, False
-
-    def _try_preempt_for_pages(
-        self, requests_list, protected_ids, inflight_request_ids, recompute_paused, preempted_ids
-    ) -> bool:
-        """Without a tier below the GPU, give up the newest started request so a context can allocate."""
-        if self.kv_cache_manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
-            return False
-        for victim in reversed(requests_list):
-            if victim.py_request_id in protected_ids:
-                continue
-            if not self._is_recompute_pause_candidate(victim, inflight_request_ids):
-                continue
-            if not self.kv_cache_manager.is_request_active(victim.py_request_id):
-                continue
-            self.kv_cache_manager.preempt_request(victim)
-            if self.draft_kv_cache_manager is not None:
-                self.draft_kv_cache_manager.free_resources(victim)
-            recompute_paused.append(victim)
-            preempted_ids.add(victim.py_request_id)
-            return True
-        return False
 
     # ---- deadlock / sorting -----------------------------------------------------------------------
     def _detect_deadlock(
