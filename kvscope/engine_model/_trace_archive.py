@@ -25,7 +25,7 @@ import lzma
 import tarfile
 from collections.abc import Callable, Iterator
 
-from kvscope.engine_model.workload import TraceFormatError
+from .workload import TraceFormatError
 
 __all__ = ["MemberReader"]
 

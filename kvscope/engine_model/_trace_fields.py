@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvscope.engine_model.workload import MAX_TRACE_ID, TraceFormatError
+from .workload import MAX_TRACE_ID, TraceFormatError
 
 
 def number_field(

@@ -19,7 +19,7 @@ import heapq
 from abc import ABC, abstractmethod
 from typing import Any
 
-from kvscope.engine_model.workload import WorkloadRequest
+from .workload import WorkloadRequest
 
 __all__ = ["ClosedLoopSession", "ClosedLoopWorkload"]
 

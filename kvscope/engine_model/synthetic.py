@@ -24,8 +24,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from kvscope.engine_model.closed_loop import ClosedLoopSession, ClosedLoopWorkload
-from kvscope.engine_model.workload import check_tokens_per_block, make_block_key
+from .closed_loop import ClosedLoopSession, ClosedLoopWorkload
+from .workload import check_tokens_per_block, make_block_key
 
 __all__ = [
     "NearMissWorkload",

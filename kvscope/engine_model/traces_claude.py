@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from kvscope.engine_model._trace_archive import MemberReader
-from kvscope.engine_model._trace_fields import ids_to_array, int_field, list_field, number_field
-from kvscope.engine_model.closed_loop import ClosedLoopSession, ClosedLoopWorkload
-from kvscope.engine_model.workload import (
+from ._trace_archive import MemberReader
+from ._trace_fields import ids_to_array, int_field, list_field, number_field
+from .closed_loop import ClosedLoopSession, ClosedLoopWorkload
+from .workload import (
     MAX_NAMESPACE,
     TraceFormatError,
     check_tokens_per_block,

@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from kvscope.engine_model._trace_fields import as_id_array, int_field, number_field
-from kvscope.engine_model.workload import (
+from ._trace_fields import as_id_array, int_field, number_field
+from .workload import (
     TraceFormatError,
     WorkloadRequest,
     check_tokens_per_block,
