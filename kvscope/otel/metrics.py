@@ -162,7 +162,7 @@ class MetricState:
             if kind is EventKind.ADMISSION_REJECTED:
                 self._add(n.REJECTIONS, None, 1)
                 self._end_wait(rid, t_ns, admitted=False)
-            self._add(n.REQUESTS_FINISHED, (n.OUTCOME, _ENDED[kind]), 1)
+            self._add(n.REQUESTS_ENDED, (n.OUTCOME, _ENDED[kind]), 1)
             self._forget(rid)
 
     def _set_pool_state(self, pool: str, r: tuple) -> None:

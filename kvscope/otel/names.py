@@ -215,7 +215,7 @@ CONTAINMENTS = MetricName(
 ENGINE_FAILURES = MetricName(
     "kvscope.engine.failures", "{failure}", C, "Fatal engine failures, by pool.", _P
 )
-REQUESTS_FINISHED = MetricName(
+REQUESTS_ENDED = MetricName(
     "kvscope.requests.ended", "{request}", C, "Requests that ended, by outcome.", (OUTCOME,)
 )
 ADMISSION_WAIT = MetricName("kvscope.admission.wait", "s", H, "Arrival to admission.")
@@ -268,7 +268,7 @@ METRICS: tuple[MetricName, ...] = (
     RESERVATIONS,
     CONTAINMENTS,
     ENGINE_FAILURES,
-    REQUESTS_FINISHED,
+    REQUESTS_ENDED,
     ADMISSION_WAIT,
     DEFERRAL_DURATION,
     DRAFT_DEBT,

@@ -37,7 +37,7 @@ def test_counters_match_the_incident_when_read_through_in_memory_reader(
     assert v[n.RESIZE_FAILURES.name] == {T: 0, D: 1}
     assert v[n.RESUME_FAILURES.name] == {T: 0, D: 0}
     assert v[n.ENGINE_FAILURES.name] == {T: 0, D: 1}
-    assert v[n.REQUESTS_FINISHED.name] == {
+    assert v[n.REQUESTS_ENDED.name] == {
         ((n.OUTCOME, "finished"),): 3,
         ((n.OUTCOME, "failed"),): 1,
     }
@@ -102,7 +102,7 @@ def test_rejections_and_containments_count_when_remediation_events_appear():
     assert s.value(n.RESERVATIONS, pool="draft") == 1
     assert s.value(n.CONTAINMENTS, pool="draft") == 1
     assert s.value(n.REJECTIONS) == 1
-    assert s.counters()[(n.REQUESTS_FINISHED, ((n.OUTCOME, "rejected"),))] == 1
+    assert s.counters()[(n.REQUESTS_ENDED, ((n.OUTCOME, "rejected"),))] == 1
 
 
 def test_snapshot_is_stamped_with_event_time_when_built_for_replay(make_incident):

@@ -41,3 +41,10 @@ def test_markdown_table_lists_every_metric_when_rendered():
     for m in n.METRICS:
         assert f"`{m.name}`" in table and f"`{n.prometheus_name(m)}`" in table
     assert len(table.splitlines()) == len(n.METRICS) + 2
+
+
+def test_readme_shows_the_current_metric_table_when_names_change():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert n.markdown_table() in readme
