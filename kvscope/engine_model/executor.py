@@ -226,7 +226,8 @@ class PyExecutorModel:
         output = self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
         # Recompute-paused requests had their caches freed by the scheduler; they re-prefill
         # prompt + generated tokens from position 0 (real: LlmRequest pause / reset).
-        for request in getattr(output, "recompute_paused_requests", None) or []:
+        recompute_paused = getattr(output, "recompute_paused_requests", None) or []
+        for request in recompute_paused:
             request.reset_for_recompute()
         scheduled_batch = ScheduledRequestsModel(
             context_requests=list(output.context_requests),
@@ -249,9 +250,14 @@ class PyExecutorModel:
         self._account(scheduled_batch, step_s)
         self.iter_counter += 1
         self.stats.num_iterations_run += 1
+        # Pure decode: every generating request ran and nothing else happened. Requests still
+        # waiting for their first chunk may exist: their admission failed this iteration and, while
+        # only decode runs, pages only get scarcer, so it fails identically until something
+        # finishes or arrives (the horizon) -- see fast_forward.py.
         self._last_batch_pure_decode = (
             num_decode > 0 and not scheduled_batch.context_requests and not scheduled_batch.paused_requests
-            and num_decode == len(self.active_requests))
+            and not recompute_paused
+            and num_decode == sum(1 for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS))
 
     # ------------------------------------------------------------------------------ pieces
     def _fetch_and_activate_new_requests(self) -> None:
@@ -364,9 +370,9 @@ class PyExecutorModel:
         free pages). 0 when nothing may be skipped."""
         if not self.active_requests or self._last_step_s <= 0:
             return 0
-        horizon = min(self.cost_model.steps_to_generate(
+        horizon = min((self.cost_model.steps_to_generate(
             self._acceptance_phase.get(r.py_request_id, 0.0), r.output_len - r.num_generated_tokens)
-            for r in self.active_requests)
+            for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS), default=0)
         workload = self._workload
         next_s = workload.next_arrival_s() if workload is not None else None
         if next_s is not None:

@@ -1,8 +1,14 @@
 """Skip pure-decode stretches: advance k decode iterations in O(requests) instead of O(k x requests).
 
 Model-only (the real engine has no such thing; it is how the model runs >= 1000x real time). Used by
-``PyExecutorModel.step`` when the previous iteration was generation only: every active request ran
-one decode step, nothing was waiting for context, nothing was paused.
+``PyExecutorModel.step`` when the previous iteration was generation only: every generating request
+ran one decode step, no context chunk ran, nothing was paused or recompute-paused. Requests waiting
+for their first chunk may exist: their admission failed in that iteration, and during a decode-only
+stretch free + evictable pages only shrink, the resume gate's utilisation only grows, and token and
+request budgets are the same, so each skipped iteration would have failed them the same way (their
+caches are created and released within the attempt). What the skip does not replay: those repeated
+identical failed attempts (the core's reuse/miss statistics and a wrapper's per-attempt events count
+one attempt per executed iteration, not per simulated one).
 
 Within a stretch where no request arrives, none finishes, and neither pool runs short, a decode
 iteration changes only token counts: each request gains ``1 + accepted drafts`` tokens, and each of
@@ -29,6 +35,7 @@ from .batch import ScheduledRequestsModel
 from .request import LlmRequestState
 
 MIN_STRETCH = 2
+_WAITING_OR_DECODING = (LlmRequestState.GENERATION_IN_PROGRESS, LlmRequestState.CONTEXT_INIT)
 """Shorter stretches are run in full (skipping one iteration saves nothing)."""
 
 
@@ -50,8 +57,8 @@ def fast_forward_decode(executor: Any, horizon: int) -> int:
     """Advance up to ``horizon`` pure-decode iterations at once; returns how many were skipped."""
     if horizon < MIN_STRETCH:
         return 0
-    requests = executor.active_requests
-    if not requests or any(r.state != LlmRequestState.GENERATION_IN_PROGRESS for r in requests):
+    requests = [r for r in executor.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS]
+    if not requests or any(r.state not in _WAITING_OR_DECODING for r in executor.active_requests):
         return 0
     cost = executor.cost_model
     managers = _caches(executor)

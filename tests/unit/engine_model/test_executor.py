@@ -200,3 +200,20 @@ def test_wall_time_follows_sim_time_when_paced_real_time():
     wall = time.perf_counter() - start
     assert parts.executor.stats.requests_completed == 1
     assert wall >= parts.executor.clock.now_s * 0.95
+
+
+def test_fast_forward_matches_full_iterations_when_requests_wait_for_pages():
+    # 8 requests of 40 blocks each on 128-block pools (reuse off): only 3 fit, the rest wait while
+    # the admitted ones decode; the waiting ones fail admission identically until one finishes.
+    config = make_config(enable_block_reuse=False, num_target_blocks=128, num_draft_blocks=128,
+                         max_num_tokens=1024)
+    requests = [make_request(i, 600, 300 + 40 * i) for i in range(1, 9)]
+    full, _ = run_engine(config, requests, fast_forward=False)
+    fast, _ = run_engine(config, requests, fast_forward=True)
+    assert fast.executor.is_healthy and full.executor.is_healthy
+    assert fast.executor.stats.num_iterations_fast_forwarded > 0
+    assert fast.executor.stats.requests_completed == full.executor.stats.requests_completed == 8
+    assert fast.executor.iter_counter == full.executor.iter_counter
+    assert fast.executor.clock.now_ns() == pytest.approx(full.executor.clock.now_ns(), rel=1e-9)
+    assert fast.executor.stats.queue_waits_s == pytest.approx(full.executor.stats.queue_waits_s, rel=1e-9)
+    assert fast.executor.stats.peak_used_fraction == full.executor.stats.peak_used_fraction
