@@ -1,0 +1,49 @@
+"""Built-in scenarios carry the report's numbers; unknown names fail with the list of scenarios."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.engine_model.config import DraftCursorSizing, DraftMode
+from kvscope.engine_model.scenarios import SCENARIOS, get_scenario
+
+
+def test_glm5_dsa_matches_report_when_built():
+    config = get_scenario("glm5-dsa").config
+    assert (config.pp_size, config.tp_size, config.max_draft_len) == (2, 4, 1)
+    assert (config.max_num_tokens, config.max_batch_size, config.max_seq_len, config.tokens_per_block) == (
+        8192, 64, 262144, 64)
+    assert config.enable_block_reuse is True and config.enable_chunked_prefill is True
+    assert config.max_gpu_total_bytes == int(60.51 * (1 << 30))
+    assert (config.target_bytes_per_token, config.draft_bytes_per_token) == (49968, 1284)
+    assert config.share_system_prefix is True
+    assert config.draft_mode is DraftMode.UNPAIRED
+    assert 16 <= config.requests_in_flight <= 32
+
+
+def test_qwen_hybrid_matches_report_when_built():
+    config = get_scenario("qwen-hybrid-mtp").config
+    assert (config.tp_size, config.pp_size, config.max_draft_len, config.max_batch_size) == (2, 1, 3, 32)
+    assert (config.max_seq_len, config.tokens_per_block) == (131072, 32)
+    assert config.pool_blocks() == (35936, 22848)
+    assert (config.num_mamba_slots, config.mamba_snapshot_interval) == (71, 2048)
+    assert config.draft_cursor_sizing is DraftCursorSizing.PROMPT
+
+
+def test_shared_prefix_runs_on_glm5_engine_when_built():
+    shared, glm5 = get_scenario("shared-prefix").config, get_scenario("glm5-dsa").config
+    assert shared.pool_blocks() == glm5.pool_blocks()
+    assert shared.requests_in_flight >= 16
+
+
+def test_every_scenario_builds_its_workload_when_asked():
+    for name in ("shared-prefix", "qwen-hybrid-mtp", "near-miss", "oversize", "mooncake-conversation"):
+        scenario = SCENARIOS[name]
+        workload = scenario.build_workload(scenario.config)
+        assert workload.tokens_per_block == scenario.config.tokens_per_block
+        assert workload.next_arrival_s() is not None or workload.pop_arrivals(0.0)
+
+
+def test_unknown_scenario_lists_names_when_misspelt():
+    with pytest.raises(ValueError, match=r"unknown scenario 'glm5'; built-in scenarios: glm5-dsa, "):
+        get_scenario("glm5")
