@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -340,10 +340,3 @@ class OtlpConfig:
             HLog(endpoint=f"{base}/v1/logs", **kw2),
         )
 
-
-def sum_stats(queues: Sequence[ExportQueue]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for q in queues:
-        for k, v in q.stats().items():
-            out[k] = max(out.get(k, 0), v) if k == "high_water" else out.get(k, 0) + v
-    return out

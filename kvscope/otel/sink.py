@@ -330,6 +330,7 @@ class OtelSink:
                 spans.observe(r, t)
         state.observe_rows(rows[start:], off)
         self.num_events += len(rows)
+        self._update_drop_counters()  # live readers see drops without waiting for a snapshot
         if self.on_batch is not None:
             try:
                 self.on_batch(rows, off)
