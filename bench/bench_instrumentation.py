@@ -29,13 +29,13 @@ from kvscope.engines.model.session import EventFileSession
 DEFAULT_SCENARIOS = ("shared-prefix", "near-miss", "glm5-dsa", "qwen-hybrid-mtp")
 
 
-def _one(source: str, *, instrumented: bool, out_dir: Path) -> tuple[tuple[float, float, float], int, int, dict]:
+def _one(source: str, *, instrumented: bool, out_dir: Path, fmt: str = "jsonl") -> tuple[tuple[float, float, float], int, int, dict]:
     base, build_workload, label = resolve(source)
     parts = build_engine(base)
     parts.workload = build_workload(base)
     session = None
     if instrumented:
-        session = EventFileSession(out_dir / f"{label}.jsonl", label=label)(parts)
+        session = EventFileSession(out_dir / f"{label}.{fmt}", label=label)(parts)
     gc.collect()
     start = (time.thread_time(), time.process_time(), time.perf_counter())
     try:
@@ -53,13 +53,13 @@ def _one(source: str, *, instrumented: bool, out_dir: Path) -> tuple[tuple[float
     return elapsed, parts.executor.stats.num_iterations_run, events, summary
 
 
-def bench(source: str, repeats: int, out_dir: Path) -> dict:
+def bench(source: str, repeats: int, out_dir: Path, fmt: str = "jsonl") -> dict:
     plain, instr = [], []
     events = iterations = 0
     same = True
     for _ in range(repeats):
         t_p, iterations, _, s_p = _one(source, instrumented=False, out_dir=out_dir)
-        t_i, _, events, s_i = _one(source, instrumented=True, out_dir=out_dir)
+        t_i, _, events, s_i = _one(source, instrumented=True, out_dir=out_dir, fmt=fmt)
         plain.append(t_p)
         instr.append(t_i)
         same = same and s_p == s_i
@@ -76,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", default=list(DEFAULT_SCENARIOS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="event file format")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [bench(s, args.repeats, Path(tmp)) for s in args.scenarios]
+        rows = [bench(s, args.repeats, Path(tmp), args.format) for s in args.scenarios]
+    print(f"event file format: {args.format}")
     clocks = ("engine CPU", "process CPU", "wall")
     print(f"{'scenario':<17}" + "".join(f"{c + ' plain/instr s (overhead)':>38}" for c in clocks)
           + f"{'us/iter':>9}{'us/event':>9}{'iters':>7}{'events':>7}  same")
