@@ -132,5 +132,21 @@ class LiveSubscriber:
         self.num_received += len(events)
         return events
 
+    def poll_frame(self, timeout_ms: int = 100):
+        """Like :meth:`poll`, as an event DataFrame with the file reader's dtypes (plus ``epoch_ns``)."""
+        import pandas as pd
+
+        from kvscope.recording import frame_dtypes
+
+        events = self.poll(timeout_ms)
+        dtypes = frame_dtypes()
+        rows = [e.as_row() for e in events]
+        cols = {f: [r[i] for r in rows] for i, f in enumerate(FIELDS)}
+        cols["pool"] = [p.value for p in cols["pool"]]
+        cols["kind"] = [k.value for k in cols["kind"]]
+        offset = 0 if self.anchor is None else self.anchor.epoch_ns - self.anchor.monotonic_ns
+        cols["epoch_ns"] = [r[0] + offset for r in rows]
+        return pd.DataFrame({f: pd.Series(v, dtype=dtypes[f]) for f, v in cols.items()})
+
     def close(self) -> None:
         self._sock.close(linger=0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.engines.binding import Binding
-from kvscope.engines.instrumentor import instrument, uninstrument
+from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
 from kvscope.recording import BatchPump, Recorder, Sink, sink_for_path
 
 
@@ -45,6 +45,10 @@ class EventFileSession:
         self.pump: BatchPump | None = None
 
     def __call__(self, parts: Any) -> EventFileSession:
+        active = instrumentor_for("model")
+        if active is not None and active.is_instrumented:
+            raise ValueError("the engine model is already instrumented in this process (kvscope-instrument?); "
+                             "its events go to that instrumentation's files, so --events cannot be honoured")
         config = parts.config
         clock = parts.clock
         self.recorder = Recorder(capacity=self.capacity, clock=clock.now_ns, rank=self.rank,

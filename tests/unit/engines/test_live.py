@@ -78,3 +78,27 @@ def test_subscriber_returns_nothing_when_no_publisher_sends():
     sub = LiveSubscriber("tcp://127.0.0.1:1")
     assert sub.poll(timeout_ms=10) == []
     sub.close()
+
+
+def test_poll_frame_gives_reader_dtypes_when_events_arrive():
+    from kvscope.recording import frame_dtypes
+
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+    sub = LiveSubscriber(sink.endpoint)
+    rec = Recorder(rank=1)
+    pump = BatchPump(rec, [sink], start=False)
+    try:
+        frame = None
+        for _ in range(200):
+            rec.record(EventKind.RESIZE_FAILED, 7, PoolRole.DRAFT, 2, 20, reason="short")
+            pump.pump_once()
+            frame = sub.poll_frame(timeout_ms=20)
+            if len(frame):
+                break
+        assert frame is not None and len(frame) >= 1
+        assert dict(frame.dtypes) == frame_dtypes()
+        row = frame.iloc[0]
+        assert (row["kind"], row["pool"], int(row["request_id"]), int(row["rank"])) == ("resize_failed", "draft", 7, 1)
+    finally:
+        sub.close()
+        pump.shutdown()

@@ -52,3 +52,14 @@ def test_instrumented_and_plain_replays_agree_when_the_same_scenario_and_seed_ru
     failed = frame[(frame["kind"] == EventKind.RESIZE_FAILED.value) & (frame["request_id"] == fatal["request_id"])]
     assert failed["pool"].tolist() == ["draft"]
     assert int(failed["num_tokens"].iloc[0]) == int(fatal["num_tokens"])
+
+
+def test_replay_events_are_refused_when_the_model_is_already_instrumented(tmp_path):
+    import pytest
+
+    from kvscope.engines.instrumentor import instrument
+    from kvscope.recording import Recorder
+
+    instrument(recorder=Recorder(), engine="model")
+    with pytest.raises(ValueError, match="already instrumented"):
+        run("shared-prefix", instrument=instrument_replay(str(tmp_path / "x.jsonl"), label="shared-prefix"))
