@@ -11,7 +11,13 @@ Measured in one run:
                drains it, (off) into no sink, (on) into an OtelSink exporting over OTLP gRPC to rotel.
                Two engine paces: 'busy' (a tight loop: worst case, the pump thread competes for
                the GIL) and 'paced' (0.5 ms of GIL-free "forward pass" per scheduler iteration).
-               Reported as engine-thread wall ns per event; on - off is what export costs the engine.
+               Reported per event: engine-thread wall time (includes waiting for the GIL) and
+               engine-thread CPU time (its own work); on - off is what export costs the engine.
+
+Figures here (2 cores shared with other jobs, 2026-11-29): export e2e 13.6k events/s over gRPC and
+11.8k over HTTP with 0 dropped (84k events -> 6k spans + 48.8k metric points); engine thread, busy:
+wall 2.3 -> 6.8 us/event (the translation thread takes its share of the GIL), own CPU +0.15
+us/event; paced: wall +1.1 us/event (1.03x), own CPU unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = Path(os.environ.get("KVSCOPE_OTEL_STACK", ROOT / ".cache" / "otel-stack"))
-SHAPE = IncidentShape(num_requests=5000, fail=False)
+SHAPE = IncidentShape(num_requests=3000, fail=False)
 ENGINE_SHAPE = IncidentShape(num_requests=2000, fail=False)
 ROUNDS = 3
 
@@ -91,8 +97,8 @@ class PacedClock(FakeClock):
             time.sleep(self.pause_s)
 
 
-def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float, int, float]:
-    """Returns (engine wall ns/event excluding the pauses, events, pause total s)."""
+def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float, float, int]:
+    """Returns (engine wall ns/event excluding the nominal pauses, engine CPU ns/event, events)."""
     clock = PacedClock(pause_s)
     rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 16)
     pipeline = None
@@ -111,9 +117,9 @@ def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float
         orig_advance(ns)
 
     clock.advance = counting_advance  # type: ignore[method-assign]
-    t = time.perf_counter_ns()
+    t, c = time.perf_counter_ns(), time.thread_time_ns()
     record_incident(rec, clock, ENGINE_SHAPE)
-    wall = time.perf_counter_ns() - t
+    wall, cpu = time.perf_counter_ns() - t, time.thread_time_ns() - c
     pump.shutdown()
     if pipeline is not None:
         pipeline.shutdown()
@@ -121,8 +127,7 @@ def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float
         if dropped:
             print(f"    (export on: {dropped} items dropped)")
     events = pump.num_exported
-    paused = steps[0] * pause_s
-    return (wall - paused * 1e9) / events, events, paused
+    return (wall - steps[0] * pause_s * 1e9) / events, cpu / events, events
 
 
 def main() -> int:
@@ -147,18 +152,20 @@ def main() -> int:
                     f"metric points {summary['metric_points']['exported']:,} dropped {summary['dropped_total']}"
                 )
             print(
-                f"engine-thread cost (best of {ROUNDS}, ns/event on the engine thread, pauses excluded):"
+                f"engine-thread cost (best of {ROUNDS}; ns/event; wall excludes the nominal pauses):"
             )
             for label, pause in (("busy", 0.0), ("paced", 0.0005)):
-                res: dict[bool, float] = {False: float("inf"), True: float("inf")}
+                wall = {False: float("inf"), True: float("inf")}
+                cpu = {False: float("inf"), True: float("inf")}
                 for _ in range(ROUNDS):
                     for on in (False, True):  # interleaved so drift hits both alike
-                        ns, events, _ = bench_engine(on, pause, g)
-                        res[on] = min(res[on], ns)
+                        w, c, events = bench_engine(on, pause, g)
+                        wall[on], cpu[on] = min(wall[on], w), min(cpu[on], c)
                 print(
-                    f"  {label:<6} off {res[False]:7.0f} ns   on {res[True]:7.0f} ns   "
-                    f"export costs {res[True] - res[False]:+.0f} ns/event ({res[True] / res[False]:.2f}x)  "
-                    f"[{events:,} events]"
+                    f"  {label:<6} wall off {wall[False]:7.0f}  on {wall[True]:7.0f}  "
+                    f"(export adds {wall[True] - wall[False]:+.0f}, {wall[True] / wall[False]:.2f}x)   "
+                    f"engine CPU off {cpu[False]:6.0f}  on {cpu[True]:6.0f}  "
+                    f"({cpu[True] - cpu[False]:+.0f})  [{events:,} events]"
                 )
         finally:
             proc.terminate()

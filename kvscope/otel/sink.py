@@ -146,7 +146,8 @@ class OtelSink:
         resource: resource of the pushed metrics (providers carry their own).
         queues: export queues whose drops the summary and ``kvscope.export.dropped`` report.
         threaded: translate on a worker thread (live) or on the caller's thread (replays).
-        max_pending_batches: batches waiting for the worker before new ones are dropped.
+        max_pending_batches: batches waiting for the worker before new ones are dropped (a pump
+            batch is at most its max_batch rows, 16384 by default).
         max_open_requests: open request spans kept (oldest ended as 'unfinished' beyond).
         on_batch: called with each translated batch's rows on the translating thread (the hook
             the analyzer's streaming detector plugs into); must not raise.
@@ -165,7 +166,7 @@ class OtelSink:
         queues: Sequence[ExportQueue] = (),
         metric_interval_s: float = 1.0,
         threaded: bool = True,
-        max_pending_batches: int = 64,
+        max_pending_batches: int = 16,
         max_open_requests: int = 4096,
         shutdown_timeout_s: float = 5.0,
         on_batch: Callable[[Sequence[tuple], int], None] | None = None,
