@@ -1,7 +1,14 @@
 """Wrapper factories: one per seam, shared by the real engine and the engine model.
 
-Each factory takes a :class:`~kvscope.engines.binding.Binding` and returns a wrapt-style wrapper
-``wrapper(wrapped, instance, args, kwargs)``. Contract of every wrapper:
+Two registries, same contract:
+
+* :data:`HOOKS` (wrapt): ``factory(binding) -> wrapper(wrapped, instance, args, kwargs)`` for the
+  seams called a few times per iteration (schedule, the executor's resource-manager call sites, the
+  draft manager's ``_prepare_draft_resources``, commits, suspend/resume, free);
+* :data:`FAST_HOOKS` (plain closures): ``factory(binding, original) -> method`` for the per-request
+  seams called every iteration (context preparation and resize, generation growth, admission).
+
+Contract of every wrapper:
 
 * it calls the wrapped method exactly once, with the same arguments, and returns its result;
 * an exception from the engine propagates unchanged (``finally`` / bare ``raise``); the wrapper only
@@ -10,9 +17,11 @@ Each factory takes a :class:`~kvscope.engines.binding.Binding` and returns a wra
   engine;
 * with a disabled recorder it is one attribute check plus the call.
 
-Manager methods are observed by diffing the request's cache (blocks, capacity, active, committed)
-before and after the call, so nested calls on the same manager (``prepare_context`` ->
-``prepare_context_cache``) are recorded once, by the outermost wrapper.
+Context-path manager methods are observed by diffing the request's cache (blocks, capacity, active,
+committed) before and after the call, so nested calls on the same manager (``prepare_context`` ->
+``prepare_context_cache``) are recorded once, by the outermost wrapper. Growth that happens for every
+running request every iteration (generation steps, the draft mirror's sizing) is swept once per
+iteration by :meth:`Binding.sweep`; the per-request wrappers there only report refusals.
 """
 
 from __future__ import annotations
