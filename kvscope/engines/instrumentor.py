@@ -13,7 +13,7 @@ Usage::
 * Wrapping is class-level (``setattr(owner, name, wrapt.FunctionWrapper(original, hook))`` on the
   class that defines the method), so every instance, including ones built later and subclasses such
   as ``DSACacheManagerV2``, is observed. The per-request seams called every iteration use an
-  equivalent plain closure instead (``hooks.FAST_HOOKS``: a third of wrapt's cost per call). ``uninstrument`` puts the very same function objects back
+  equivalent plain closure instead (``fast_hooks.FAST_HOOKS``: a third of wrapt's cost per call). ``uninstrument`` puts the very same function objects back
   (``Class.method is original``).
 * ``instrument`` twice is a no-op with a warning and returns the active binding.
 * Handing an engine object (``PyExecutor`` / ``PyExecutorModel`` / a scheduler / a resource manager)
@@ -33,7 +33,8 @@ from typing import Any
 import wrapt
 
 from kvscope.engines.binding import Binding, PoolReader
-from kvscope.engines.hooks import FAST_HOOKS, HOOKS, Wrapper
+from kvscope.engines.fast_hooks import FAST_HOOKS
+from kvscope.engines.hooks import HOOKS, Wrapper
 from kvscope.engines.seams import Seam, SeamResult, seam_results
 from kvscope.recording import Recorder
 

@@ -10,7 +10,8 @@ import pytest
 
 from kvscope.engine_model.request import LlmRequestModel
 from kvscope.engines.binding import CACHE_ATTRIBUTES_READ, REQUEST_ATTRIBUTES_READ
-from kvscope.engines.hooks import FAST_HOOKS, HOOKS
+from kvscope.engines.fast_hooks import FAST_HOOKS
+from kvscope.engines.hooks import HOOKS
 from kvscope.engines.model.seams import model_classes
 from kvscope.engines.seams import PROPERTY, check_seams, parse_parameters
 from kvscope.engines.trtllm.seams import MODEL_VERSION, SEAMS_BY_VERSION, seams_for

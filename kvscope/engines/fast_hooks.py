@@ -1,0 +1,127 @@
+"""Fast hooks: plain-closure wrappers for the per-request seams the engine calls every iteration.
+
+wrapt's ``FunctionWrapper`` costs about three times a plain closure per call; these seams run once
+per pending or running request per iteration, so they are patched with an equivalent closure. Same
+contract as :mod:`kvscope.engines.hooks` (one call, same arguments, result returned, exceptions
+untouched); ``functools.wraps`` keeps ``__wrapped__`` and uninstrument puts the very same original
+back.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from kvscope.engines.binding import Binding, cache_view
+from kvscope.engines.hooks import (
+    OnResult,
+    _on_admit_mirror,
+    _on_context_resize,
+    _on_generation,
+    _on_prepare,
+    try_allocate_context,
+)
+
+FastFactory = Callable[[Binding, Callable[..., Any]], Callable[..., Any]]
+
+
+def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
+    def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+        rec = b.rec
+        depth = b.depth
+
+        @functools.wraps(original)
+        def method(self, req, *args, **kwargs):
+            if not rec.enabled or depth.get(id(self)):
+                return original(self, req, *args, **kwargs)
+            try:
+                rid = req.py_request_id
+                before = cache_view(self, rid)
+            except Exception:
+                b.hook_failed()
+                return original(self, req, *args, **kwargs)
+            depth[id(self)] = 1
+            try:
+                result = original(self, req, *args, **kwargs)
+            finally:
+                depth[id(self)] = 0
+                try:
+                    b.emit_cache_diff(self, rid, before)
+                except Exception:
+                    b.hook_failed()
+            if on_result is not None:
+                try:
+                    on_result(b, self, req, (req, *args), kwargs, result, before)
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return method
+
+    return factory
+
+
+def _fast_on_false(on_result: OnResult) -> FastFactory:
+    def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+        rec = b.rec
+
+        @functools.wraps(original)
+        def method(self, req, *args, **kwargs):
+            result = original(self, req, *args, **kwargs)
+            if not result and rec.enabled:
+                try:
+                    on_result(b, self, req, (req, *args), kwargs, result, cache_view(self, req.py_request_id))
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return method
+
+    return factory
+
+
+def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+    inner = try_allocate_context(b)
+
+    @functools.wraps(original)
+    def method(self, req, num_tokens, *args, **kwargs):
+        return inner(lambda *a, **k: original(self, *a, **k), self, (req, num_tokens, *args), kwargs)
+
+    return method
+
+
+def _fast_prepare_pair(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``_prepare_context_pair``: an unpaired draft mirror refused at admission (00746ef's
+    ``admit_mirror`` returned False although the target prepared) -> RESUME_FAILED + deferral in the
+    draft pool. Observed here, once per context attempt, rather than on ``admit_mirror``, which the
+    scheduler also calls for every running generation request every iteration."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self, req, *args, **kwargs):
+        result = original(self, req, *args, **kwargs)
+        if not result and rec.enabled:
+            try:
+                draft = self.draft_kv_cache_manager
+                if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
+                    target_cache = self.kv_cache_manager.kv_cache_map.get(req.py_request_id)
+                    if target_cache is not None and target_cache.is_active:
+                        _on_admit_mirror(b, draft, req, (req, *args), kwargs, result, None)
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return method
+
+
+FAST_HOOKS: dict[str, FastFactory] = {
+    "KVCacheManagerV2.prepare_context": _fast_diff(_on_prepare),
+    "KVCacheManagerV2.prepare_context_cache": _fast_diff(_on_prepare),
+    "KVCacheManagerV2.resize_context": _fast_diff(_on_context_resize),
+    "KVCacheManagerV2.try_allocate_draft_context": _fast_diff(_on_context_resize),
+    "KVCacheManagerV2.try_allocate_generation": _fast_on_false(_on_generation),
+    "KVCacheV2Scheduler._prepare_context_pair": _fast_prepare_pair,
+    "KVCacheV2Scheduler._try_allocate_context": _fast_try_allocate_context,
+}
+"""Real qualname -> closure factory ``(binding, original) -> method`` for the hot seams."""
