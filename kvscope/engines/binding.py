@@ -61,6 +61,11 @@ class PoolReader(Protocol):
         """Blocks evicted from this pool so far (None: not observable)."""
         ...
 
+    def fingerprint(self, manager: Any) -> Any:
+        """A cheap value that changes whenever any cache in the pool gains, loses, suspends or
+        resumes blocks (None: not available, always sweep)."""
+        ...
+
 
 def role_of(manager: Any) -> PoolRole:
     return PoolRole.DRAFT if getattr(manager, "is_draft", False) else PoolRole.TARGET
@@ -109,6 +114,7 @@ class Binding:
         self._fatal_ids: set[int] = set()
         self._evicted: dict[int, int] = {}
         self.known: dict[int, dict[int, tuple[int, bool]]] = {}
+        self._fingerprints: dict[int, Any] = {}
         """id(manager) -> request id -> (blocks, active) last reported; what :meth:`sweep` diffs."""
 
     # ---- emission -----------------------------------------------------------------------------
@@ -175,6 +181,11 @@ class Binding:
         iteration (after ``prepare_resources``, and before a fatal raise is reported) against
         what was last reported. Context-path calls report themselves (and update the same record).
         """
+        fingerprint = self.reader.fingerprint(manager)
+        if fingerprint is not None and self._fingerprints.get(id(manager)) == fingerprint:
+            # Nothing allocated, freed, suspended or resumed since the last sweep: only the
+            # capacities moved (within blocks).
+            return sum(c.capacity for c in manager.kv_cache_map.values())
         known = self.known.setdefault(id(manager), {})
         role = role_of(manager)
         items = manager.kv_cache_map.items()
@@ -203,6 +214,8 @@ class Binding:
         if len(known) > len(items):
             for rid in [r for r in known if r not in manager.kv_cache_map]:
                 del known[rid]
+        if fingerprint is not None:
+            self._fingerprints[id(manager)] = self.reader.fingerprint(manager)
         return tokens_held
 
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:

@@ -41,6 +41,17 @@ class ModelPoolReader:
             "index_slots": int(getattr(getattr(manager, "index_mapper", None), "capacity", UNKNOWN)),
         }
 
+    def fingerprint(self, manager: Any) -> Any:
+        """(blocks ever allocated, free, evictable, active caches, live caches): any block or
+        residency change of any cache moves one of them (growth bumps the allocation counter,
+        shrink and close move free, suspend/resume move the active count)."""
+        impl = getattr(manager, "impl", None)
+        pool = getattr(impl, "pool", None)
+        if pool is None:
+            return None
+        return (impl.num_allocated_blocks, pool.num_free_blocks, pool.num_evictable_blocks,
+                impl.num_active_caches, len(manager.kv_cache_map))
+
     def evicted_total(self, manager: Any) -> int | None:
         pool = getattr(getattr(manager, "impl", None), "pool", None)
         return getattr(pool, "num_evicted_blocks", None)
