@@ -130,3 +130,41 @@ def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
     finally:
         for s in sinks:
             s.shutdown()
+
+
+FORKER = textwrap.dedent("""
+    import os, sys
+    from kvscope.commands.autoload import boot, current_session
+    boot()
+    sys.path.insert(0, sys.argv[1])
+    from conftest import ListWorkload, make_engine  # imports the engine model: the session starts
+    from kvscope.engine_model.workload import WorkloadRequest
+
+    def work():
+        engine = make_engine()
+        engine.run(ListWorkload([WorkloadRequest(i, 0.001 * i, 10, 2, (1, 2)) for i in range(3)]))
+
+    work()
+    pid = os.fork()
+    if pid == 0:
+        work()
+        current_session().close()
+        os._exit(0)
+    os.waitpid(pid, 0)
+""")
+
+
+def test_forked_child_writes_its_own_file_when_the_parent_was_instrumented(tmp_path):
+    (tmp_path / "forker.py").write_text(FORKER)
+    out = tmp_path / "events"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")},
+           "KVSCOPE_OUTPUT_DIR": str(out), "KVSCOPE_ENGINE": "model"}
+    done = subprocess.run([sys.executable, str(tmp_path / "forker.py"), str(Path(__file__).parent)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    files = sorted(out.glob("events-rank0-pid*.jsonl"))
+    assert len(files) == 2
+    frames = [read_frame(f) for f in files]
+    assert [f["pid"].nunique() for f in frames] == [1, 1]
+    assert frames[0]["pid"].iloc[0] != frames[1]["pid"].iloc[0]
+    assert [int((f["kind"] == EventKind.REQUEST_FINISHED.value).sum()) for f in frames] == [3, 3]
