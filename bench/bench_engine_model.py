@@ -12,7 +12,8 @@ The replays run with block reuse OFF (``enable_block_reuse=false``): the glm5-ds
 unpaired draft) crashes on the draft pool within minutes of simulated time, which would measure the
 crash, not the loop. Same engine, same traffic otherwise.
 
-Usage: ``python bench/bench_engine_model.py [--sessions N]`` (default N = 24).
+Usage: ``python bench/bench_engine_model.py [--sessions N]`` (default N = 48: the first 24 sessions run
+without pool pressure, so a 24-session base would compare two regimes).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def run_case(sessions: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=24)
+    parser.add_argument("--sessions", type=int, default=48)
     args = parser.parse_args()
     rows = [run_case(args.sessions * k) for k in (1, 2, 4)]
     base = rows[0]
