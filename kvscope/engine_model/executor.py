@@ -391,13 +391,7 @@ class PyExecutorModel:
         if self.rank_layout is not None:
             from .ranks import StateKind  # local: ranks is optional for single-rank callers
 
-            message = str(exc)
-            if "draft" in message.lower():
-                kind = StateKind.DRAFT_POOL
-            elif "V2 scheduler deadlock" in message:
-                kind = StateKind.SCHEDULER
-            else:
-                kind = StateKind.TARGET_POOL
+            kind = _raising_state(exc, self.scheduler, StateKind)
             self.fatal_ranks = self.rank_layout.raising_ranks(kind)
             self.killed_ranks = self.rank_layout.killed_ranks(self.fatal_ranks)
         now_s = self.clock.now_s
@@ -407,6 +401,22 @@ class PyExecutorModel:
         if self._workload is not None:
             for request in pending:
                 self._workload.on_finished(request.py_request_id, now_s, failed=True)
+
+
+def _raising_state(exc: BaseException, scheduler: Any, state_kind: Any) -> Any:
+    """Which state's holder raised: the innermost manager frame decides (a draft manager's
+    ``is_draft``), else the scheduler, else the target. Read from the traceback, not the message,
+    because ``update_resources`` raises the same text in both managers."""
+    tb = exc.__traceback__
+    kind = state_kind.TARGET_POOL
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is scheduler:
+            kind = state_kind.SCHEDULER
+        elif hasattr(owner, "is_draft") and hasattr(owner, "kv_cache_map"):
+            kind = state_kind.DRAFT_POOL if owner.is_draft else state_kind.TARGET_POOL
+        tb = tb.tb_next
+    return kind
 
 
 def _phase(seed: int, request_id: int) -> float:

@@ -217,3 +217,17 @@ def test_fast_forward_matches_full_iterations_when_requests_wait_for_pages():
     assert fast.executor.clock.now_ns() == pytest.approx(full.executor.clock.now_ns(), rel=1e-9)
     assert fast.executor.stats.queue_waits_s == pytest.approx(full.executor.stats.queue_waits_s, rel=1e-9)
     assert fast.executor.stats.peak_used_fraction == full.executor.stats.peak_used_fraction
+
+
+def test_scheduler_deadlock_is_fatal_on_scheduling_ranks_when_prompt_never_fits():
+    # 1,000-token prompt, 32-block (512-token) target pool, 256-token chunks: two chunks fit, then
+    # the third fails on every pass.
+    config = make_config(num_target_blocks=32, num_draft_blocks=256, pp_size=2, tp_size=4)
+    parts, workload = run_engine(config, [make_request(1, 1000, 10)])
+    executor = parts.executor
+    assert str(executor.event_loop_error).startswith(
+        "V2 scheduler deadlock: 0 generation and 1 context request(s) active but none could be scheduled")
+    assert executor.iter_counter == 2 + 999  # the 1,000th stalled pass raises inside schedule_request
+    assert executor.fatal_ranks == [0, 1, 2, 3]
+    assert executor.killed_ranks == list(range(8))
+    assert workload.finished == {1: True}
