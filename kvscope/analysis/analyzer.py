@@ -27,13 +27,13 @@ from kvscope.analysis.frame import (
     pool_series,
     request_timeline,
 )
+from kvscope.analysis.loader import load_events
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
     find_never_fitting,
     find_reuse_loss,
     find_stalled_requests,
 )
-from kvscope.recording import read_frame
 
 
 @dataclass(slots=True)
@@ -88,7 +88,7 @@ def analyze_files(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], config: DetectorConfig | None = None
 ) -> Analysis:
     """Read event files (Parquet or JSON Lines) and analyze them."""
-    return analyze(read_frame(paths), config)
+    return analyze(load_events(paths), config)
 
 
 __all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "pool_series"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.frame import END_KINDS, KV_POOLS, K, P, codes, pool_configs
+from kvscope.analysis.frame import END_KINDS, KV_POOLS, K, P, codes, kind_in, pool_configs
 from kvscope.events import EventKind, PoolRole
 
 
@@ -34,20 +34,68 @@ class DebtResult:
     """Outputs of :func:`compute_debt`.
 
     Attributes:
-        series: one row per event position where a tracked pool's need, availability or debt
-            changed: pos, ts_ns, t_s, iteration, pool, need_blocks, available_blocks,
+        series: one row per consistent evaluation point (:func:`eval_points`) and tracked pool:
+            pos, ts_ns, t_s, iteration, pool, need_blocks, available_blocks,
             shortfall_blocks (target's, in this pool's blocks), debt_blocks, capacity_blocks,
             queued_blocks (what queued requests would need), projected_debt_blocks.
-        track: one row per (request, pool, position) update: pos, request_id, pool, held_blocks,
-            final_blocks, remaining_blocks, is_counted.
-        full: pool role -> dict of full-length arrays (one value per event): need, available,
-            debt (NaN before the pool is first observed), alloc (blocks newly held at that event),
-            queued, projected (debt with the queue admitted), shortfall.
+        track_arrays: per pool, the (request, position) updates as arrays: pos, request_id,
+            pool, held_blocks, final_blocks, remaining_blocks, is_counted (``track`` builds the frame).
+        full: pool role -> dict of arrays at the evaluation points ``pos`` (:func:`eval_points`
+            plus ENGINE_FAILED events): need, decode_held, available, capacity (NaN before the
+            pool is first observed), queued, shortfall, debt, projected (debt with the queue
+            admitted); ``alloc_by_run`` blocks newly held per iteration run (``run_ends`` = last
+            position of each run); ``tpb``.
     """
 
     series: pd.DataFrame
-    track: pd.DataFrame
+    track_arrays: list[dict[str, np.ndarray]]
     full: dict[str, dict[str, np.ndarray]]
+    owing: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    """pool -> (from_pos, until_pos, request_id): a request owes pages in the pool at positions
+    from_pos <= p < until_pos (one interval per track row with remaining need)."""
+
+    def at(self, role: str, key: str, positions) -> np.ndarray:
+        """Values of ``full[role][key]`` at event positions that are evaluation points."""
+        f = self.full[role]
+        i = np.searchsorted(f["pos"], positions)
+        return f[key][i]
+
+    @property
+    def track(self) -> pd.DataFrame:
+        """Per (request, pool, position) updates as a DataFrame (built on demand: it is large)."""
+        if not self.track_arrays:
+            return pd.DataFrame(columns=["pos", "request_id", "pool", "held_blocks", "final_blocks",
+                                         "remaining_blocks", "is_counted"])
+        return pd.concat([pd.DataFrame(t) for t in self.track_arrays], ignore_index=True)
+
+    def owing_at(self, role: str, pos: int) -> list[int]:
+        """Request ids (ascending) with remaining need in ``role`` just after event ``pos``."""
+        if role not in self.owing:
+            return []
+        lo, hi, r = self.owing[role]
+        return [int(x) for x in np.unique(r[(lo <= pos) & (hi > pos)])]
+
+
+def _sum_upto(pos: np.ndarray, w: np.ndarray, q: np.ndarray, *, order: np.ndarray | None = None,
+              at: np.ndarray | None = None) -> np.ndarray:
+    """For each query position, the sum of the weights of rows at positions <= it.
+
+    ``order`` (argsort of ``pos``) and ``at`` (searchsorted of the sorted positions for ``q``)
+    can be passed when several weight vectors share the same rows."""
+    o = np.argsort(pos, kind="stable") if order is None else order
+    cs = np.concatenate([[0.0], np.cumsum(w[o])])
+    return cs[np.searchsorted(pos[o], q, side="right") if at is None else at]
+
+
+def lookup(values: pd.Series, keys: np.ndarray) -> np.ndarray:
+    """``values[keys]`` as float64 with NaN for missing keys (binary search; no hashing)."""
+    if len(values) == 0:
+        return np.full(len(keys), np.nan)
+    order = np.argsort(values.index.to_numpy(), kind="stable")
+    idx = values.index.to_numpy()[order]
+    vals = values.to_numpy(dtype=np.float64)[order]
+    at = np.clip(np.searchsorted(idx, keys), 0, len(idx) - 1)
+    return np.where(idx[at] == keys, vals[at], np.nan)
 
 
 def _ffill_groups(values: np.ndarray, group_start: np.ndarray, default: float) -> np.ndarray:
@@ -119,28 +167,37 @@ def compute_debt(
     # Status rows (shared by every pool): ADMITTED switches counting on, an end or the target's
     # free switches it off (a recompute-paused request is freed and admitted again later).
     on_kinds = kind == K[EventKind.ADMITTED]
-    off_kinds = np.isin(kind, [K[k] for k in END_KINDS]) | (
+    off_kinds = kind_in(kind, END_KINDS) | (
         (kind == K[EventKind.BLOCKS_FREED]) & (pool == P[PoolRole.TARGET])
     )
     # Prefill done (a chunk reaching the prompt's end): the request is decoding and frees its
     # pages when it finishes; the at-risk projection counts on that.
     chunk_m = (kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED]) & (rid >= 0)
     chunk_end = ntok + events["num_blocks"].to_numpy(np.int64)
-    prompt_at = prompts.reindex(rid).to_numpy(dtype=np.float64, na_value=np.nan)
-    done_kinds = chunk_m & (chunk_end >= np.nan_to_num(prompt_at, nan=np.inf))
+    cpos = np.flatnonzero(chunk_m)
+    done_kinds = np.zeros(n, dtype=bool)
+    done_kinds[cpos] = chunk_end[cpos] >= np.nan_to_num(lookup(prompts, rid[cpos]), nan=np.inf)
     status_pos = np.flatnonzero((on_kinds | off_kinds | done_kinds) & (rid >= 0))
     target_reuse_at_admit = np.where(on_kinds[status_pos], ntok[status_pos], np.nan)
     st_on = np.where(done_kinds[status_pos], np.nan, on_kinds[status_pos].astype(float))
     st_done = np.where(done_kinds[status_pos], 1.0, np.where(on_kinds[status_pos], 0.0, np.nan))
 
-    tracks, full, series = [], {}, []
+    # Everything is evaluated at the consistent points (plus the fatal events), never per event.
+    points = eval_points(events)
+    q_pos = np.union1d(points, np.flatnonzero(kind == K[EventKind.ENGINE_FAILED]))
+    it_col = events["iteration"].to_numpy(np.int64)
+    ends = np.concatenate([np.flatnonzero(it_col[1:] != it_col[:-1]), [n - 1]]) if n else np.zeros(0, np.int64)
+    capacity_col = events["capacity_blocks"].to_numpy(np.int64)
+    free_col = events["free_blocks"].to_numpy(np.int64)
+    evict_col = events["evictable_blocks"].to_numpy(np.int64)
+    tracks, full, series, owing = [], {}, [], {}
     for role in pools:
         cfg = configs.loc[role.value]
         tpb = int(cfg["tokens_per_block"])
         pc = P[role]
-        cap_mask = np.isin(kind, [K[EventKind.BLOCKS_ALLOCATED], K[EventKind.RESIZED]]) & (pool == pc)
+        cap_mask = kind_in(kind, (EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)) & (pool == pc)
         freed_mask = (kind == K[EventKind.BLOCKS_FREED]) & (pool == pc)
-        susp_mask = np.isin(kind, [K[EventKind.SUSPENDED], K[EventKind.RESUMED]]) & (pool == pc)
+        susp_mask = kind_in(kind, (EventKind.SUSPENDED, EventKind.RESUMED)) & (pool == pc)
         reuse_mask = (kind == K[EventKind.BLOCKS_REUSED]) & (pool == pc)
         own = np.flatnonzero((cap_mask | freed_mask | susp_mask | reuse_mask) & (rid >= 0))
         pos = np.concatenate([own, status_pos])
@@ -168,41 +225,50 @@ def compute_debt(
             reused = np.maximum(reused, tgt_reuse)  # paired mirrors get the target's reuse
         held_tokens = np.where(susp > 0, 0.0, np.maximum(cap, reused))
         held = np.ceil(held_tokens / tpb)
-        prompt = prompts.reindex(r).to_numpy(dtype=np.float64, na_value=np.nan)
+        prompt = lookup(prompts, r)
         final = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
         final = np.where(np.isnan(prompt), held, final)  # unknown prompt: assume nothing more is needed
         rem = np.where(on > 0, np.maximum(final - held, 0.0), 0.0)
         prev_rem = np.where(start, 0.0, np.roll(rem, 1))
         prev_held = np.where(start, 0.0, np.roll(held, 1))
-        need = np.cumsum(np.bincount(pos, weights=rem - prev_rem, minlength=n))
+        by_pos = np.argsort(pos, kind="stable")
+        q_at = np.searchsorted(pos[by_pos], q_pos, side="right")
+        need = _sum_upto(pos, rem - prev_rem, q_pos, order=by_pos, at=q_at)
         decoding = np.where((on > 0) & (done > 0), held, 0.0)
         prev_dec = np.where(start, 0.0, np.roll(decoding, 1))
-        decode_held = np.cumsum(np.bincount(pos, weights=decoding - prev_dec, minlength=n))
-        alloc = np.bincount(pos, weights=np.maximum(held - prev_held, 0.0) * (susp == 0), minlength=n)
-        tracks.append(pd.DataFrame({
-            "pos": pos, "request_id": r, "pool": role.value, "held_blocks": held.astype(np.int64),
+        decode_held = _sum_upto(pos, decoding - prev_dec, q_pos, order=by_pos, at=q_at)
+        grew = np.maximum(held - prev_held, 0.0) * (susp == 0)
+        alloc = np.bincount(np.searchsorted(ends, pos), weights=grew, minlength=len(ends))[: len(ends)]
+        nxt = np.where(np.roll(start, -1), np.iinfo(np.int64).max, np.roll(pos, -1))
+        if len(nxt):
+            nxt[-1] = np.iinfo(np.int64).max
+        pos_rem = rem > 0
+        owing[role.value] = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
+        tracks.append({
+            "pos": pos, "request_id": r, "pool": np.full(len(pos), role.value), "held_blocks": held.astype(np.int64),
             "final_blocks": final.astype(np.int64), "remaining_blocks": rem.astype(np.int64),
             "is_counted": on > 0,
-        }))
-        state = (pool == pc) & (events["capacity_blocks"].to_numpy() >= 0)
-        avail = np.where(
-            state,
-            np.maximum(events["free_blocks"].to_numpy(np.int64), 0)
-            + np.maximum(events["evictable_blocks"].to_numpy(np.int64), 0),
-            np.nan,
-        ).astype(np.float64)
-        capacity = np.where(state, events["capacity_blocks"].to_numpy(np.int64), np.nan).astype(np.float64)
+        })
+        spos = np.flatnonzero((pool == pc) & (capacity_col >= 0))
+        at = np.searchsorted(spos, q_pos, side="right") - 1
+        ok = at >= 0
+        at = np.maximum(at, 0)
+        avail_s = (np.maximum(free_col[spos], 0) + np.maximum(evict_col[spos], 0)).astype(np.float64)
         full[role.value] = {
-            "need": need, "decode_held": decode_held, "available": _ffill(avail), "capacity": _ffill(capacity), "alloc": alloc, "tpb": tpb,
+            "pos": q_pos, "need": need, "decode_held": decode_held,
+            "available": np.where(ok, avail_s[at] if len(spos) else np.nan, np.nan),
+            "capacity": np.where(ok, capacity_col[spos][at].astype(np.float64) if len(spos) else np.nan, np.nan),
+            "alloc_by_run": alloc, "run_ends": ends, "tpb": tpb,
         }
 
     for role in pools:
-        full[role.value]["queued"] = _queued_need(events, configs.loc[role.value], role, prompts, hit_window)
+        full[role.value]["queued"] = _queued_need(
+            events, configs.loc[role.value], role, prompts, hit_window, q_pos)
     tgt = full.get(PoolRole.TARGET.value)
     for role in pools:
         f = full[role.value]
         if role == PoolRole.TARGET or tgt is None:
-            shortfall = projected_shortfall = np.zeros(n)
+            shortfall = projected_shortfall = np.zeros(len(q_pos))
         else:
             avail_t = np.nan_to_num(tgt["available"], nan=np.inf)
             shortfall = np.floor(np.maximum(tgt["need"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"])
@@ -213,48 +279,47 @@ def compute_debt(
         # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
         # queue is admitted, so only a queue that cannot fit even then is flagged.
         f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
-        series.append(_changes(events, role.value, f))
+        series.append(_at_points(events, role.value, f, np.searchsorted(q_pos, points)))
     series_df = pd.concat(series, ignore_index=True) if series else _empty_series()
-    track_df = pd.concat(tracks, ignore_index=True) if tracks else pd.DataFrame(
-        columns=["pos", "request_id", "pool", "held_blocks", "final_blocks", "remaining_blocks", "is_counted"])
-    return DebtResult(series=series_df, track=track_df, full=full)
+    return DebtResult(series=series_df, track_arrays=tracks, full=full, owing=owing)
 
 
 def _first_pos(kind: np.ndarray, rid: np.ndarray, kinds: list[int]) -> pd.Series:
-    m = np.isin(kind, kinds) & (rid >= 0)
+    m = kind_in(kind, kinds) & (rid >= 0)
     pos = np.flatnonzero(m)
     s = pd.Series(pos, index=rid[m])
     return s[~s.index.duplicated(keep="first")]
 
 
 def _queued_need(
-    events: pd.DataFrame, cfg: pd.Series, role: PoolRole, prompts: pd.Series, hit_window: int
+    events: pd.DataFrame, cfg: pd.Series, role: PoolRole, prompts: pd.Series, hit_window: int,
+    q_pos: np.ndarray,
 ) -> np.ndarray:
-    """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``."""
+    """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
+    each query position."""
     n = len(events)
     kind, pool = codes(events)
     rid = events["request_id"].to_numpy(np.int64)
     ntok = events["num_tokens"].to_numpy(np.int64).astype(np.float64)
     arr = _first_pos(kind, rid, [K[EventKind.REQUEST_ARRIVED]])
     if arr.empty:
-        return np.zeros(n)
+        return np.zeros(len(q_pos))
     adm = _first_pos(kind, rid, [K[EventKind.ADMITTED]])
     end = _first_pos(kind, rid, [K[k] for k in END_KINDS])
     stop = adm.reindex(arr.index).fillna(end.reindex(arr.index)).fillna(n).to_numpy(np.int64)
     ids = arr.index.to_numpy()
     apos = arr.to_numpy()
-    prompt = prompts.reindex(ids).fillna(0).to_numpy(np.float64)
+    prompt = np.nan_to_num(lookup(prompts, ids), nan=0.0)
     tpb = int(cfg["tokens_per_block"])
     total = prompt + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]
     uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
     if not uses_reuse:
         q = np.ceil(total / tpb)
-        w = np.bincount(apos, weights=q, minlength=n + 1) - np.bincount(stop, weights=q, minlength=n + 1)
-        return np.cumsum(w)[:n]
+        return _sum_upto(np.concatenate([apos, stop]), np.concatenate([q, -q]), q_pos)
     # Recent hit rate of the target at each arrival (last hit_window admissions before it).
     a_pos = np.flatnonzero(kind == K[EventKind.ADMITTED])
     a_reused = ntok[a_pos]
-    a_prompt = prompts.reindex(rid[a_pos]).fillna(0).to_numpy(np.float64)
+    a_prompt = np.nan_to_num(lookup(prompts, rid[a_pos]), nan=0.0)
     cs_r = np.concatenate([[0.0], np.cumsum(a_reused)])
     cs_p = np.concatenate([[0.0], np.cumsum(a_prompt)])
     hi = np.searchsorted(a_pos, apos, side="right")
@@ -280,29 +345,18 @@ def _queued_need(
     start = np.ones(len(rows_req), dtype=bool)
     start[1:] = rows_req[1:] != rows_req[:-1]
     prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    w = np.bincount(rows_pos, weights=rows_val - prev, minlength=n + 1)
-    return np.cumsum(w)[:n]
+    return _sum_upto(rows_pos, rows_val - prev, q_pos)
 
 
-def _changes(events: pd.DataFrame, role: str, f: dict[str, np.ndarray]) -> pd.DataFrame:
-    d = f["debt"]
-    need, avail = f["need"], f["available"]
-    n = len(d)
-    if n == 0:
-        return _empty_series()
-    keep = np.zeros(n, dtype=bool)
-    keep[0] = True
-    proj = np.nan_to_num(f["projected"], nan=0.0)
-    keep[1:] = (need[1:] != need[:-1]) | (np.nan_to_num(avail[1:], nan=-1) != np.nan_to_num(avail[:-1], nan=-1)) | (
-        f["shortfall"][1:] != f["shortfall"][:-1]) | (proj[1:] != proj[:-1])
-    keep &= ~np.isnan(avail)
-    idx = np.flatnonzero(keep)
+def _at_points(events: pd.DataFrame, role: str, f: dict[str, np.ndarray], qi: np.ndarray) -> pd.DataFrame:
+    qi = qi[~np.isnan(f["available"][qi])]
+    idx = f["pos"][qi]
     ts = events["ts_ns"].to_numpy(np.int64)[idx]
     return pd.DataFrame({
         "pos": idx, "ts_ns": ts, "t_s": ts / 1e9, "iteration": events["iteration"].to_numpy(np.int64)[idx],
-        "pool": role, "need_blocks": need[idx], "available_blocks": avail[idx],
-        "shortfall_blocks": f["shortfall"][idx], "debt_blocks": d[idx], "capacity_blocks": f["capacity"][idx],
-        "queued_blocks": f["queued"][idx], "projected_debt_blocks": f["projected"][idx],
+        "pool": role, "need_blocks": f["need"][qi], "available_blocks": f["available"][qi],
+        "shortfall_blocks": f["shortfall"][qi], "debt_blocks": f["debt"][qi], "capacity_blocks": f["capacity"][qi],
+        "queued_blocks": f["queued"][qi], "projected_debt_blocks": f["projected"][qi],
     })
 
 
@@ -333,8 +387,6 @@ def eval_points(events: pd.DataFrame) -> np.ndarray:
     return np.union1d(ends, sched)
 
 
-def owing_at(track: pd.DataFrame, role: str, pos: int) -> list[int]:
+def owing_at(debt: DebtResult, role: str, pos: int) -> list[int]:
     """Request ids (ascending) with remaining need in ``role`` just after event position ``pos``."""
-    t = track[(track["pool"] == role) & (track["pos"] <= pos)]
-    last = t.groupby("request_id", sort=True)["remaining_blocks"].last()
-    return [int(x) for x in last.index[last.to_numpy() > 0]]
+    return debt.owing_at(role, pos)

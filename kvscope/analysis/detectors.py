@@ -13,7 +13,7 @@ import pandas as pd
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.frame import K, codes
+from kvscope.analysis.frame import K, codes, kind_in
 from kvscope.events import EventKind
 
 
@@ -42,37 +42,39 @@ def find_admission_gaps(
     for role, f in debt.full.items():
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
-        d = f["debt"]
-        mask = np.nan_to_num(d[ev_pos], nan=-np.inf) > cfg.min_debt_blocks
+        qi = np.searchsorted(f["pos"], ev_pos)
+        d_ev = f["debt"][qi]
+        mask = np.nan_to_num(d_ev, nan=-np.inf) > cfg.min_debt_blocks
         for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
+            at = int(qi[es])
+            fs = {k: f[k][at] for k in ("debt", "need", "available", "shortfall", "capacity")}
             s, e = int(ev_pos[es]), int(ev_pos[ee])
             inside = adm_pos[(it[adm_pos] >= it[s]) & (adm_pos <= e)]
             admitted = list(dict.fromkeys(int(x) for x in rid[inside]))
             adm_it = {}
             for x in inside:
                 adm_it.setdefault(int(rid[x]), int(it[x]))
-            owing = owing_at(debt.track, role, s)
+            owing = owing_at(debt, role, s)
             first_adm = admitted[0] if admitted else -1
             named = list(dict.fromkeys(admitted + owing))
-            run_pos = ev_pos[es : ee + 1]
-            peak = float(np.nanmax(d[run_pos]))
-            cap = float(f["capacity"][s])
+            peak = float(np.nanmax(d_ev[es : ee + 1]))
+            cap = float(fs["capacity"])
             out.append(Finding(
                 kind=FindingKind.ADMISSION_GAP,
                 severity=Severity.CRITICAL,
                 t_start_s=_t(ts, s), t_end_s=_t(ts, e), iteration_start=it[s], iteration_end=it[e],
                 pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
                 summary=(
-                    f"{role} pool owes {d[s]:.0f} blocks: admitted requests still need {f['need'][s]:.0f} "
-                    f"blocks there but only {f['available'][s]:.0f} are available"
+                    f"{role} pool owes {fs['debt']:.0f} blocks: admitted requests still need {fs['need']:.0f} "
+                    f"blocks there but only {fs['available']:.0f} are available"
                     + (f" (request {first_adm} admitted into debt)" if first_adm >= 0 else "")
                     + f"; peak debt {peak:.0f} blocks of {cap:.0f}."
                 ),
                 evidence={
-                    "debt_blocks": d[s], "peak_debt_blocks": peak, "need_blocks": f["need"][s],
-                    "available_blocks": f["available"][s], "target_shortfall_blocks": f["shortfall"][s],
+                    "debt_blocks": fs["debt"], "peak_debt_blocks": peak, "need_blocks": fs["need"],
+                    "available_blocks": fs["available"], "target_shortfall_blocks": fs["shortfall"],
                     "capacity_blocks": cap, "tokens_per_block": f["tpb"],
-                    "debt_tokens": d[s] * f["tpb"], "first_admission_request": first_adm,
+                    "debt_tokens": fs["debt"] * f["tpb"], "first_admission_request": first_adm,
                     "admitted_into_debt": admitted[: cfg.max_named_requests],
                     "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: cfg.max_named_requests],
                     "paired": bool(configs.loc[role, "paired"]),
@@ -101,22 +103,22 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
     it = events["iteration"].to_numpy(np.int64)
     ts = events["ts_ns"].to_numpy(np.int64)
     ends = np.concatenate([np.flatnonzero(it[1:] != it[:-1]), [n - 1]])
-    starts = np.concatenate([[0], ends[:-1] + 1])
     w = cfg.rate_window_iterations
     frames = []
     tgt = debt.full.get("target")
     for role, f in debt.full.items():
+        qi = np.searchsorted(f["pos"], ends)
         if tgt is not None and role != "target":
-            tgt_room = (tgt["available"][ends] - tgt["need"][ends]) * tgt["tpb"] / f["tpb"]
+            tgt_room = (tgt["available"][qi] - tgt["need"][qi]) * tgt["tpb"] / f["tpb"]
         else:
             tgt_room = np.full(len(ends), np.inf)
-        headroom = f["available"][ends] - f["need"][ends]
-        binding = headroom < tgt_room - cfg.risk_margin_fraction * f["capacity"][ends]
-        avail = f["available"][ends]
-        cap = f["capacity"][ends]
-        d = f["debt"][ends]
-        proj = f["projected"][ends]
-        alloc = np.add.reduceat(f["alloc"], starts)
+        headroom = f["available"][qi] - f["need"][qi]
+        binding = headroom < tgt_room - cfg.risk_margin_fraction * f["capacity"][qi]
+        avail = f["available"][qi]
+        cap = f["capacity"][qi]
+        d = f["debt"][qi]
+        proj = f["projected"][qi]
+        alloc = f["alloc_by_run"]
         used = cap - avail
         t = ts[ends] / 1e9
         back = np.maximum(np.arange(len(t)) - w, 0)  # window (back, i]: w iterations, fewer at the start
@@ -168,6 +170,7 @@ def estimate_time_to_exhaustion(
 
         timeline = request_timeline(events)
     out = []
+    namer = _Namer(timeline)
     for role, g in ex.groupby("pool", sort=False):
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
@@ -180,7 +183,7 @@ def estimate_time_to_exhaustion(
         it = g["iteration"].to_numpy()
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
             row = g.iloc[s]
-            named = named_during(timeline, float(row["t_s"]), float(g.iloc[e]["t_s"]), int(row["iteration"]))
+            named = namer.during(float(row["t_s"]), float(g.iloc[e]["t_s"]), int(row["iteration"]))
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             eta = float(row["eta_s"])
@@ -210,19 +213,31 @@ def estimate_time_to_exhaustion(
     return out
 
 
+class _Namer:
+    """Requests queued or still in prefill during a time window (numpy over the timeline once)."""
+
+    def __init__(self, timeline: pd.DataFrame) -> None:
+        end = timeline["end_s"].to_numpy(dtype=float, na_value=np.inf)
+        done = timeline["context_done_s"].to_numpy(dtype=float, na_value=np.nan)
+        self.stop = np.minimum(np.where(np.isnan(done), end, done), end)
+        arr = timeline["arrival_s"].to_numpy(dtype=float, na_value=np.nan)
+        adm = timeline["admitted_s"].to_numpy(dtype=float, na_value=np.inf)
+        self.arrival = np.where(np.isnan(arr), adm, arr)
+        self.arrival_it = timeline["arrival_iteration"].to_numpy(np.int64)
+        self.ids = timeline.index.to_numpy(np.int64)
+
+    def during(self, t0: float, t1: float, it0: int) -> list[tuple[int, int]]:
+        """(request id, iteration first named) for requests queued or in prefill at some time in
+        [t0, t1]; named at the window's start or the request's arrival if later."""
+        m = np.flatnonzero((self.arrival <= t1) & (self.stop > t0))
+        named_it = np.maximum(self.arrival_it[m], it0)
+        order = np.lexsort((self.ids[m], named_it))
+        return [(int(self.ids[m][i]), int(named_it[i])) for i in order]
+
+
 def named_during(timeline: pd.DataFrame, t0: float, t1: float, it0: int) -> list[tuple[int, int]]:
-    """Requests queued or still in prefill at some time in [t0, t1], with the iteration each was
-    first named (the episode's start, or the request's arrival if later); ordered by that, then id."""
-    if timeline.empty:
-        return []
-    stop = timeline["context_done_s"].fillna(timeline["end_s"]).fillna(np.inf)
-    stop = np.minimum(stop, timeline["end_s"].fillna(np.inf))
-    arrival = timeline["arrival_s"].fillna(timeline["admitted_s"])
-    m = (arrival <= t1) & (stop > t0)
-    sel = timeline[m]
-    named_it = np.maximum(sel["arrival_iteration"].to_numpy(), it0)
-    order = np.lexsort((sel.index.to_numpy(), named_it))
-    return [(int(sel.index[i]), int(named_it[i])) for i in order]
+    """See :meth:`_Namer.during` (convenience for one window)."""
+    return _Namer(timeline).during(t0, t1, it0) if not timeline.empty else []
 
 
 def queued_at(events: pd.DataFrame, pos: int) -> list[int]:
@@ -233,5 +248,5 @@ def queued_at(events: pd.DataFrame, pos: int) -> list[int]:
     arrived = rid[kind == K[EventKind.REQUEST_ARRIVED]]
     gone_kinds = [K[k] for k in (EventKind.ADMITTED, EventKind.REQUEST_FINISHED, EventKind.REQUEST_FAILED,
                                  EventKind.REQUEST_CANCELLED, EventKind.ADMISSION_REJECTED)]
-    gone = set(rid[np.isin(kind, gone_kinds)].tolist())
+    gone = set(rid[kind_in(kind, gone_kinds)].tolist())
     return [int(r) for r in dict.fromkeys(arrived.tolist()) if r not in gone]

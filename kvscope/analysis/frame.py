@@ -68,6 +68,15 @@ def events_to_frame(events: Iterable[KVEvent | tuple]) -> pd.DataFrame:
     return df
 
 
+def kind_in(kind: np.ndarray, kinds) -> np.ndarray:
+    """Boolean mask of events whose kind code is one of ``kinds`` (codes or EventKind members);
+    a lookup table over the int8 codes, several times faster than ``np.isin``."""
+    lut = np.zeros(len(EVENT_KINDS) + 1, dtype=bool)
+    for k in kinds:
+        lut[K[k] if isinstance(k, EventKind) else int(k)] = True
+    return lut[kind]
+
+
 def codes(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(kind codes, pool codes) as int8 numpy arrays."""
     return (
@@ -237,7 +246,7 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     done = chunks[(chunks["prompt"] >= 0) & (chunks["end"] >= chunks["prompt"])]
     out["context_done_s"] = done.groupby("r")["ts"].min().reindex(ids) / 1e9
 
-    emask = np.isin(kind, [K[k] for k in END_KINDS]) & (rid >= 0)
+    emask = kind_in(kind, END_KINDS) & (rid >= 0)
     end = first(emask, ["kind", "num_tokens", "reason"])
     out["end_s"] = end["ts_ns"] / 1e9
     out["end_iteration"] = end["iteration"].fillna(-1).astype("int64")
@@ -259,7 +268,7 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
         # A request may be matched several times (the scheduler retries and reverts); the match
         # that counts is the largest, not the sum.
         reuse = _max_by_request(rid, events["num_tokens"], (kind == K[EventKind.BLOCKS_REUSED]) & pm, ids)
-        capm = np.isin(kind, [K[EventKind.BLOCKS_ALLOCATED], K[EventKind.RESIZED]]) & pm & (rid >= 0)
+        capm = kind_in(kind, (EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)) & pm & (rid >= 0)
         peak = pd.Series(events["num_tokens"].to_numpy(np.int64)[capm]).groupby(rid[capm]).max().reindex(ids)
         peak = peak.fillna(0).astype("int64").to_numpy()
         out[f"reused_tokens_{role.value}"] = reuse
@@ -307,7 +316,7 @@ def iteration_view(events: pd.DataFrame) -> pd.DataFrame:
     out["prefill_tokens"] = per_iter(kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED], ntok)
     out["num_admitted"] = per_iter(kind == K[EventKind.ADMITTED])
     out["num_deferred"] = per_iter(kind == K[EventKind.ADMISSION_DEFERRED])
-    out["num_ended"] = per_iter(np.isin(kind, [K[k] for k in END_KINDS]))
+    out["num_ended"] = per_iter(kind_in(kind, END_KINDS))
     snaps = pool_series(events)
     for role in (PoolRole.TARGET, PoolRole.DRAFT, PoolRole.MAMBA):
         s = snaps[snaps["pool"] == role.value].drop_duplicates("iteration", keep="last").set_index("iteration")

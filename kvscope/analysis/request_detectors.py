@@ -14,7 +14,7 @@ import pandas as pd
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.frame import END_KINDS, K, codes
+from kvscope.analysis.frame import END_KINDS, K, codes, kind_in
 from kvscope.events import EventKind, PoolRole
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
@@ -35,8 +35,8 @@ def find_stalled_requests(events: pd.DataFrame, cfg: DetectorConfig) -> list[Fin
     rid = events["request_id"].to_numpy(np.int64)
     ts = events["ts_ns"].to_numpy(np.int64)
     it = events["iteration"].to_numpy(np.int64)
-    stall = np.isin(kind, [K[k] for k in _STALL_KINDS])
-    prog = np.isin(kind, [K[k] for k in _PROGRESS_KINDS])
+    stall = kind_in(kind, _STALL_KINDS)
+    prog = kind_in(kind, _PROGRESS_KINDS)
     pos = np.flatnonzero((stall | prog) & (rid >= 0))
     if not stall[pos].any():
         return []
@@ -231,11 +231,11 @@ def find_engine_fatal(
                  "evictable_blocks": int(row["evictable_blocks"]), "reserved_blocks": int(row["reserved_blocks"])}
         f = debt.full.get(role)
         if f is not None:
-            state["debt_blocks"] = f["debt"][p]
-            state["need_blocks"] = f["need"][p]
+            state["debt_blocks"] = debt.at(role, "debt", p)
+            state["need_blocks"] = debt.at(role, "need", p)
             if state["capacity_blocks"] < 0:
-                state["capacity_blocks"] = f["capacity"][p]
-                state["available_blocks"] = f["available"][p]
+                state["capacity_blocks"] = debt.at(role, "capacity", p)
+                state["available_blocks"] = debt.at(role, "available", p)
         leads = fatal_leads(prior, req, t, int(it[p]))
         naming = [x for x in leads if x["named_lead_iterations"] is not None]
         best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)

@@ -19,8 +19,9 @@ from typing import Any
 
 from kvscope.analysis import DetectorConfig, analyze
 from kvscope.analysis.frame import pool_series
+from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
-from kvscope.recording import EventFileError, read_frame
+from kvscope.recording import EventFileError
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
                          risk_horizon_s=args.risk_horizon_s)
     try:
-        events = read_frame(args.events)
+        events = load_events(args.events)
     except EventFileError as e:
         # Analyze what was readable; say what was not (on stderr, so --json stays one object).
         print(f"kvscope analyze: warning: {e}", file=sys.stderr)
