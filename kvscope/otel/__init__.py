@@ -6,8 +6,9 @@ Entry points: :class:`OtelSink` (a recording Sink; providers passed in, never gl
 """
 
 from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
+from kvscope.otel.otlp import OtlpPipeline, kvscope_resource
 from kvscope.otel.pipeline import BoundedLogProcessor, BoundedSpanProcessor, ExportQueue, OtlpConfig
-from kvscope.otel.sink import OtelSink, OtlpPipeline, kvscope_resource
+from kvscope.otel.sink import OtelSink
 
 __all__ = [
     "AnalyzerGauges",

@@ -339,4 +339,3 @@ class OtlpConfig:
             HMetric(endpoint=f"{base}/v1/metrics", **kw2),
             HLog(endpoint=f"{base}/v1/logs", **kw2),
         )
-

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk._logs import LoggerProvider
@@ -35,7 +35,14 @@ from kvscope.events import WallClockAnchor
 from kvscope.otel import names as n
 from kvscope.otel.logs import FindingRecord, KVLogs, from_finding
 from kvscope.otel.metrics import TS, AnalyzerGauges, KVInstruments, MetricState
-from kvscope.otel.pipeline import BoundedLogProcessor, BoundedSpanProcessor, ExportQueue, OtlpConfig
+from kvscope.otel.otlp import (
+    KVSCOPE_VERSION,
+    OtlpPipeline,
+    kvscope_resource,
+    merge_metrics_data,
+    num_points,
+)
+from kvscope.otel.pipeline import ExportQueue
 from kvscope.otel.traces import RequestSpans
 from kvscope.recording.sinks import EventBatch
 
@@ -43,95 +50,8 @@ log = logging.getLogger(__name__)
 SCOPE_NAME = "kvscope"
 YIELD_EVERY_ROWS = 32
 """Threaded translation releases the GIL after this many rows (about 0.5 ms of work)."""
-try:
-    from importlib.metadata import version as _version
 
-    KVSCOPE_VERSION = _version("kvscope")
-except Exception:  # not installed (source tree)
-    KVSCOPE_VERSION = "0.1.0"
-
-
-def kvscope_resource(
-    meta: Mapping[str, Any] | None = None,
-    *,
-    rank: int | None = None,
-    service_name: str | None = None,
-) -> Resource:
-    """Resource for one recording rank, from an event file header's ``meta`` (or live values).
-
-    ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` are merged in by ``Resource.create``.
-    """
-    meta = dict(meta or {})
-    r = int(meta.get("rank", 0) if rank is None else rank)
-    attrs: dict[str, Any] = {n.SERVICE_VERSION: KVSCOPE_VERSION, n.RANK: r}
-    if service_name:
-        attrs[n.SERVICE_NAME] = service_name
-    if meta.get("engine"):
-        attrs[n.ENGINE_NAME] = str(meta["engine"])
-    if meta.get("engine_version"):
-        attrs[n.ENGINE_VERSION] = str(meta["engine_version"])
-    if meta.get("scenario"):
-        attrs[n.SCENARIO] = str(meta["scenario"])
-    tp = int(meta.get("tp_size", 1) or 1)
-    pp = int(meta.get("pp_size", 1) or 1)
-    attrs.update({n.TP_SIZE: tp, n.PP_SIZE: pp, n.TP_RANK: r % tp, n.PP_RANK: r // tp})
-    res = Resource.create(attrs)
-    if not service_name and res.attributes.get(n.SERVICE_NAME, "").startswith("unknown_service"):
-        res = res.merge(Resource({n.SERVICE_NAME: "kvscope"}))
-    return res
-
-
-class OtlpPipeline:
-    """Tracer and logger providers with bounded processors + a bounded metric push queue, all OTLP.
-
-    Owned by the composition root (CLI, notebook): it calls :meth:`shutdown` after the sink's.
-    """
-
-    def __init__(
-        self,
-        config: OtlpConfig,
-        *,
-        resource: Resource,
-        max_queue_size: int = 2048,
-        max_batch_size: int = 512,
-        schedule_delay_s: float = 0.2,
-        shutdown_timeout_s: float = 5.0,
-        max_block_s: float = 0.0,
-    ) -> None:
-        self.config = config
-        self.resource = resource
-        self.max_block_s = max_block_s
-        span_exp, self.metric_exporter, log_exp = config.exporters()
-        q = {
-            "max_queue_size": max_queue_size,
-            "max_batch_size": max_batch_size,
-            "schedule_delay_s": schedule_delay_s,
-            "max_block_s": max_block_s,
-        }
-        self.span_processor = BoundedSpanProcessor(
-            span_exp, shutdown_timeout_s=shutdown_timeout_s, **q
-        )
-        self.log_processor = BoundedLogProcessor(
-            log_exp, shutdown_timeout_s=shutdown_timeout_s, **q
-        )
-        self.tracer_provider = TracerProvider(resource=resource)
-        self.tracer_provider.add_span_processor(self.span_processor)
-        self.logger_provider = LoggerProvider(resource=resource)
-        self.logger_provider.add_log_record_processor(self.log_processor)
-
-    def sink_options(self) -> dict[str, Any]:
-        return {
-            "tracer_provider": self.tracer_provider,
-            "logger_provider": self.logger_provider,
-            "metric_exporter": self.metric_exporter,
-            "resource": self.resource,
-            "queues": (self.span_processor.queue, self.log_processor.queue),
-            "max_block_s": self.max_block_s,
-        }
-
-    def shutdown(self) -> None:
-        self.tracer_provider.shutdown()
-        self.logger_provider.shutdown()
+__all__ = ["OtelSink", "OtlpPipeline", "kvscope_resource"]  # the last two re-exported from otlp
 
 
 class OtelSink:
@@ -213,7 +133,7 @@ class OtelSink:
                 max_queue_size=64,
                 max_batch_size=8,
                 schedule_delay_s=0.2,
-                weight=_num_points,
+                weight=num_points,
                 max_block_s=max_block_s,
             )
         self.queues = list(queues) + ([self._metric_queue] if self._metric_queue else [])
@@ -354,10 +274,12 @@ class OtelSink:
         self._metric_queue.offer(self.state.to_metrics_data(self.resource, self._scope, t))
 
     def _push_metrics(self, batch: list[MetricsData]) -> bool:
-        ok = True
-        for data in batch:
-            ok = self.metric_exporter.export(data, timeout_millis=10_000).name == "SUCCESS" and ok
-        return ok
+        # One request for the whole batch: one round trip, and one outcome for all its points
+        # (a down collector costs one timeout per batch, not one per snapshot).
+        return (
+            self.metric_exporter.export(merge_metrics_data(batch), timeout_millis=10_000).name
+            == "SUCCESS"
+        )
 
     def _update_drop_counters(self) -> None:
         for signal, value in self.dropped().items():
@@ -397,12 +319,3 @@ class OtelSink:
             "log_records": self.logs.num_emitted if self.logs else 0,
             "dropped_total": sum(dropped.values()),
         }
-
-
-def _num_points(data: MetricsData) -> int:
-    return sum(
-        len(m.data.data_points)
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-    )

@@ -44,15 +44,16 @@ def test_metrics_pushed_per_interval_of_event_time_when_exporter_given():
     record_incident(rec, clock, IncidentShape(num_requests=4))  # 1.35 s of event time
     BatchPump(rec, [sink], start=False).shutdown()
     off = rec.anchor.epoch_ns - rec.anchor.monotonic_ns
-    times = [
-        d.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points[0].time_unix_nano - off
-        for d in exp.pushed
-    ]
+    # A batch of snapshots goes out as one request, each series carrying one point per snapshot.
+    metrics = [m for d in exp.pushed for m in d.resource_metrics[0].scope_metrics[0].metrics]
+    cap = [p for m in metrics if m.name == n.POOL_BLOCKS_CAPACITY.name for p in m.data.data_points]
+    times = [p.time_unix_nano - off for p in cap if p.attributes[n.POOL] == "draft"]
     # Boundaries every 0.5 s of event time, then one final snapshot at the last event.
     assert times == [1_500_000_000, 2_000_000_000, 2_350_000_000]
     assert sink.summary()["metric_points"]["dropped"] == 0
-    last = {m.name: m for m in exp.pushed[-1].resource_metrics[0].scope_metrics[0].metrics}
-    points = {p.attributes[n.POOL]: p.value for p in last[n.ENGINE_FAILURES.name].data.data_points}
+    engine = [p for m in metrics if m.name == n.ENGINE_FAILURES.name for p in m.data.data_points]
+    last = off + times[-1]
+    points = {p.attributes[n.POOL]: p.value for p in engine if p.time_unix_nano == last}
     assert points == {"target": 0, "draft": 1}
 
 
