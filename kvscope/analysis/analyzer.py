@@ -67,7 +67,11 @@ class Analysis:
 def analyze(events: pd.DataFrame, config: DetectorConfig | None = None) -> Analysis:
     """Run every detector over an event frame; findings ordered by time, then severity."""
     cfg = config or DetectorConfig()
+    meta = header_meta(events)
     configs = pool_configs(events)
+    # pandas deep-copies ``attrs`` (the file headers) into every derived frame; drop them here.
+    events = events.copy(deep=False)
+    events.attrs = {}
     timeline = request_timeline(events)
     debt = compute_debt(events, configs)
     ex = exhaustion_frame(events, debt, cfg)
@@ -80,7 +84,7 @@ def analyze(events: pd.DataFrame, config: DetectorConfig | None = None) -> Analy
     findings += find_engine_fatal(events, debt, findings)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
-        exhaustion=ex, meta=header_meta(events), num_events=len(events),
+        exhaustion=ex, meta=meta, num_events=len(events),
     )
 
 

@@ -211,7 +211,9 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     kind, pool = codes(events)
     rid = events["request_id"].to_numpy(np.int64)
     ts = events["ts_ns"].to_numpy(np.int64)
-    ids = np.unique(rid[rid >= 0])
+    ids = np.sort(rid[rid >= 0])
+    if len(ids):
+        ids = ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
     out = pd.DataFrame(index=pd.Index(ids, name="request_id", dtype="int64"))
 
     def first(kmask: np.ndarray, cols: list[str], how: str = "first") -> pd.DataFrame:
