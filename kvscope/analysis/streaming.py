@@ -50,6 +50,7 @@ class _Req:
     queued: bool = False
     q: dict = field(default_factory=dict)
     context_done: bool = False
+    dec: dict = field(default_factory=dict)
     stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
     stall_finding: int = -1
     never_fitting: list = field(default_factory=list)
@@ -98,6 +99,7 @@ class StreamingAnalyzer:
         self._reqs: dict[int, _Req] = {}
         self._need: dict[str, float] = {p: 0.0 for p in _KV}
         self._queued: dict[str, float] = {p: 0.0 for p in _KV}
+        self._decode: dict[str, float] = {p: 0.0 for p in _KV}  # held by decoding requests
         self._recent: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (reused, prompt) per admission
         self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
         self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
@@ -203,7 +205,7 @@ class StreamingAnalyzer:
             prompts = sum(pr for _r, pr in self._recent)
             self._set_queued(req, min(max(reused / prompts, 0.0), 1.0) * nt if prompts > 0 else 0.0)
         elif kind == EventKind.ADMITTED.value:
-            req.counted, req.target_reuse = True, float(nt)
+            req.counted, req.target_reuse, req.context_done = True, float(nt), False
             if math.isnan(req.admitted_s):
                 req.admitted_s, req.admitted_it = t, it
                 self._recent.append((float(nt), float(max(req.prompt, 0))))
@@ -261,6 +263,9 @@ class StreamingAnalyzer:
                 reused = max(reused, req.target_reuse)
             held_tok = 0.0 if req.susp.get(p) else max(req.cap.get(p, 0.0), reused)
             held = math.ceil(held_tok / tpb)
+            dec = held if (req.counted and req.context_done) else 0
+            self._decode[p] += dec - req.dec.get(p, 0)
+            req.dec[p] = dec
             final = math.ceil((req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]) / tpb) if req.prompt >= 0 else held
             rem = max(final - held, 0) if req.counted else 0
             self._need[p] += rem - req.rem.get(p, 0)
@@ -296,10 +301,10 @@ class StreamingAnalyzer:
         short = 0.0
         tgt = PoolRole.TARGET.value
         if p != tgt and tgt in self._state and tgt in self._configs:
-            short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1], 0.0) \
+            short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1] - self._decode[tgt], 0.0) \
                 * self._configs[tgt]["tokens_per_block"]
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
-        return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - short
+        return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - self._decode.get(p, 0.0) - short
 
     # ---- debt / admission gap ---------------------------------------------------------------
     def _debt(self, p: str) -> float:

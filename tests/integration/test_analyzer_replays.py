@@ -61,7 +61,7 @@ def replays(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(_replay, name, tmp) for name in REPLAYS}
         done = {name: f.result() for name, f in futures.items()}
-    return {name: (summary, analyze(read_frame(path))) for name, (summary, path) in done.items()}
+    return {name: (summary, analyze(read_frame(path)), path) for name, (summary, path) in done.items()}
 
 
 def _named_at(finding, request_id: int) -> int | None:
@@ -73,7 +73,7 @@ def _named_at(finding, request_id: int) -> int | None:
 
 @pytest.mark.parametrize("name", ["glm5", "shared-prefix", "qwen"])
 def test_warns_ten_iterations_before_fatal_naming_failing_request_when_unpaired_with_reuse(replays, name):
-    summary, a = replays[name]
+    summary, a, _ = replays[name]
     assert summary["engine_fatal"] is True
     failing = summary["fatal_request_id"]
     (fatal,) = [f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL]
@@ -94,21 +94,21 @@ def test_warns_ten_iterations_before_fatal_naming_failing_request_when_unpaired_
 
 @pytest.mark.parametrize("name", ["glm5-reuse-off", "glm5-paired"])
 def test_no_admission_gap_when_glm5_reuse_off_or_paired(replays, name):
-    summary, a = replays[name]
+    summary, a, _ = replays[name]
     assert summary["engine_fatal"] is False
     assert [f for f in a.findings if f.kind == FindingKind.ADMISSION_GAP] == []
     assert [f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL] == []
 
 
 def test_no_admission_gap_when_near_miss_peaks_above_90_percent(replays):
-    summary, a = replays["near-miss"]
+    summary, a, _ = replays["near-miss"]
     assert summary["engine_fatal"] is False
     assert summary["peak_utilization"]["draft"] >= 0.9
     assert [f for f in a.findings if f.kind == FindingKind.ADMISSION_GAP] == []
 
 
 def test_never_fitting_names_request_before_crash_when_prompt_exceeds_draft_pool(replays):
-    summary, a = replays["small-draft"]
+    summary, a, _ = replays["small-draft"]
     failing = summary["fatal_request_id"]
     nf = [f for f in a.findings if f.kind == FindingKind.NEVER_FITTING and f.pools == ("draft",)]
     assert failing in {r for f in nf for r in f.request_ids}
@@ -120,7 +120,7 @@ def test_never_fitting_names_request_before_crash_when_prompt_exceeds_draft_pool
 
 
 def test_never_fitting_when_prompt_exceeds_max_seq_len_and_pools(replays):
-    summary, a = replays["oversize"]
+    summary, a, _ = replays["oversize"]
     assert summary["requests_rejected"] >= 1
     nf = [f for f in a.findings if f.kind == FindingKind.NEVER_FITTING]
     assert nf and {"draft", "target"} <= {p for f in nf for p in f.pools}
@@ -128,9 +128,34 @@ def test_never_fitting_when_prompt_exceeds_max_seq_len_and_pools(replays):
 
 
 def test_no_false_alarm_when_mooncake_conversation_replay_is_healthy(replays):
-    summary, a = replays["mooncake"]
+    summary, a, _ = replays["mooncake"]
     assert summary["engine_fatal"] is False
     assert summary["requests_completed"] == summary["requests_total"]
     alarms = [(f.kind.value, f.summary) for f in a.findings if f.kind in ALARM_KINDS]
     assert alarms == []
     assert all(f.severity == Severity.INFO for f in a.findings)
+
+
+@pytest.mark.parametrize("name", ["shared-prefix", "qwen", "glm5"])
+def test_streaming_raises_the_early_warning_live_when_fed_the_replay(replays, name):
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording.reader import frame_to_rows
+
+    summary, batch, path = replays[name]
+    failing = summary["fatal_request_id"]
+    rows = frame_to_rows(read_frame(path))
+    sa = StreamingAnalyzer()
+    first_named = None  # iteration at which a live finding first named the failing request
+    for i in range(0, len(rows), 64):
+        sa.feed(rows[i : i + 64])
+        if first_named is None:
+            for f in sa.findings:
+                if f.kind in (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION):
+                    it = _named_at(f, failing)
+                    if it is not None:
+                        first_named = it
+    sa.close()
+    fatal_it = next(f for f in sa.findings if f.kind == FindingKind.ENGINE_FATAL).iteration_start
+    assert first_named is not None and fatal_it - first_named >= MIN_LEAD_ITERATIONS
+    assert sorted((f.kind.value, f.iteration_start) for f in sa.findings) == sorted(
+        (f.kind.value, f.iteration_start) for f in batch.findings)
