@@ -14,10 +14,12 @@ Measured in one run:
                Reported per event: engine-thread wall time (includes waiting for the GIL) and
                engine-thread CPU time (its own work); on - off is what export costs the engine.
 
-Figures here (2 cores shared with other jobs, 2026-11-29): export e2e 13.6k events/s over gRPC and
-11.8k over HTTP with 0 dropped (84k events -> 6k spans + 48.8k metric points); engine thread, busy:
-wall 2.3 -> 6.8 us/event (the translation thread takes its share of the GIL), own CPU +0.15
-us/event; paced: wall +1.1 us/event (1.03x), own CPU unchanged.
+Figures here (2 cores shared with other jobs, 2026-11-29, two runs): export e2e 20.8k events/s over
+gRPC and 21.8k over HTTP with 0 dropped (84k events -> 6k spans + 48.8k metric points; 13.6k/11.8k
+before metric snapshots were batched into one request). Engine thread: its own CPU grows by
+0.13-0.15 us/event (busy) with export on; its wall time depends on how the GIL is shared with the
+translation thread and swings with machine load (busy: 2.3 -> 6.8 us/event in one run, 2.3 -> 1.7
+in the next; paced: +1.1 and +11 us/event).
 """
 
 from __future__ import annotations
