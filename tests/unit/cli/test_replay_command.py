@@ -1,0 +1,42 @@
+"""``kvscope replay``: knob listing and summary keys, through the real dispatcher (in process)."""
+
+from __future__ import annotations
+
+import json
+
+from kvscope.cli import main
+from kvscope.engine_model.config import EngineConfig
+
+
+def test_list_knobs_prints_every_knob_with_scenario_default_when_json(capsys):
+    assert main(["replay", "--list-knobs", "--scenario", "qwen-hybrid-mtp", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    knobs = data["qwen-hybrid-mtp"]
+    assert set(knobs) == set(EngineConfig.knob_names())
+    assert knobs["num_draft_blocks"] == 22848
+    assert knobs["draft_cursor_sizing"] == "prompt"
+
+
+def test_list_knobs_table_marks_model_knobs_when_text(capsys):
+    assert main(["replay", "--list-knobs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["knob", "glm5-dsa"]
+    by_name = {line.split()[0]: line for line in lines[1:]}
+    assert "[model]" not in by_name["max_util_for_resume"]
+    assert by_name["draft_mode"].endswith("[model]")
+
+
+def test_replay_summary_has_contract_keys_when_json(capsys):
+    assert main(["replay", "--scenario", "oversize", "--json"]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["requests_rejected"] == 1
+    assert data["rejection_reasons"] == {"prompt_len > max_seq_len": 1}
+    assert data["engine_fatal"] is False and data["fatal_message"] is None
+    assert out.err == ""
+
+
+def test_replay_requires_a_source_when_neither_given(capsys):
+    assert main(["replay", "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["kvscope replay: error: give --scenario NAME or --trace PATH (see --help)"]
