@@ -72,3 +72,32 @@ def test_drops_and_counts_batches_when_worker_cannot_keep_up():
     assert s["events"] + s["events_dropped"] == 6
     assert s["events_dropped"] >= 3
     assert sink.state.value(n.EXPORT_DROPPED, **{n.SIGNAL: "events"}) == s["events_dropped"]
+
+
+def test_live_sink_drops_and_counts_without_losing_events_when_collector_down():
+    import socket
+
+    from kvscope.otel import OtlpConfig, OtlpPipeline, kvscope_resource
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here
+    pipeline = OtlpPipeline(
+        OtlpConfig(f"http://127.0.0.1:{port}", "http/protobuf", timeout_s=0.2),
+        resource=kvscope_resource({"rank": 0}),
+        shutdown_timeout_s=0.5,
+    )
+    sink = OtelSink(**pipeline.sink_options(), shutdown_timeout_s=0.5)  # threaded, live
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    pump = BatchPump(rec, [sink], interval_s=0.01)
+    record_incident(rec, clock, IncidentShape(num_requests=20))
+    pump.shutdown()
+    pipeline.shutdown()
+    s = sink.summary()
+    assert pump.sink_errors == 0  # the sink never raised into the pump
+    assert s["events"] == pump.num_exported and s["events_dropped"] == 0
+    assert s["spans"] == {"exported": 0, "dropped": 40, "high_water": s["spans"]["high_water"]}
+    assert s["logs"]["exported"] == 0 and s["logs"]["dropped"] == 3
+    assert s["dropped_total"] == 40 + 3 + s["metric_points"]["dropped"]
+    assert sink.state.value(n.EXPORT_DROPPED, **{n.SIGNAL: "spans"}) == 40
