@@ -209,10 +209,16 @@ def compute_debt(
         on = np.concatenate([np.full(len(own), np.nan), st_on])
         done = np.concatenate([np.full(len(own), np.nan), st_done])
         tgt_reuse = np.concatenate([np.full(len(own), np.nan), target_reuse_at_admit])
-        r = rid[pos]
-        order = np.lexsort((pos, r))
+        # Rows in position order first (two sorted runs: a stable sort merges them in linear
+        # time), then grouped by request (stable, so positions stay ascending within a request).
+        merge = np.argsort(pos, kind="stable")
+        group = np.argsort(rid[pos[merge]], kind="stable")
+        order = merge[group]
+        # Inverse of ``group``: indexing the grouped rows with it gives them back in position order.
+        by_pos = np.empty_like(order)
+        by_pos[group] = np.arange(len(order))
         pos, r, cap, susp, reused, on, done, tgt_reuse = (
-            a[order] for a in (pos, r, cap, susp, reused, on, done, tgt_reuse))
+            a[order] for a in (pos, rid[pos], cap, susp, reused, on, done, tgt_reuse))
         start = np.ones(len(r), dtype=bool)
         start[1:] = r[1:] != r[:-1]
         cap = _ffill_groups(cap, start, 0.0)
@@ -231,7 +237,6 @@ def compute_debt(
         rem = np.where(on > 0, np.maximum(final - held, 0.0), 0.0)
         prev_rem = np.where(start, 0.0, np.roll(rem, 1))
         prev_held = np.where(start, 0.0, np.roll(held, 1))
-        by_pos = np.argsort(pos, kind="stable")
         q_at = np.searchsorted(pos[by_pos], q_pos, side="right")
         need = _sum_upto(pos, rem - prev_rem, q_pos, order=by_pos, at=q_at)
         decoding = np.where((on > 0) & (done > 0), held, 0.0)
