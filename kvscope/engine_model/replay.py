@@ -49,7 +49,16 @@ class EngineParts:
 
 @dataclass(slots=True)
 class ReplaySummary:
-    """What ``kvscope replay --json`` prints. Keys are a public contract: add, never rename."""
+    """What ``kvscope replay --json`` prints. Keys are a public contract: add, never rename.
+
+    Definitions: ``requests_total`` arrivals seen (rejected included); ``requests_failed`` requests
+    in the engine when it died (each gets the error); ``sim_seconds`` simulated time at the end;
+    ``peak_utilization`` per pool, the highest fraction of blocks held by live requests (evictable
+    reuse blocks excluded) at the end of any iteration; ``prefix_hit_rate`` prompt tokens reused
+    at admission / prompt tokens admitted; ``goodput_tokens_per_s`` output tokens of completed
+    requests per simulated second; ``mean_running_requests`` time-weighted mean batch size;
+    ``queue_wait_*`` arrival to first scheduled chunk (nearest-rank percentiles, s).
+    """
 
     source: str
     requests_total: int
