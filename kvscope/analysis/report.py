@@ -76,7 +76,7 @@ def render_html(analysis: Analysis, figures: Sequence[HtmlFigure] = (), *, title
             f"<td class='{f.severity.value}'>{f.severity.value}</td><td>{f.kind.value}</td>"
             f"<td>{html.escape(', '.join(f.pools))}</td><td>{html.escape(ids)}</td><td>{html.escape(lead_txt)}</td>"
             f"<td>{html.escape(f.summary)}<details><summary>evidence</summary><code>"
-            f"{html.escape(json.dumps(f.evidence, indent=1)[:4000])}</code></details></td></tr>"
+            f"{html.escape(json.dumps(f.evidence, separators=(', ', ': '))[:4000])}</code></details></td></tr>"
         )
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",

@@ -164,7 +164,8 @@ def find_reuse_loss(
             kind=FindingKind.REUSE_LOSS,
             severity=Severity.WARNING if frac >= cfg.reuse_loss_warn_fraction else Severity.INFO,
             t_start_s=float(t0.min()), t_end_s=max(float(t0.min()), min(float(np.max(t1)), stream_end)),
-            iteration_start=int(adm.loc[lost.index, "admitted_iteration"].min()), iteration_end=-1,
+            iteration_start=int(adm.loc[lost.index, "admitted_iteration"].min()),
+            iteration_end=int(events["iteration"].iloc[-1]),
             pools=(PoolRole.TARGET.value, role), request_ids=tuple(int(x) for x in top),
             summary=(
                 f"the unpaired {role} mirrors held {int(lost.sum())} prefix tokens the target reused "

@@ -539,7 +539,7 @@ class StreamingAnalyzer:
             kind=FindingKind.REUSE_LOSS,
             severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
             t_start_s=self._lost_first[0], t_end_s=max(self._last_t, self._lost_first[0]),
-            iteration_start=self._lost_first[1], iteration_end=-1, pools=(PoolRole.TARGET.value, d),
+            iteration_start=self._lost_first[1], iteration_end=self._last_it, pools=(PoolRole.TARGET.value, d),
             request_ids=tuple(sorted(self._lost_top, key=lambda r: (-self._lost_top[r], r))),
             summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "
                     f"at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {d} pool.",
