@@ -1,0 +1,258 @@
+"""Finding builders of the streaming analyzer: episodes that open, extend and close as events
+arrive, and the bounded list that holds them. A mixin of :class:`StreamingAnalyzer` (split out to
+keep modules small); it reads the analyzer's state and never touches events itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.request_detectors import fatal_leads
+from kvscope.events import EventKind, PoolRole
+
+_KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
+
+
+@dataclass(slots=True)
+class _Req:
+    rid: int
+    prompt: int = -1
+    arrival_s: float = math.nan
+    counted: bool = False
+    admitted_s: float = math.nan
+    admitted_it: int = -1
+    target_reuse: float = 0.0
+    reused: dict = field(default_factory=dict)
+    cap: dict = field(default_factory=dict)
+    susp: dict = field(default_factory=dict)
+    rem: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)
+    arrival_it: int = -1
+    queued: bool = False
+    q: dict = field(default_factory=dict)
+    context_done: bool = False
+    dec: dict = field(default_factory=dict)
+    stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
+    stall_finding: int = -1
+    never_fitting: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Episode:
+    index: int  # position of its finding in self._findings
+    last_it: int
+    names: list
+
+
+class LiveFindings:
+    """Mixin: builds and updates findings from :class:`StreamingAnalyzer` state."""
+
+    def _check_gap(self, t: float, it: int) -> None:
+        """Read the debt at a consistent point (ITERATION_SCHEDULED or the iteration's end)."""
+        for p in self._outside():
+            d = self._debt(p)
+            ep = self._gap.get(p)
+            if math.isnan(d) or d <= self.cfg.min_debt_blocks:
+                continue
+            if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
+                ep.last_it = it
+                f = self._findings[ep.index]
+                ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
+                for rid in self._iter_admitted:
+                    if rid not in ev["admitted_into_debt"]:
+                        ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
+                        ev["num_admitted_into_debt"] += 1
+                    if rid not in ep.names:
+                        ep.names.append(rid)
+                self._findings[ep.index] = replace(
+                    f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: self.cfg.max_named_requests]),
+                    evidence=ev)
+                continue
+            cap, avail = self._state[p]
+            admitted = list(dict.fromkeys(self._iter_admitted))
+            owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
+            names = list(dict.fromkeys(admitted + owing))
+            first = admitted[0] if admitted else -1
+            need = self._need[p]
+            f = Finding(
+                kind=FindingKind.ADMISSION_GAP, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
+                iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[: self.cfg.max_named_requests]),
+                summary=(f"{p} pool owes {d:.0f} blocks: admitted requests still need {need:.0f} blocks there "
+                         f"but only {avail:.0f} are available" + (f" (request {first} admitted into debt)." if first >= 0 else ".")),
+                evidence={"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
+                          "capacity_blocks": cap, "tokens_per_block": self._configs[p]["tokens_per_block"],
+                          "first_admission_request": first, "admitted_into_debt": admitted[: self.cfg.max_named_requests],
+                          "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
+                          "paired": bool(self._configs[p]["paired"])},
+            )
+            self._gap[p] = _Episode(self._add(f), it, names)
+
+    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate) -> None:
+        ep = self._tte.get(p)
+        cont = ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index)
+        start_it = self._findings[ep.index].iteration_start if cont else it
+        named = dict(ep.names) if cont else {}
+        for r, q in self._reqs.items():
+            if r not in named and not q.context_done:
+                named[r] = max(start_it, q.arrival_it)
+        order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
+        if cont:
+            ep.last_it = it
+            ep.names = order
+            f = self._findings[ep.index]
+            old = f.evidence["min_eta_s"]
+            ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
+                      named_at=[[r, i] for r, i in order])
+            ev["certain"] = ev["certain"] or basis == "debt"
+            sev = Severity.CRITICAL if basis == "debt" else f.severity
+            self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
+                                               request_ids=tuple(r for r, _ in order))
+            return
+        what = {"debt": f"certain: admitted requests owe {d:.0f} blocks more",
+                "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks",
+                "trend": "at the current growth"}[basis]
+        f = Finding(
+            kind=FindingKind.TIME_TO_EXHAUSTION, severity=Severity.CRITICAL if basis == "debt" else Severity.WARNING,
+            t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
+            request_ids=tuple(r for r, _ in order),
+            summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
+                    f"{avail:.0f} blocks available ({what}).",
+            evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
+                      "certain": basis == "debt", "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
+                      "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
+                      "named_at": [[r, i] for r, i in order]},
+        )
+        self._tte[p] = _Episode(self._add(f), it, order)
+
+    def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
+        t0, it0, kind, pool, ndef = req.stall
+        dur_s, dur_it = t - t0, it - it0
+        if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
+            return
+        rid = req.rid
+        is_res = kind == EventKind.RESERVATION_MADE.value
+        f = Finding(
+            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=t0, t_end_s=t,
+            iteration_start=it0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
+            request_ids=(rid,),
+            summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
+                    f"({dur_it} iterations) without progress.",
+            evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
+                      "resolved": final, "blocking_pool": pool},
+        )
+        if req.stall_finding >= 0 and self._alive(req.stall_finding):
+            self._findings[req.stall_finding] = f
+        else:
+            req.stall_finding = self._add(f)
+
+    # ---- never fitting, fatal, reuse loss -----------------------------------------------------
+    def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
+        for p, c in self._configs.items():
+            if p not in _KV or c["capacity_blocks"] <= 0:
+                continue
+            tpb = c["tokens_per_block"]
+            need_tok = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
+            need = -(-need_tok // tpb)
+            if need <= c["capacity_blocks"]:
+                continue
+            f = Finding(
+                kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
+                t_start_s=t, t_end_s=t, iteration_start=req.arrival_it, iteration_end=self._last_it, pools=(p,),
+                request_ids=(rid,),
+                summary=f"request {rid} needs {need} blocks ({need_tok} tokens) in the {p} pool, which has "
+                        f"{c['capacity_blocks']}; it can never fit.",
+                evidence={"need_blocks": need, "need_tokens": need_tok, "capacity_blocks": c["capacity_blocks"],
+                          "tokens_per_block": tpb, "prompt_tokens": req.prompt, "outcome": "running",
+                          "in_admission": bool(c["in_admission"])},
+            )
+            req.never_fitting.append(self._add(f))
+
+    def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
+        leads = fatal_leads(self._findings, rid, t, it)
+        naming = [x for x in leads if x["named_lead_iterations"] is not None]
+        best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
+        self._add(Finding(
+            kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
+            iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
+            summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {(reason or '')[:160]}",
+            evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
+                      "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
+                      "lead_iterations": best["named_lead_iterations"] if best else None,
+                      "lead_kind": best["kind"] if best else None},
+        ))
+
+    def _start_lost(self, rid: int, req: _Req, t: float) -> None:
+        d = PoolRole.DRAFT.value
+        c = self._configs.get(d)
+        if c is None or c["paired"]:
+            return
+        lost = max(req.target_reuse - req.reused.get(d, 0.0), 0.0)
+        if lost <= 0:
+            return
+        blocks = float(-(-int(lost) // c["tokens_per_block"]))
+        self._lost[rid] = (lost, blocks)
+        tot = self._lost_total
+        tot[0] += lost
+        tot[1] += blocks
+        tot[3] += 1
+        live = sum(b for _l, b in self._lost.values())
+        tot[2] = max(tot[2], live)
+        self._lost_top[rid] = lost
+        if len(self._lost_top) > self.cfg.max_named_requests:
+            worst = min(self._lost_top, key=lambda r: (self._lost_top[r], -r))
+            del self._lost_top[worst]
+        if t < self._lost_first[0]:
+            self._lost_first = (t, req.admitted_it)
+
+    def _end_lost(self, rid: int) -> None:
+        self._lost.pop(rid, None)
+
+    def _reuse_summary(self) -> None:
+        d = PoolRole.DRAFT.value
+        tokens, blocks, peak, nreq = self._lost_total
+        if nreq == 0 or d not in self._configs:
+            return
+        cap = max(self._configs[d]["capacity_blocks"], 1)
+        frac = peak / cap
+        self._add(Finding(
+            kind=FindingKind.REUSE_LOSS,
+            severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
+            t_start_s=self._lost_first[0], t_end_s=max(self._last_t, self._lost_first[0]),
+            iteration_start=self._lost_first[1], iteration_end=self._last_it, pools=(PoolRole.TARGET.value, d),
+            request_ids=tuple(sorted(self._lost_top, key=lambda r: (-self._lost_top[r], r))),
+            summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "
+                    f"at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {d} pool.",
+            evidence={"lost_tokens": int(tokens), "lost_blocks": int(blocks), "peak_concurrent_lost_blocks": peak,
+                      "peak_fraction_of_pool": frac, "num_requests": nreq, "capacity_blocks": cap},
+        ))
+
+    # ---- bounded findings list ---------------------------------------------------------------
+    def _add(self, f: Finding) -> int:
+        if len(self._findings) >= self.max_findings:
+            self._findings.pop(0)
+            self.dropped_findings += 1
+            self._shift_indices()
+        self._findings.append(f)
+        return len(self._findings) - 1
+
+    def _shift_indices(self) -> None:
+        for eps in (self._gap, self._tte):
+            for p, ep in list(eps.items()):
+                if ep is not None:
+                    ep.index -= 1
+                    if ep.index < 0:
+                        eps[p] = None
+        for req in self._reqs.values():
+            req.stall_finding = req.stall_finding - 1 if req.stall_finding >= 0 else -1
+            req.never_fitting = [i - 1 for i in req.never_fitting if i - 1 >= 0]
+
+    def _alive(self, i: int) -> bool:
+        return 0 <= i < len(self._findings)
+
+    def _set_end(self, i: int, t: float, it: int) -> None:
+        if self._alive(i):
+            f = self._findings[i]
+            self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it)
