@@ -165,3 +165,15 @@ def test_findings_are_json_serialisable_and_ordered_by_time_then_severity():
 def test_detector_config_rejects_bad_thresholds():
     with pytest.raises(ValueError, match="rate_window_iterations must be >= 1"):
         DetectorConfig(rate_window_iterations=0)
+
+
+def test_no_findings_and_no_error_when_stream_is_empty_or_idle():
+    from kvscope.recording.reader import empty_frame
+
+    assert analyze(empty_frame()).findings == []
+    s = EventScript()
+    s.iteration()
+    s.arrive(1, 100)
+    a = analyze(s.frame())
+    assert a.findings == []
+    assert a.timeline.loc[1, "outcome"] == "running"
