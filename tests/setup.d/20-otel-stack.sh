@@ -35,7 +35,9 @@ if [ ! -f "$S/obs/.ok" ]; then
   A=$S/apt-trixie; rm -rf "$A" "$S/debs" "$S/obs"
   mkdir -p "$A/etc" "$A/lists/partial" "$A/cache/archives/partial" "$S/debs" "$S/obs"
   URI=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  URI=${URI:-http://deb.debian.org/debian}
+  # Use the Debian mirror this machine is already configured with; never a hard-coded host.
+  [ -n "$URI" ] || URI=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  [ -n "$URI" ] || { echo "[otel-stack] no Debian mirror configured in /etc/apt" >&2; exit 1; }
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $URI trixie main" > "$A/etc/sources.list"
   O=(-o "Dir::Etc::sourcelist=$A/etc/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$A/lists"
      -o "Dir::Cache=$A/cache" -o APT::Sandbox::User=root)
