@@ -20,25 +20,10 @@ import os
 import time
 from collections.abc import Callable
 
-from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
+from kvscope.events import FIELDS, UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
 from kvscope.recording.ring import EventRing
 
-RAW_FIELDS: tuple[str, ...] = (
-    "seq",
-    "ts_ns",
-    "iteration",
-    "request_id",
-    "pool",
-    "kind",
-    "num_blocks",
-    "num_tokens",
-    "num_requests",
-    "capacity_blocks",
-    "free_blocks",
-    "evictable_blocks",
-    "reserved_blocks",
-    "reason",
-)
+RAW_FIELDS: tuple[str, ...] = ("seq", "ts_ns", "iteration", *FIELDS[4:])
 """Order of a raw row in the ring. :func:`raw_to_row` maps it to :data:`kvscope.events.FIELDS`."""
 
 
