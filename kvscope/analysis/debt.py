@@ -231,7 +231,8 @@ def compute_debt(
             reused = np.maximum(reused, tgt_reuse)  # paired mirrors get the target's reuse
         held_tokens = np.where(susp > 0, 0.0, np.maximum(cap, reused))
         held = np.ceil(held_tokens / tpb)
-        prompt = lookup(prompts, r)
+        group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
+        prompt = lookup(prompts, r[start])[group_id] if len(r) else np.zeros(0)
         final = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
         final = np.where(np.isnan(prompt), held, final)  # unknown prompt: assume nothing more is needed
         rem = np.where(on > 0, np.maximum(final - held, 0.0), 0.0)
