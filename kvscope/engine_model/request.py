@@ -174,6 +174,13 @@ class LlmRequestModel:
         self.py_draft_tokens = []
         self.py_ctx_pre_resize_cap = None
 
+    def __repr__(self) -> str:
+        return (
+            f"LlmRequestModel(id={self.py_request_id}, prompt_len={self.prompt_len}, "
+            f"state={self.state.name}, pos={self.context_current_position}, "
+            f"gen={self.num_generated_tokens}/{self.output_len})"
+        )
+
 
 def prepare_draft_requests(requests: list[LlmRequestModel], max_total_draft_tokens: int) -> None:
     """Real ``PyExecutor._prepare_draft_requests`` (py_executor.py, several stored versions): before
@@ -184,10 +191,3 @@ def prepare_draft_requests(requests: list[LlmRequestModel], max_total_draft_toke
         if req.state != LlmRequestState.GENERATION_IN_PROGRESS:
             continue
         req.py_draft_tokens = [0] * max_total_draft_tokens if max_total_draft_tokens > 0 else []
-
-    def __repr__(self) -> str:
-        return (
-            f"LlmRequestModel(id={self.py_request_id}, prompt_len={self.prompt_len}, "
-            f"state={self.state.name}, pos={self.context_current_position}, "
-            f"gen={self.num_generated_tokens}/{self.output_len})"
-        )

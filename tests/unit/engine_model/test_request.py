@@ -44,3 +44,8 @@ def test_batch_size_counts_context_and_generation_requests():
     a, b, c = (LlmRequestModel(i, 10, 5) for i in range(3))
     batch = ScheduledRequestsModel([a], [b], [c])
     assert (batch.batch_size, batch.all_requests()) == (2, [a, b])
+
+
+def test_repr_names_request_state_and_progress_when_request_is_printed():
+    req = LlmRequestModel(7, 100, 5)
+    assert repr(req) == "LlmRequestModel(id=7, prompt_len=100, state=CONTEXT_INIT, pos=0, gen=0/5)"
