@@ -32,11 +32,6 @@ _PROGRESS = {EventKind.ADMITTED.value, EventKind.CONTEXT_CHUNK_SCHEDULED.value, 
 _STALL = {EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value}
 
 
-def _nb_pos(sa: StreamingAnalyzer) -> int:
-    """num_blocks of the event being handled (a chunk's position before it)."""
-    return sa._nb
-
-
 def _div(a: float, b: float) -> float:
     """a / b with numpy's conventions (x/0 = inf, 0/0 = nan, nan stays nan)."""
     if math.isnan(a) or math.isnan(b):
@@ -82,7 +77,6 @@ class StreamingAnalyzer(LiveFindings):
         self._lost: dict[int, tuple[float, float]] = {}  # rid -> (lost tokens, lost blocks) live
         self._lost_total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
         self._lost_first = (math.inf, -1)
-        self._nb = 0
         self._iter_admitted: list[int] = []  # admissions of the current iteration
         self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
@@ -151,8 +145,7 @@ class StreamingAnalyzer(LiveFindings):
         if pool != PoolRole.NONE.value and cap >= 0:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if rid >= 0:
-            self._nb = nb
-            self._request_event(rid, kind, pool, nt, t, it, reason)
+            self._request_event(rid, kind, pool, nb, nt, t, it, reason)
         if kind == EventKind.ENGINE_FAILED.value:
             self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
         if kind == EventKind.ADMITTED.value and rid >= 0:
@@ -160,7 +153,7 @@ class StreamingAnalyzer(LiveFindings):
         if kind == EventKind.ITERATION_SCHEDULED.value:
             self._check_gap(t, it)
 
-    def _request_event(self, rid: int, kind: str, pool: str, nt: int, t: float, it: int, reason: str) -> None:
+    def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
         if req is None:
             if kind in _END or rid in self._ended_set:
@@ -180,7 +173,7 @@ class StreamingAnalyzer(LiveFindings):
                 self._recent.append((float(nt), float(max(req.prompt, 0))))
             self._unqueue(req)
         elif kind == EventKind.CONTEXT_CHUNK_SCHEDULED.value:
-            if req.prompt >= 0 and _nb_pos(self) + nt >= req.prompt:
+            if req.prompt >= 0 and nb + nt >= req.prompt:  # position before + chunk reaches the end
                 req.context_done = True
         elif kind in (EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value) and pool in _KV:
             req.cap[pool] = float(nt)
