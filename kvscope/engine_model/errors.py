@@ -10,9 +10,12 @@ source. Sources (``NVIDIA/TensorRT-LLM``):
   resize messages), ``update_resources`` (generation update), ``_resize_context_history``,
   ``revert_allocate_generation`` / ``revert_allocate_context``.
 - ``scheduler/scheduler_v2.py`` @ 00746ef: ``_detect_deadlock``.
-- ``copy_batch_block_offsets``: the real failure is a C++ ``TLLM_CHECK`` in ``IndexMapper::getIndex``
-  (``kvCacheManagerV2Utils.cpp``, named in the 00746ef docstring of ``_mirror_draft_kv_cache``); the
-  model raises ``RuntimeError`` with the text below (the C++ text was not read: model wording).
+- ``copy_batch_block_offsets``: the real failure is a C++ ``TLLM_CHECK_WITH_INFO`` in
+  ``IndexMapper::getIndex`` (``cpp/tensorrt_llm/batch_manager/kvCacheManagerV2Utils.cpp`` @
+  c8461388092aa81ae1bb5853df704ed37bb46a9b: info "Request ID not found in IndexMapper"; it names no
+  request). The model raises ``RuntimeError`` with that info text; the prefix and file:line suffix the
+  C++ exception adds around it were not read. (Another stored version of that file looks the id up
+  with ``operator[]`` and has no check.)
 - ``_core/_kv_cache.py`` @ 00f6bd61f297eaefd98fcabd562d3a8e3df12a96: ``resize`` contract errors and
   ``LogicError`` for commit after ``stop_committing``.
 """
@@ -73,9 +76,20 @@ def revert_context_failed(request_id: int, capacity: int, reverted: int) -> str:
     )
 
 
+UNMAPPED_REQUEST_ID = "Request ID not found in IndexMapper"
+
+
 def unmapped_request_id(request_id: int) -> str:
-    # Model wording for the C++ TLLM_CHECK in IndexMapper::getIndex (text not read).
-    return f"IndexMapper has no slot for request {request_id} (copy_batch_block_offsets)"
+    # The info text of the C++ TLLM_CHECK_WITH_INFO in IndexMapper::getIndex (c8461388); the real
+    # message does not name the request, so neither does the model's.
+    return UNMAPPED_REQUEST_ID
+
+
+def draft_mirror_skipped_warning(request_id: int) -> str:
+    # Model wording: the warning ``_prepare_draft_resources`` logs when the draft IndexMapper is full
+    # (0004396 / 00746ef log one and skip the request; its exact text was not read).
+    return (f"Draft KV cache mirror for context request {request_id} not created: the draft "
+            f"IndexMapper is full; skipping it (copy_batch_block_offsets fails later on this id)")
 
 
 DEADLOCK_REMEDY = (

@@ -36,6 +36,7 @@ same draft slots and extra tokens as the mirror; False gives a capacity-only mod
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,8 @@ from .core_manager import KVCacheManagerCoreModel, ReuseInputModel
 from .kv_cache import _KVCacheModel
 from .radix_tree import ReuseScope
 from .request import LlmRequestModel, LlmRequestState
+
+logger = logging.getLogger(__name__)
 
 
 def get_draft_token_length(req: LlmRequestModel) -> int:
@@ -459,7 +462,9 @@ class KVCacheManagerV2Model:
         for req in scheduled_batch.context_requests:
             kv_cache = self._mirror_draft_kv_cache(req)
             if kv_cache is None:
-                continue  # real: warning; copy_batch_block_offsets fails later on this id
+                # Real: a warning and the request is skipped; copy_batch_block_offsets fails later.
+                logger.warning(errors.draft_mirror_skipped_warning(req.py_request_id))
+                continue
             if not self._resume_and_restore(req.py_request_id, kv_cache):
                 raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
             on_last = req.is_last_context_chunk or self.draft_len_on_every_chunk
