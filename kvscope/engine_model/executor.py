@@ -11,8 +11,11 @@ Stands for ``PyExecutor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` @
    allocation happens here (try-and-see admission of the V2 scheduler).
 3. ``resource_manager.prepare_resources(scheduled_batch)``: managers in order, the DRAFT manager
    first (``ResourceManagerModel``). NOT wrapped in try/except, as in every real loop.
-4. forward: the step's duration from the cost model advances the simulated clock (the real forward
-   is wrapped and routes errors to ``_handle_errors``; the model's forward cannot fail).
+4. forward: ``forward.forward_step`` copies every KV manager's page tables
+   (``copy_batch_block_offsets``, target then draft, as ``TrtllmAttentionMetadata.prepare`` does);
+   a failure (an id the draft IndexMapper never mapped) goes to ``_handle_errors`` (every active
+   request fails) and the loop's "Sampling failed" assertion ends the loop. Then the step's duration
+   from the cost model advances the simulated clock.
 5. ``_update_request_states`` / ``_update_requests``: context cursors advance, the last chunk
    produces the first token (and MTP's drafts), generation steps gain 1 + accepted drafts.
 6. ``_update_v2_context_resources`` -> each KV manager's ``update_context_resources(batch)``.
@@ -50,6 +53,7 @@ from typing import Any
 
 from .batch import ScheduledRequestsModel
 from .cost_model import CostModel
+from .forward import SAMPLING_FAILED, forward_step
 from .request import LlmRequestModel, LlmRequestState, prepare_draft_requests
 
 _REQUEST_ID_RE = re.compile(r"request (\d+)")
@@ -144,6 +148,8 @@ class PyExecutorModel:
         self.is_shutdown = False
         self.event_loop_error: BaseException | None = None
         self.fatal_request_id: int | None = None
+        self.forward_error: BaseException | None = None
+        """What the last failed forward raised (forward.py); the loop then ends on "Sampling failed"."""
         self.fatal_ranks: list[int] = []
         self.killed_ranks: list[int] = []
         self.stats = ExecutorStats()
@@ -223,6 +229,12 @@ class PyExecutorModel:
         self._fetch_and_activate_new_requests()
         # One-model MTP: generation requests carry max_draft_len placeholder drafts before scheduling.
         prepare_draft_requests(self.active_requests, self.config.max_draft_len)
+        # Hybrid (mamba) target: snapshot boundaries are set before scheduling (real call site in
+        # _prepare_and_schedule_batch / _executor_loop_pp, see mamba_cache_manager.py).
+        prepare_points = getattr(getattr(self.scheduler, "kv_cache_manager", None),
+                                 "prepare_expect_snapshot_points", None)
+        if prepare_points is not None:
+            prepare_points(self.active_requests)
         output = self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
         # Recompute-paused requests had their caches freed by the scheduler; they re-prefill
         # prompt + generated tokens from position 0 (real: LlmRequest pause / reset).
@@ -237,6 +249,10 @@ class PyExecutorModel:
         self._note_first_schedule(scheduled_batch)
         # Not guarded: the draft manager's _prepare_draft_resources raises here (fatal).
         self.resource_manager.prepare_resources(scheduled_batch)
+        # Forward: its page-table copies can fail (unmapped draft id); the error is handled per
+        # request, then the loop's "Sampling failed" assertion ends it (forward.py).
+        if scheduled_batch.batch_size and not forward_step(self, scheduled_batch):
+            raise AssertionError(SAMPLING_FAILED)
         num_prefill_tokens = sum(r.context_chunk_size for r in scheduled_batch.context_requests)
         num_decode = len(scheduled_batch.generation_requests)
         step_s = (self.cost_model.step_seconds(num_prefill_tokens, num_decode)
@@ -386,6 +402,8 @@ class PyExecutorModel:
     def _on_event_loop_error(self, exc: BaseException) -> None:
         """What ``_event_loop_wrapper`` does: store the error, fail every pending request, stop."""
         self.event_loop_error = exc
+        if isinstance(exc, AssertionError) and self.forward_error is not None:
+            exc = self.forward_error  # attribute the crash to what failed in the forward
         match = _REQUEST_ID_RE.search(str(exc))
         self.fatal_request_id = int(match.group(1)) if match else None
         if self.rank_layout is not None:
