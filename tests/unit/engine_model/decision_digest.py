@@ -1,0 +1,92 @@
+"""Decision digests of short replays: what ``test_decision_digest.py`` compares with its fixture.
+
+A digest hashes every scheduling decision of a replay (per executed iteration: iteration number,
+context requests with cursor and chunk size, generation ids, paused ids, recompute-paused ids) and,
+separately, its summary (every key except ``wall_seconds`` and ``config``, which grows when a knob is
+added). Speed work on the engine model must
+leave both unchanged; a change to the model's decisions made on purpose regenerates the fixture:
+
+    .venv/bin/python tests/unit/engine_model/decision_digest.py > tests/unit/engine_model/fixtures/decision_digests.json
+
+(run from the repository root) and the commit says why the decisions changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from kvscope.engine_model.replay import run
+
+# (case name, scenario, overrides). DSA scenarios only (no mamba pool): short, and together they
+# cover reuse on (fatal), reuse off, paired, preemption under pressure, rejections and open loop.
+CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("glm5-dsa-64", "glm5-dsa", ("max_requests=64",)),
+    ("glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false")),
+    ("glm5-dsa-64-paired", "glm5-dsa", ("max_requests=64", "draft_mode=paired")),
+    # Tight pools: suspension, recompute pause, preemption, eviction of reusable blocks, host tier.
+    ("glm5-dsa-tight-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
+                                              "num_target_blocks=5000", "num_draft_blocks=5000")),
+    ("glm5-dsa-tight-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired",
+                                           "num_target_blocks=5000", "num_draft_blocks=5000")),
+    ("glm5-dsa-tight-host-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired", "num_target_blocks=5000",
+                                                "num_draft_blocks=5000", "num_host_blocks=20000")),
+    ("glm5-dsa-tight-host-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
+                                                   "num_target_blocks=5000", "num_draft_blocks=5000",
+                                                   "num_host_blocks=20000")),
+    ("glm5-dsa-tight-target-reuse-on", "glm5-dsa", ("max_requests=120", "num_target_blocks=8000",
+                                                    "num_draft_blocks=30000")),
+    ("shared-prefix", "shared-prefix", ()),
+    ("shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false",)),
+    ("shared-prefix-paired", "shared-prefix", ("draft_mode=paired",)),
+    ("mooncake-300", "mooncake-conversation", ("max_requests=300",)),
+    ("near-miss", "near-miss", ()),
+    ("oversize", "oversize", ()),
+)
+
+
+class _DecisionLog:
+    """Instance-level observer of ``schedule_request`` (changes nothing in the engine)."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.count = 0
+
+    def __call__(self, parts: Any) -> None:
+        scheduler, executor = parts.scheduler, parts.executor
+        schedule = scheduler.schedule_request
+
+        def logged(active_requests, inflight_request_ids):
+            out = schedule(active_requests, inflight_request_ids)
+            row = (executor.iter_counter,
+                   [(r.py_request_id, r.context_current_position, r.context_chunk_size)
+                    for r in out.context_requests],
+                   [r.py_request_id for r in out.generation_requests],
+                   [r.py_request_id for r in out.paused_requests],
+                   [r.py_request_id for r in out.recompute_paused_requests])
+            self.hash.update(repr(row).encode())
+            self.count += 1
+            return out
+
+        scheduler.schedule_request = logged
+
+
+def digest(scenario: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """``{"decisions": sha256, "num_schedule_calls": n, "summary": sha256, "sim_seconds": s}``."""
+    log = _DecisionLog()
+    summary = run(scenario, list(overrides), instrument=log).to_dict()
+    summary.pop("wall_seconds")
+    summary.pop("config")
+    text = json.dumps(summary, sort_keys=True)
+    return {"decisions": log.hash.hexdigest(), "num_schedule_calls": log.count,
+            "summary": hashlib.sha256(text.encode()).hexdigest(), "sim_seconds": summary["sim_seconds"],
+            "requests_completed": summary["requests_completed"], "engine_fatal": summary["engine_fatal"]}
+
+
+def main() -> None:
+    print(json.dumps({name: digest(scenario, overrides) for name, scenario, overrides in CASES}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
