@@ -110,11 +110,14 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
     # DSA scenarios (no mamba state) use DSACacheManagerV2 for both managers, as the real creator
     # does for GLM-5 / DeepSeek V3.2 (the draft config is the target's); hybrid models the plain V2 class.
     manager_cls = kvm.DSACacheManagerV2Model if config.num_mamba_slots == 0 else kvm.KVCacheManagerV2Model
-    target = manager_cls(num_blocks=target_blocks, is_draft=False,
-                         bytes_per_token=config.target_bytes_per_token, **common)
+    # A slope is the pool's per-token cost only where the pool was sized from the byte budget; a
+    # pool given in blocks (qwen-hybrid-mtp) has no known cost, so 0 (unknown) instead of the knob.
+    target_bpt = config.target_bytes_per_token if config.num_target_blocks == 0 else 0
+    draft_bpt = config.draft_bytes_per_token if config.num_draft_blocks == 0 else 0
+    target = manager_cls(num_blocks=target_blocks, is_draft=False, bytes_per_token=target_bpt, **common)
     draft = None
     if config.has_draft_pool:
-        draft = manager_cls(num_blocks=draft_blocks, is_draft=True, bytes_per_token=config.draft_bytes_per_token,
+        draft = manager_cls(num_blocks=draft_blocks, is_draft=True, bytes_per_token=draft_bpt,
                             draft_cursor_sizing=config.draft_cursor_sizing.value, **common)
     resource_manager = create_resource_manager(target, draft)
     scheduler = KVCacheV2SchedulerModel(
