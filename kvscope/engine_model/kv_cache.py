@@ -64,6 +64,7 @@ class _KVCacheModel:
         "id", "_manager", "_reuse_scope", "_status", "_capacity", "_history_length",
         "_num_committed_tokens", "_commit_state", "_last_run", "_num_committed_blocks",
         "_num_private_gpu", "_num_private_host", "_segment", "_never_resumed", "_partial_reuse",
+        "is_active", "_tokens_per_block",
     )
 
     def __init__(self, manager: KVCacheManagerCoreModel, reuse_scope: ReuseScope, last_run: Run | None,
@@ -72,6 +73,10 @@ class _KVCacheModel:
         self._manager = manager
         self._reuse_scope = reuse_scope
         self._status = CacheStatus.SUSPENDED
+        # Plain attribute, kept equal to ``_status is ACTIVE`` at every status change: the scheduler
+        # and the managers read it several times per request per iteration (hot path).
+        self.is_active = False
+        self._tokens_per_block = manager.tokens_per_block
         self._capacity = num_reused_tokens
         self._history_length = num_reused_tokens
         self._num_committed_tokens = num_reused_tokens
@@ -127,10 +132,6 @@ class _KVCacheModel:
         return self._status
 
     @property
-    def is_active(self) -> bool:
-        return self._status is CacheStatus.ACTIVE
-
-    @property
     def commit_state(self) -> CommitState:
         return self._commit_state
 
@@ -145,7 +146,7 @@ class _KVCacheModel:
         Raises:
             ValueError: history would decrease, or capacity would drop below history (real text).
         """
-        assert self._status is CacheStatus.ACTIVE, "resize needs an ACTIVE cache"
+        assert self.is_active, "resize needs an ACTIVE cache"
         if capacity is None:
             capacity = self._capacity
         if history_length is None:
@@ -154,7 +155,7 @@ class _KVCacheModel:
             raise ValueError("History length cannot be decreased")
         if capacity < history_length:
             raise ValueError("History length cannot be greater than capacity")
-        tpb = self._manager.tokens_per_block
+        tpb = self._tokens_per_block
         old_num_blocks = -(-self._capacity // tpb)
         new_num_blocks = -(-capacity // tpb)
         if new_num_blocks == old_num_blocks:  # the common decode step: no page changes hands
@@ -252,6 +253,7 @@ class _KVCacheModel:
         self._segment = HeldSegment(self, self._num_private_gpu)
         pool.add_held_segment(self._segment)
         self._status = CacheStatus.SUSPENDED
+        self.is_active = False
         self._manager._num_active_caches -= 1
 
     def resume(self) -> bool:
@@ -288,6 +290,7 @@ class _KVCacheModel:
         self._segment = None
         self._never_resumed = False
         self._status = CacheStatus.ACTIVE
+        self.is_active = True
         manager._num_active_caches += 1
         return True
 
@@ -320,6 +323,7 @@ class _KVCacheModel:
             manager._num_active_caches -= 1
         manager._num_live_caches -= 1
         self._status = CacheStatus.CLOSED
+        self.is_active = False
 
     def __repr__(self) -> str:
         return (

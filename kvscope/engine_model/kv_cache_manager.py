@@ -97,7 +97,12 @@ class IndexMapperModel:
         return index
 
     def get_copy_index(self, request_ids: list[int], num_contexts: int, beam_width: int) -> list[int]:
-        return [self.get_index(request_id) for request_id in request_ids]
+        mapping = self._request_id_to_index
+        try:
+            return [mapping[request_id] for request_id in request_ids]
+        except KeyError:
+            # Slow path only to raise the engine's error on the first unmapped id.
+            return [self.get_index(request_id) for request_id in request_ids]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +231,8 @@ class KVCacheManagerV2Model:
     def pool_state(self) -> PoolStateModel:
         """Model-only: live pool counters, O(1)."""
         pool = self.impl.pool
-        stats = pool.statistics()
-        return PoolStateModel(stats.total, stats.free, stats.evictable, stats.unavailable,
+        total, free, evictable = pool.num_gpu_blocks, pool.num_free_blocks, pool.num_evictable_blocks
+        return PoolStateModel(total, free, evictable, total - free - evictable,
                               len(self.kv_cache_map), self.tokens_per_block)
 
     def get_kv_cache_stats(self) -> KvCacheStatsModel:
@@ -434,6 +439,9 @@ class KVCacheManagerV2Model:
 
     def admit_mirror(self, req: LlmRequestModel) -> bool:
         """Create and resume the mirror at scheduling time (00746ef). False: defer the request."""
+        kv_cache = self.kv_cache_map.get(req.py_request_id)
+        if kv_cache is not None and kv_cache.is_active:
+            return True  # the common case in decode: the mirror exists and is resumed
         kv_cache = self._mirror_draft_kv_cache(req)
         return kv_cache is not None and self._resume_and_restore(req.py_request_id, kv_cache)
 
@@ -479,13 +487,17 @@ class KVCacheManagerV2Model:
             if not kv_cache.resize(capacity):
                 raise RuntimeError(errors.draft_context_resize_failed(
                     req.py_request_id, capacity, self._draft_pool_diagnostic()))
+        cache_map, allocated_lens = self.kv_cache_map, self._allocated_draft_lens
         for req in scheduled_batch.generation_requests:
-            kv_cache = self._mirror_draft_kv_cache(req)
+            request_id = req.py_request_id
+            kv_cache = cache_map.get(request_id)  # hot path: the mirror exists (same as _mirror's lookup)
             if kv_cache is None:
-                raise RuntimeError(errors.draft_index_mapper_exhausted(req.py_request_id))
-            if not self._resume_and_restore(req.py_request_id, kv_cache):
-                raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
-            if req.py_request_id in self._allocated_draft_lens:
+                kv_cache = self._mirror_draft_kv_cache(req)
+                if kv_cache is None:
+                    raise RuntimeError(errors.draft_index_mapper_exhausted(request_id))
+            if not self._resume_and_restore(request_id, kv_cache):
+                raise RuntimeError(errors.draft_resume_failed(request_id))
+            if request_id in allocated_lens:
                 continue  # paired: the scheduler already grew both pools
             new_cap = self._required_gen_capacity(req, kv_cache.capacity)
             if not kv_cache.resize(new_cap):
