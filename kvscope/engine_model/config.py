@@ -85,8 +85,8 @@ class EngineConfig:
     target_fixed_bytes: int = _knob(0, "target cost intercept (e.g. mamba state) for the split")
     draft_fixed_bytes: int = _knob(0, "draft cost intercept for the split")
     num_host_blocks: int = _knob(0, "host-tier blocks per pool for suspended pages (0: none)")
-    num_mamba_slots: int = _knob(0, "mamba state slots (hybrid; recorded in the config, not enforced: no mamba pool modelled)")
-    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (recorded, not enforced)")
+    num_mamba_slots: int = _knob(0, "mamba state slots of a hybrid target (live states + snapshots; 0: not hybrid)")
+    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (prefix reuse resumes at one; 0: none)")
     draft_mode: DraftMode = _knob(DraftMode.UNPAIRED, "unpaired (today) or paired (joint reuse)")
     draft_cursor_sizing: DraftCursorSizing = _knob(DraftCursorSizing.CHUNK, "draft context resize from prompt|chunk")
     # --- workload (model) ---

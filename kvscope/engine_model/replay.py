@@ -114,20 +114,40 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
     # pool given in blocks (qwen-hybrid-mtp) has no known cost, so 0 (unknown) instead of the knob.
     target_bpt = config.target_bytes_per_token if config.num_target_blocks == 0 else 0
     draft_bpt = config.draft_bytes_per_token if config.num_draft_blocks == 0 else 0
-    target = manager_cls(num_blocks=target_blocks, is_draft=False, bytes_per_token=target_bpt, **common)
+    if config.num_mamba_slots > 0:
+        # Hybrid: the target is MambaHybridCacheManagerV2 (attention pages + mamba state slots); the
+        # MTP draft stays an attention pool (plain V2 class).
+        from .mamba_cache_manager import MambaHybridCacheManagerV2Model
+
+        target = MambaHybridCacheManagerV2Model(
+            num_blocks=target_blocks, is_draft=False, bytes_per_token=target_bpt,
+            num_mamba_slots=config.num_mamba_slots, mamba_snapshot_interval=config.mamba_snapshot_interval,
+            **common)
+    else:
+        target = manager_cls(num_blocks=target_blocks, is_draft=False, bytes_per_token=target_bpt, **common)
     draft = None
     if config.has_draft_pool:
         draft = manager_cls(num_blocks=draft_blocks, is_draft=True, bytes_per_token=draft_bpt,
                             draft_cursor_sizing=config.draft_cursor_sizing.value, **common)
     resource_manager = create_resource_manager(target, draft)
+    ctx_chunk_config = None
+    if (config.num_mamba_slots > 0 and config.enable_chunked_prefill and config.enable_block_reuse
+            and config.mamba_snapshot_interval > 0):
+        # Hybrid with snapshots: chunks end at snapshot points (FORCE_CHUNK; the report's target ran
+        # 2048-token chunks, its snapshot interval). See mamba_cache_manager.py.
+        from .scheduler_types import ContextChunkingPolicy
+
+        ctx_chunk_config = (ContextChunkingPolicy.FORCE_CHUNK, config.tokens_per_block)
     scheduler = KVCacheV2SchedulerModel(
         config.max_batch_size, config.max_num_tokens, target, draft_kv_cache_manager=draft,
-        enable_chunked_prefill=config.enable_chunked_prefill)
+        ctx_chunk_config=ctx_chunk_config, enable_chunked_prefill=config.enable_chunked_prefill)
     clock = clock or SimClock()
     layout = RankLayout(config.pp_size, config.tp_size)
     probes = {"target": target.pool_state}
     if draft is not None:
         probes["draft"] = draft.pool_state
+    if config.num_mamba_slots > 0:
+        probes["mamba"] = target.mamba_pool_state
     executor = PyExecutorModel(config, resource_manager, scheduler, CostModel.from_config(config), clock,
                                rank_layout=layout, pool_probes=probes, decode_fast_forward=fast_forward_decode)
     return EngineParts(config, executor, scheduler, resource_manager, target, draft, layout, clock)

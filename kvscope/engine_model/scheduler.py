@@ -42,6 +42,7 @@ from .kv_cache_manager import (
     get_draft_token_length,
     rewind_context_after_cache_drop,
 )
+from .mamba_cache_manager import get_forced_context_chunk_size, is_forced_context_chunk_boundary
 from .request import LlmRequestModel, LlmRequestState
 from .scheduler_eviction import EvictionLadderMixin
 from .scheduler_types import (  # noqa: F401  (re-exported: the real names live in scheduler_v2)
@@ -356,14 +357,21 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         if not self._prepare_context_pair(req):
             return ScheduleAction.SKIP, 0, False
         context_remaining = req.context_remaining_length
-        chunk_size = (
-            min(remaining_budget, context_remaining)
-            if remaining_budget is not None
-            else context_remaining
-        )
+        force_chunk = self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK
+        if force_chunk:  # chunks end at snapshot points (00746ef; see mamba_cache_manager)
+            chunk_size = get_forced_context_chunk_size(req)
+        else:
+            chunk_size = (
+                min(remaining_budget, context_remaining)
+                if remaining_budget is not None
+                else context_remaining
+            )
         if self.max_context_length is not None:
             chunk_size = min(chunk_size, self.max_context_length)
-        if chunk_size < context_remaining and self.chunk_unit_size > 0:
+        if force_chunk and remaining_budget is not None:
+            chunk_size = min(chunk_size, remaining_budget)
+        if chunk_size < context_remaining and self.chunk_unit_size > 0 and not (
+                force_chunk and is_forced_context_chunk_boundary(req, chunk_size)):
             chunk_size = (chunk_size // self.chunk_unit_size) * self.chunk_unit_size
         if chunk_size <= 0:
             return ScheduleAction.SKIP, 0, False

@@ -102,7 +102,9 @@ def test_paired_pools_stay_equal_when_shared_prefix():
 def test_qwen_hybrid_is_fatal_when_reuse_on_whatever_cursor_sizing(sizing):
     summary = run("qwen-hybrid-mtp", sizing)
     assert_fatal_draft_resize(summary)
-    assert summary.pool_capacity_blocks == {"target": 35936, "draft": 22848}
+    # The hybrid target's mamba state pool (71 slots) is reported beside the two KV pools.
+    assert summary.pool_capacity_blocks == {"target": 35936, "draft": 22848, "mamba": 71}
+    assert 0 < summary.peak_utilization["mamba"] <= 1
 
 
 # ---- healthy baseline and determinism -------------------------------------------------------------
