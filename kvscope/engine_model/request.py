@@ -187,7 +187,12 @@ def prepare_draft_requests(requests: list[LlmRequestModel], max_total_draft_toke
     scheduling, every GENERATION_IN_PROGRESS request gets ``max_total_draft_tokens`` placeholder draft
     tokens so the scheduler and the KV managers reserve their slots. Context requests keep theirs
     (empty): the real code stamps generation requests only."""
+    num_drafts = max(max_total_draft_tokens, 0)
     for req in requests:
         if req.state != LlmRequestState.GENERATION_IN_PROGRESS:
             continue
-        req.py_draft_tokens = [0] * max_total_draft_tokens if max_total_draft_tokens > 0 else []
+        drafts = req.py_draft_tokens
+        # Only the count is ever read: a list that already has it is kept (no new list per request
+        # per iteration).
+        if drafts is None or len(drafts) != num_drafts:
+            req.py_draft_tokens = [0] * num_drafts

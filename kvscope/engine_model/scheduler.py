@@ -163,25 +163,40 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         req_it = 0
         pending_ctx: list[LlmRequestModel] = []
         scheduled_beam_width = 0
+        # Hot loop (runs for every active request every iteration): locals instead of repeated
+        # attribute and property lookups; victim_indices is only ever mutated in place.
+        victim_indices = recompute_pause_state.victim_indices
+        max_num_requests, max_num_tokens = budget.max_num_requests, budget.max_num_tokens
+        try_allocate_generation = self._try_allocate_generation
         # --- Phase 1: generation ---
         while req_it < req_it_end:
             req = requests_list[req_it]
-            if (
-                req_it in recompute_pause_state.victim_indices
-                or req.request_id in inflight_request_ids
-            ):
+            if req_it in victim_indices or req.request_id in inflight_request_ids:
                 req_it += 1
                 continue
-            if budget.requests_full:
+            if budget.num_requests >= max_num_requests:  # budget.requests_full
                 break
-            if req.state not in _SCHEDULABLE:
+            state = req.state
+            if state not in _SCHEDULABLE:
                 req_it += 1
                 continue
-            if req.state == LlmRequestState.CONTEXT_INIT:
+            if state == LlmRequestState.CONTEXT_INIT:
                 pending_ctx.append(req)
                 req_it += 1
                 continue
-            action, tokens, scheduled_beam_width, req_it_end = self._try_schedule_generation(
+            # The common decode step, inlined: the tokens fit and the first allocation succeeds
+            # (same calls in the same order as _try_schedule_generation's first steps).
+            draft_tokens = req.py_draft_tokens
+            req_tokens = 1 + (len(draft_tokens) if draft_tokens is not None else 0)
+            if max_num_tokens is not None and budget.num_tokens + req_tokens > max_num_tokens:
+                break  # ScheduleAction.STOP from _try_schedule_generation
+            scheduled_beam_width = scheduled_beam_width or 1
+            if try_allocate_generation(req):
+                scheduled_gen.append(req)
+                budget.commit(req, req_tokens, 0)
+                req_it += 1
+                continue
+            action, tokens, scheduled_beam_width, req_it_end = self._relieve_generation_shortage(
                 req,
                 budget,
                 requests_list,
@@ -459,7 +474,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         return False
 
     # ---- generation -------------------------------------------------------------------------------
-    def _try_schedule_generation(
+    def _relieve_generation_shortage(
         self,
         req,
         budget,
@@ -472,15 +487,13 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         inflight_request_ids,
         scheduled_beam_width,
     ):
+        """The rest of the real ``_try_schedule_generation`` once its first allocation failed (the
+        token check and that first ``_try_allocate_generation`` are inlined in ``_schedule_loop``):
+        evict by suspension, then recompute-pause, then self-suspend."""
         req_tokens = 1 + get_draft_token_length(req)
-        if not budget.can_fit_tokens(req_tokens):
-            return ScheduleAction.STOP, 0, scheduled_beam_width, req_it_end
-        scheduled_beam_width = scheduled_beam_width or 1
-        success = self._try_allocate_generation(req)
-        if not success:
-            req_it_end, success = self._try_evict_for_gen(
-                req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
-            )
+        req_it_end, success = self._try_evict_for_gen(
+            req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
+        )
         if not success:
             req_it_end, success = self._try_recompute_pause_for_gen(
                 req,
@@ -560,10 +573,17 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         def key(r):
             return -1 if r.py_lora_task_id is None else r.py_lora_task_id
 
+        def by_lora(requests: list[LlmRequestModel]) -> list[LlmRequestModel]:
+            # Stable sort: with no LoRA id anywhere every key is -1 and the order stays as it is, so
+            # the sort (a key call per request per iteration) is skipped.
+            if any(r.py_lora_task_id is not None for r in requests):
+                requests.sort(key=key)
+            return requests
+
         if has_chunks:
-            not_last = sorted((r for r in context_requests if not r.is_last_context_chunk), key=key)
-            last = sorted((r for r in context_requests if r.is_last_context_chunk), key=key)
+            not_last = by_lora([r for r in context_requests if not r.is_last_context_chunk])
+            last = by_lora([r for r in context_requests if r.is_last_context_chunk])
             context_requests[:] = not_last + last
         else:
-            context_requests.sort(key=key)
-        generation_requests.sort(key=key)
+            by_lora(context_requests)
+        by_lora(generation_requests)
