@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult, compute_debt
 from kvscope.analysis.detectors import (
     estimate_time_to_exhaustion,
+    exhaustion_arrays,
     exhaustion_frame,
     find_admission_gaps,
 )
@@ -27,7 +29,7 @@ from kvscope.analysis.frame import (
     pool_series,
     request_timeline,
 )
-from kvscope.analysis.loader import load_events
+from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
     find_never_fitting,
@@ -44,9 +46,15 @@ class Analysis:
     configs: pd.DataFrame
     timeline: pd.DataFrame
     debt: DebtResult
-    exhaustion: pd.DataFrame
+    exhaustion_arrays: dict = field(default_factory=dict)
+    """:func:`~kvscope.analysis.detectors.exhaustion_arrays` (``exhaustion`` is their frame)."""
     meta: dict = field(default_factory=dict)
     num_events: int = 0
+
+    @property
+    def exhaustion(self) -> pd.DataFrame:
+        """Time to exhaustion per iteration and pool (:func:`exhaustion_frame`; built on demand)."""
+        return exhaustion_frame(None, self.debt, DetectorConfig(), arrays=self.exhaustion_arrays)
 
     def findings_frame(self) -> pd.DataFrame:
         """Findings as a DataFrame (one row each, evidence as a dict column)."""
@@ -64,35 +72,40 @@ class Analysis:
         }
 
 
-def analyze(events: pd.DataFrame, config: DetectorConfig | None = None) -> Analysis:
-    """Run every detector over an event frame; findings ordered by time, then severity."""
+def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:
+    """Run every detector over an event frame (or its column view, :func:`as_columns`);
+    findings ordered by time, then severity."""
     cfg = config or DetectorConfig()
-    meta = header_meta(events)
-    configs = pool_configs(events)
-    # pandas deep-copies ``attrs`` (the file headers) into every derived frame; drop them here.
-    events = events.copy(deep=False)
-    events.attrs = {}
-    timeline = request_timeline(events)
-    debt = compute_debt(events, configs)
-    ex = exhaustion_frame(events, debt, cfg)
+    ev = as_columns(events)
+    meta = header_meta(ev)
+    configs = pool_configs(ev)
+    timeline = request_timeline(ev)
+    debt = compute_debt(ev, configs)
+    ex = exhaustion_arrays(ev, debt, cfg)
     findings: list[Finding] = []
-    findings += find_admission_gaps(events, debt, configs, cfg)
-    findings += estimate_time_to_exhaustion(events, debt, configs, cfg, ex, timeline)
-    findings += find_stalled_requests(events, cfg)
-    findings += find_never_fitting(events, configs, timeline)
-    findings += find_reuse_loss(events, configs, timeline, cfg)
-    findings += find_engine_fatal(events, debt, findings)
+    findings += find_admission_gaps(ev, debt, configs, cfg)
+    findings += estimate_time_to_exhaustion(ev, debt, configs, cfg, ex, timeline)
+    findings += find_stalled_requests(ev, cfg)
+    findings += find_never_fitting(ev, configs, timeline)
+    findings += find_reuse_loss(ev, configs, timeline, cfg)
+    findings += find_engine_fatal(ev, debt, findings)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
-        exhaustion=ex, meta=meta, num_events=len(events),
+        exhaustion_arrays=ex, meta=meta, num_events=len(ev),
     )
 
 
 def analyze_files(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], config: DetectorConfig | None = None
 ) -> Analysis:
-    """Read event files (Parquet or JSON Lines) and analyze them."""
-    return analyze(load_events(paths), config)
+    """Read event files (Parquet or JSON Lines) and analyze them. One Parquet file goes straight
+    to the column view (:func:`read_columns`); anything else through :func:`load_events`."""
+    one = paths if isinstance(paths, (str, os.PathLike)) else None
+    if one is None:
+        paths = list(paths)
+        one = paths[0] if len(paths) == 1 else None
+    cols = read_columns(one) if one is not None else None
+    return analyze(cols if cols is not None else load_events(paths), config)
 
 
 __all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "pool_series"]

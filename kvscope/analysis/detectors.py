@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.frame import K, codes, kind_in
+from kvscope.analysis.frame import K, kind_in
 from kvscope.events import EventKind
 
 
@@ -22,7 +23,7 @@ def _t(ts: np.ndarray, i: int) -> float:
 
 
 def find_admission_gaps(
-    events: pd.DataFrame, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig
+    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig
 ) -> list[Finding]:
     """Admission gaps: runs where a pool outside admission has positive debt.
 
@@ -32,12 +33,10 @@ def find_admission_gaps(
     names the requests admitted while in debt (``evidence["admitted_into_debt"]``) and those still
     owed pages when it started (``evidence["owing_at_start"]``).
     """
-    kind, _ = codes(events)
-    ts = events["ts_ns"].to_numpy(np.int64)
-    it = events["iteration"].to_numpy(np.int64)
-    rid = events["request_id"].to_numpy(np.int64)
-    adm_pos = np.flatnonzero(kind == K[EventKind.ADMITTED])
-    ev_pos = eval_points(events)
+    ev = as_columns(events)
+    ts, it, rid = ev.ts_ns, ev.iteration, ev.request_id
+    adm_pos = ev.positions(EventKind.ADMITTED)
+    ev_pos = eval_points(ev)
     out = []
     for role, f in debt.full.items():
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
@@ -84,48 +83,43 @@ def find_admission_gaps(
     return out
 
 
-def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig) -> pd.DataFrame:
-    """Per iteration and pool: availability, debt, consumption rates and time to exhaustion.
+_BASIS = np.array(["", "trend", "queue", "debt"], dtype=object)
+"""Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
-    Columns: iteration, ts_ns, t_s, pool, pos (last event of the iteration), available_blocks,
-    capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
-    alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
-    basis ('debt': certain, admitted requests already owe more than is available; 'queue': at
-    risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'trend':
-    projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
-    minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
-    blocks), is_binding (this pool would run out before the target pushes back: its headroom is
-    below the target's by more than ``risk_margin_fraction`` of its capacity).
-    """
-    n = len(events)
-    if n == 0 or not debt.full:
-        return pd.DataFrame()
-    it = events["iteration"].to_numpy(np.int64)
-    ts = events["ts_ns"].to_numpy(np.int64)
-    ends = np.concatenate([np.flatnonzero(it[1:] != it[:-1]), [n - 1]])
+
+def exhaustion_arrays(
+    events: pd.DataFrame | EventColumns, debt: DebtResult, cfg: DetectorConfig
+) -> dict[str, dict[str, np.ndarray]]:
+    """:func:`exhaustion_frame` as arrays: pool role -> column -> array (one value per
+    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt) instead of ``basis``."""
+    ev = as_columns(events)
+    if len(ev) == 0 or not debt.full:
+        return {}
+    it, ts = ev.iteration, ev.ts_ns
+    ends = ev.iteration_ends()
     w = cfg.rate_window_iterations
-    frames = []
+    out = {}
     tgt = debt.full.get("target")
+    t = ts[ends] / 1e9
+    back = np.maximum(np.arange(len(t)) - w, 0)  # window (back, i]: w iterations, fewer at the start
+    span_t = t - t[back]
+    span_i = (np.arange(len(t)) - back).astype(float)
     for role, f in debt.full.items():
         qi = np.searchsorted(f["pos"], ends)
         if tgt is not None and role != "target":
             tgt_room = (tgt["available"][qi] - tgt["need"][qi]) * tgt["tpb"] / f["tpb"]
         else:
             tgt_room = np.full(len(ends), np.inf)
-        headroom = f["available"][qi] - f["need"][qi]
-        binding = headroom < tgt_room - cfg.risk_margin_fraction * f["capacity"][qi]
         avail = f["available"][qi]
         cap = f["capacity"][qi]
+        headroom = avail - f["need"][qi]
+        binding = headroom < tgt_room - cfg.risk_margin_fraction * cap
         d = f["debt"][qi]
         proj = f["projected"][qi]
         alloc = f["alloc_by_run"]
         used = cap - avail
-        t = ts[ends] / 1e9
-        back = np.maximum(np.arange(len(t)) - w, 0)  # window (back, i]: w iterations, fewer at the start
         cs_alloc = np.cumsum(alloc)
         roll_alloc = cs_alloc - cs_alloc[back]
-        span_t = t - t[back]
-        span_i = (np.arange(len(t)) - back).astype(float)
         net = used - used[back]
         certain = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
         queue = ~certain & (np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks)
@@ -137,21 +131,65 @@ def exhaustion_frame(events: pd.DataFrame, debt: DebtResult, cfg: DetectorConfig
             by_alloc = certain | queue
             eta_s = np.where(by_alloc, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
             eta_it = np.where(by_alloc, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
-        basis = np.where(certain, "debt", np.where(queue, "queue", np.where(np.isfinite(eta_s), "trend", "")))
-        frames.append(pd.DataFrame({
-            "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pool": role, "pos": ends,
-            "available_blocks": avail, "capacity_blocks": cap,
-            "utilization": np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan),
+            utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
+        basis = np.where(certain, 3, np.where(queue, 2, np.where(np.isfinite(eta_s), 1, 0))).astype(np.int8)
+        out[role] = {
+            "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pos": ends,
+            "available_blocks": avail, "capacity_blocks": cap, "utilization": utilization,
             "debt_blocks": d, "projected_debt_blocks": proj, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
-            "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis": basis,
+            "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis_code": basis,
             "headroom_blocks": headroom, "target_headroom_blocks": tgt_room, "is_binding": binding,
-        }))
+        }
+    return out
+
+
+def exhaustion_frame(
+    events: pd.DataFrame | EventColumns, debt: DebtResult, cfg: DetectorConfig,
+    arrays: dict[str, dict[str, np.ndarray]] | None = None,
+) -> pd.DataFrame:
+    """Per iteration and pool: availability, debt, consumption rates and time to exhaustion.
+
+    Columns: iteration, ts_ns, t_s, pool, pos (last event of the iteration), available_blocks,
+    capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
+    alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
+    basis ('debt': certain, admitted requests already owe more than is available; 'queue': at
+    risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'trend':
+    projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
+    minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
+    blocks), is_binding (this pool would run out before the target pushes back: its headroom is
+    below the target's by more than ``risk_margin_fraction`` of its capacity).
+
+    Args:
+        arrays: :func:`exhaustion_arrays` of the same inputs, when already computed.
+    """
+    ex = arrays if arrays is not None else exhaustion_arrays(events, debt, cfg)
+    if not ex:
+        return pd.DataFrame()
+    frames = []
+    for role, a in ex.items():
+        cols = {"iteration": a["iteration"], "ts_ns": a["ts_ns"], "t_s": a["t_s"], "pool": role}
+        for k, v in a.items():
+            if k not in cols and k != "basis_code":
+                cols[k] = v
+            if k == "eta_iterations":
+                cols["basis"] = _BASIS[a["basis_code"]].astype(str)
+        frames.append(pd.DataFrame(cols))
     return pd.concat(frames, ignore_index=True)
 
 
+def _arrays_of_frame(ex: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    code = {b: i for i, b in enumerate(_BASIS)}
+    out = {}
+    for role, g in ex.groupby("pool", sort=False):
+        a = {c: g[c].to_numpy() for c in g.columns if c not in ("pool", "basis")}
+        a["basis_code"] = np.array([code[b] for b in g["basis"]], dtype=np.int8)
+        out[str(role)] = a
+    return out
+
+
 def estimate_time_to_exhaustion(
-    events: pd.DataFrame, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
-    exhaustion: pd.DataFrame | None = None, timeline: pd.DataFrame | None = None,
+    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
+    exhaustion: pd.DataFrame | dict | None = None, timeline: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Time-to-exhaustion findings for pools outside admission, one per episode.
 
@@ -161,9 +199,17 @@ def estimate_time_to_exhaustion(
     it is at least ``risk_min_utilization`` full and it is the binding pool (basis ``trend``).
     The finding names every request queued for or owed pages in the pool during the episode,
     with the iteration it was first named (``evidence["named_at"]``: ``[request_id, iteration]``).
+
+    Args:
+        exhaustion: :func:`exhaustion_frame` or :func:`exhaustion_arrays` (computed when None).
     """
-    ex = exhaustion if exhaustion is not None else exhaustion_frame(events, debt, cfg)
-    if ex.empty:
+    if exhaustion is None:
+        ex = exhaustion_arrays(events, debt, cfg)
+    elif isinstance(exhaustion, pd.DataFrame):
+        ex = _arrays_of_frame(exhaustion) if not exhaustion.empty else {}
+    else:
+        ex = exhaustion
+    if not ex:
         return []
     if timeline is None:
         from kvscope.analysis.frame import request_timeline
@@ -171,38 +217,39 @@ def estimate_time_to_exhaustion(
         timeline = request_timeline(events)
     out = []
     namer = _Namer(timeline)
-    for role, g in ex.groupby("pool", sort=False):
+    for role, g in ex.items():
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
-        g = g.reset_index(drop=True)
-        basis = g["basis"].to_numpy()
-        certain = basis == "debt"
-        risk = (basis == "queue") | ((basis == "trend") & (g["eta_s"] <= cfg.risk_horizon_s).to_numpy()
-                                     & (g["utilization"] >= cfg.risk_min_utilization).to_numpy()
-                                     & g["is_binding"].to_numpy())
-        it = g["iteration"].to_numpy()
+        basis = g["basis_code"]
+        certain = basis == 3
+        with np.errstate(invalid="ignore"):
+            risk = (basis == 2) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
+                                   & (g["utilization"] >= cfg.risk_min_utilization) & g["is_binding"])
+        it = g["iteration"]
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
-            row = g.iloc[s]
-            named = namer.during(float(row["t_s"]), float(g.iloc[e]["t_s"]), int(row["iteration"]))
+            row = {k: v[s] for k, v in g.items()}
+            b = _BASIS[row["basis_code"]]
+            t_end, it_end = g["t_s"][e], g["iteration"][e]
+            named = namer.during(float(row["t_s"]), float(t_end), int(row["iteration"]))
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             eta = float(row["eta_s"])
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
                     "queue": f"at risk: with the queue admitted it would owe {row['projected_debt_blocks']:.0f} blocks",
-                    "trend": "at the current growth"}[row["basis"]]
+                    "trend": "at the current growth"}[b]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
                 severity=Severity.CRITICAL if is_certain else Severity.WARNING,
-                t_start_s=row["t_s"], t_end_s=g.iloc[e]["t_s"],
-                iteration_start=row["iteration"], iteration_end=g.iloc[e]["iteration"],
+                t_start_s=row["t_s"], t_end_s=t_end,
+                iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
                 summary=(f"{role} pool runs out in about {eta:.2f} s ({row['eta_iterations']:.0f} iterations) "
                          f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available ({what})."),
                 evidence={
                     "eta_s": eta, "eta_iterations": float(row["eta_iterations"]),
                     "predicted_exhaustion_s": float(row["t_s"]) + eta,
-                    "basis": row["basis"], "certain": is_certain,
-                    "min_eta_s": float(g["eta_s"].iloc[s : e + 1].min()),
+                    "basis": b, "certain": is_certain,
+                    "min_eta_s": float(g["eta_s"][s : e + 1].min()),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
                     "projected_debt_blocks": row["projected_debt_blocks"],
@@ -240,11 +287,10 @@ def named_during(timeline: pd.DataFrame, t0: float, t1: float, it0: int) -> list
     return _Namer(timeline).during(t0, t1, it0) if not timeline.empty else []
 
 
-def queued_at(events: pd.DataFrame, pos: int) -> list[int]:
+def queued_at(events: pd.DataFrame | EventColumns, pos: int) -> list[int]:
     """Requests arrived at or before ``pos`` and neither admitted nor ended by then."""
-    head = events.iloc[: pos + 1]
-    kind, _ = codes(head)
-    rid = head["request_id"].to_numpy(np.int64)
+    ev = as_columns(events)
+    kind, rid = ev.kind[: pos + 1], ev.request_id[: pos + 1]
     arrived = rid[kind == K[EventKind.REQUEST_ARRIVED]]
     gone_kinds = [K[k] for k in (EventKind.ADMITTED, EventKind.REQUEST_FINISHED, EventKind.REQUEST_FAILED,
                                  EventKind.REQUEST_CANCELLED, EventKind.ADMISSION_REJECTED)]

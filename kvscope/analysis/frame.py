@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.events import EVENT_KINDS, FIELDS, POOL_ROLES, EventKind, KVEvent, PoolRole, parse_kv
 from kvscope.recording import frame_dtypes
 
@@ -85,7 +86,11 @@ def codes(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def header_meta(events: pd.DataFrame) -> dict[str, Any]:
+def _pool_name(code: int) -> str:
+    return POOL_ROLES[code].value if 0 <= code < len(POOL_ROLES) else "nan"
+
+
+def header_meta(events: pd.DataFrame | EventColumns) -> dict[str, Any]:
     """The first file header's ``meta`` dict (``{}`` for frames built in memory)."""
     files = events.attrs.get("kvscope", {}).get("files", [])
     for f in files:
@@ -95,29 +100,27 @@ def header_meta(events: pd.DataFrame) -> dict[str, Any]:
     return dict(events.attrs.get("meta", {}))
 
 
-def pool_configs(events: pd.DataFrame) -> pd.DataFrame:
+def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     """One row per configured pool (index: pool role string), columns :data:`CONFIG_COLUMNS`.
 
     Sources: POOL_CONFIGURED events (last one per pool wins), else the file header's
     ``meta["pools"]``. ``in_admission`` is True for the target and for a paired draft pool: a
     shortage there is backpressure, while a pool outside admission can only raise.
     """
-    kind, pool = codes(events)
+    ev = as_columns(events)
     rows: dict[str, dict[str, Any]] = {}
-    meta_pools = header_meta(events).get("pools") or {}
+    meta_pools = header_meta(ev).get("pools") or {}
     for role, d in meta_pools.items():
         if isinstance(d, dict):
             rows[str(role)] = _config_row(str(role), d, capacity=int(d.get("capacity_blocks", -1)))
-    idx = np.flatnonzero(kind == K[EventKind.POOL_CONFIGURED])
+    idx = ev.positions(EventKind.POOL_CONFIGURED)
     if len(idx):
-        sub = events.iloc[idx]
-        for p, cap, tpb, bpt, slots, reason in zip(
-            sub["pool"].astype(str), sub["capacity_blocks"], sub["num_tokens"], sub["num_blocks"],
-            sub["num_requests"], sub["reason"].fillna(""),
-        ):
-            d = parse_kv(str(reason))
-            d.setdefault("tokens_per_block", int(tpb))
-            rows[p] = _config_row(p, d, capacity=int(cap), bytes_per_token=int(bpt), slots=int(slots))
+        for i, reason in zip(idx, ev.reason_at(idx)):
+            p = _pool_name(int(ev.pool[i]))
+            d = parse_kv(reason)
+            d.setdefault("tokens_per_block", int(ev.num_tokens[i]))
+            rows[p] = _config_row(p, d, capacity=int(ev.capacity_blocks[i]), bytes_per_token=int(ev.num_blocks[i]),
+                                  slots=int(ev.num_requests[i]))
     if not rows:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in CONFIG_COLUMNS.items()})
     out = pd.DataFrame.from_dict(rows, orient="index").astype(CONFIG_COLUMNS)
@@ -189,14 +192,61 @@ def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.Data
     return out.reset_index(drop=True)
 
 
-def _first_by_request(events: pd.DataFrame, mask: np.ndarray, cols: list[str], how: str = "first"):
-    sub = events.loc[mask, ["request_id", *cols]]
-    sub = sub[sub["request_id"] >= 0]
-    g = sub.groupby("request_id", sort=False)
-    return getattr(g, how)()
+def request_ids(ev: EventColumns) -> np.ndarray:
+    """Sorted distinct request ids (>= 0) named by any event."""
+    def make() -> np.ndarray:
+        rid = ev.request_id
+        ok = rid >= 0
+        if not ok.any():
+            return np.zeros(0, dtype=np.int64)
+        top = int(rid.max())
+        if top <= 8 * len(rid) + 1024:  # dense ids: one scatter instead of a sort
+            seen = np.zeros(top + 1, dtype=bool)
+            seen[rid[ok]] = True
+            return np.flatnonzero(seen).astype(np.int64)
+        ids = np.sort(rid[ok])
+        return ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
+    return ev.cached("request_ids", make)
 
 
-def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
+def group_pick(g: np.ndarray, n_groups: int, *, last: bool = False) -> np.ndarray:
+    """For rows in position order with group index ``g``: the row index of the first (or last)
+    row of every group, -1 for groups without rows."""
+    out = np.full(n_groups, -1, dtype=np.int64)
+    if len(g) == 0:
+        return out
+    o = np.argsort(g, kind="stable")
+    gs = g[o]
+    edge = np.ones(len(gs), dtype=bool)
+    if last:
+        edge[:-1] = gs[1:] != gs[:-1]
+    else:
+        edge[1:] = gs[1:] != gs[:-1]
+    out[gs[edge]] = o[edge]
+    return out
+
+
+def _take(values: np.ndarray, at: np.ndarray, missing) -> np.ndarray:
+    """``values[at]`` with ``missing`` where ``at`` is -1."""
+    out = values[np.maximum(at, 0)] if len(values) else np.zeros(len(at), dtype=values.dtype)
+    return np.where(at >= 0, out, missing)
+
+
+def _group_max(g: np.ndarray, vals: np.ndarray, n_groups: int) -> np.ndarray:
+    """Max of ``vals`` per group; 0 for groups without rows."""
+    lo = np.iinfo(np.int64).min
+    out = np.full(n_groups, lo, dtype=np.int64)
+    np.maximum.at(out, g, vals.astype(np.int64, copy=False))
+    return np.where(out == lo, 0, out)
+
+
+_OUTCOME_BY_KIND = {
+    K[EventKind.REQUEST_FINISHED]: 1, K[EventKind.REQUEST_FAILED]: 2,
+    K[EventKind.REQUEST_CANCELLED]: 3, K[EventKind.ADMISSION_REJECTED]: 4,
+}
+
+
+def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     """One row per request id: arrival, deferrals, admission, chunks, end, reuse vs compute per pool.
 
     Columns (fixed dtypes; NaN times / -1 counts when the event never happened):
@@ -208,83 +258,90 @@ def request_timeline(events: pd.DataFrame) -> pd.DataFrame:
     capacity) / ``allocated_tokens_<pool>`` (peak minus reused: what the pool had to compute/hold
     privately).
     """
-    kind, pool = codes(events)
-    rid = events["request_id"].to_numpy(np.int64)
-    ts = events["ts_ns"].to_numpy(np.int64)
-    ids = np.sort(rid[rid >= 0])
-    if len(ids):
-        ids = ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
+    ev = as_columns(events)
+    rid, ts, it, ntok = ev.request_id, ev.ts_ns, ev.iteration, ev.num_tokens
+    ids = request_ids(ev)
+    n_ids = len(ids)
     out = pd.DataFrame(index=pd.Index(ids, name="request_id", dtype="int64"))
 
-    def first(kmask: np.ndarray, cols: list[str], how: str = "first") -> pd.DataFrame:
-        return _first_by_request(events, kmask, ["ts_ns", "iteration", *cols], how).reindex(ids)
+    def rows(*kinds: EventKind) -> tuple[np.ndarray, np.ndarray]:
+        pos = ev.request_positions(*kinds)
+        return pos, np.searchsorted(ids, rid[pos])
 
-    arr = first(kind == K[EventKind.REQUEST_ARRIVED], ["num_tokens", "num_blocks"])
-    out["arrival_s"] = arr["ts_ns"] / 1e9
-    out["arrival_iteration"] = arr["iteration"].fillna(-1).astype("int64")
-    out["prompt_tokens"] = arr["num_tokens"].fillna(-1).astype("int64")
-    out["max_new_tokens"] = arr["num_blocks"].fillna(-1).astype("int64")
+    def pick(pos: np.ndarray, g: np.ndarray, last: bool = False) -> np.ndarray:
+        at = group_pick(g, n_ids, last=last)
+        return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
 
-    dmask = (kind == K[EventKind.ADMISSION_DEFERRED]) & (rid >= 0)
-    out["num_deferrals"] = pd.Series(rid[dmask]).value_counts().reindex(ids).fillna(0).astype("int64").to_numpy()
-    dfirst = first(dmask, ["pool"])
-    dlast = first(dmask, ["pool"], how="last")
-    out["first_deferred_s"] = dfirst["ts_ns"] / 1e9
-    out["deferred_pool"] = pd.Categorical(dlast["pool"].astype(object).where(dlast["pool"].notna()), dtype=POOL_DTYPE)
+    apos, ag = rows(EventKind.REQUEST_ARRIVED)
+    arr = pick(apos, ag)
+    out["arrival_s"] = _times(ts, arr)
+    out["arrival_iteration"] = _take(it, arr, -1).astype("int64")
+    out["prompt_tokens"] = _take(ntok, arr, -1).astype("int64")
+    out["max_new_tokens"] = _take(ev.num_blocks, arr, -1).astype("int64")
 
-    adm = first(kind == K[EventKind.ADMITTED], ["num_tokens"])
-    out["admitted_s"] = adm["ts_ns"] / 1e9
-    out["admitted_iteration"] = adm["iteration"].fillna(-1).astype("int64")
+    dpos, dg = rows(EventKind.ADMISSION_DEFERRED)
+    out["num_deferrals"] = np.bincount(dg, minlength=n_ids).astype("int64")
+    dfirst, dlast = pick(dpos, dg), pick(dpos, dg, last=True)
+    out["first_deferred_s"] = _times(ts, dfirst)
+    dpool = _take(ev.pool, dlast, -1)
+    out["deferred_pool"] = pd.Categorical.from_codes(
+        np.where((dpool >= 0) & (dpool < len(POOL_ROLES)), dpool, -1), dtype=POOL_DTYPE)
+
+    admp, admg = rows(EventKind.ADMITTED)
+    adm = pick(admp, admg)
+    out["admitted_s"] = _times(ts, adm)
+    out["admitted_iteration"] = _take(it, adm, -1).astype("int64")
     out["queue_wait_s"] = out["admitted_s"] - out["arrival_s"]
 
-    cmask = (kind == K[EventKind.CONTEXT_CHUNK_SCHEDULED]) & (rid >= 0)
-    chunks = pd.DataFrame({"r": rid[cmask], "n": events["num_tokens"].to_numpy(np.int64)[cmask], "ts": ts[cmask]})
-    cg = chunks.groupby("r")
-    out["num_chunks"] = cg.size().reindex(ids).fillna(0).astype("int64")
-    out["computed_tokens"] = cg["n"].sum().reindex(ids).fillna(0).astype("int64")
+    cpos, cg = rows(EventKind.CONTEXT_CHUNK_SCHEDULED)
+    out["num_chunks"] = np.bincount(cg, minlength=n_ids).astype("int64")
+    out["computed_tokens"] = np.bincount(cg, weights=ntok[cpos], minlength=n_ids).astype("int64")
     # Prefill is done when a chunk reaches the prompt's end (position before + chunk >= prompt).
-    chunks["end"] = chunks["n"] + events["num_blocks"].to_numpy(np.int64)[cmask]
-    chunks["prompt"] = out["prompt_tokens"].reindex(chunks["r"]).to_numpy()
-    done = chunks[(chunks["prompt"] >= 0) & (chunks["end"] >= chunks["prompt"])]
-    out["context_done_s"] = done.groupby("r")["ts"].min().reindex(ids) / 1e9
+    prompt = out["prompt_tokens"].to_numpy()
+    c_prompt = prompt[cg] if n_ids else np.zeros(0, np.int64)
+    done = (c_prompt >= 0) & (ntok[cpos] + ev.num_blocks[cpos] >= c_prompt)
+    out["context_done_s"] = _times(ts, pick(cpos[done], cg[done]))
 
-    emask = kind_in(kind, END_KINDS) & (rid >= 0)
-    end = first(emask, ["kind", "num_tokens", "reason"])
-    out["end_s"] = end["ts_ns"] / 1e9
-    out["end_iteration"] = end["iteration"].fillna(-1).astype("int64")
-    outcome = end["kind"].astype(object).map(
-        {
-            EventKind.REQUEST_FINISHED.value: "finished",
-            EventKind.REQUEST_FAILED.value: "failed",
-            EventKind.REQUEST_CANCELLED.value: "cancelled",
-            EventKind.ADMISSION_REJECTED.value: "rejected",
-        }
-    )
-    out["outcome"] = pd.Categorical(outcome.fillna("running"), dtype=OUTCOME_DTYPE)
-    fin = end["kind"].astype(object) == EventKind.REQUEST_FINISHED.value
-    out["output_tokens"] = end["num_tokens"].where(fin, -1).fillna(-1).astype("int64")
-    out["reason"] = end["reason"].astype("string").fillna("")
+    epos, eg = rows(*END_KINDS)
+    end = pick(epos, eg)
+    out["end_s"] = _times(ts, end)
+    out["end_iteration"] = _take(it, end, -1).astype("int64")
+    ekind = _take(ev.kind, end, -1)
+    oc = np.zeros(n_ids, dtype=np.int8)
+    for k, c in _OUTCOME_BY_KIND.items():
+        oc[ekind == k] = c
+    out["outcome"] = pd.Categorical.from_codes(oc, dtype=OUTCOME_DTYPE)
+    out["output_tokens"] = np.where(ekind == K[EventKind.REQUEST_FINISHED], _take(ntok, end, -1), -1).astype("int64")
+    reason = np.full(n_ids, "", dtype=object)
+    has_end = np.flatnonzero(end >= 0)
+    if len(has_end):
+        reason[has_end] = ev.reason_at(end[has_end])
+    out["reason"] = pd.array(reason, dtype="string")
 
     for role in KV_POOLS:
-        pm = pool == P[role]
+        pc = P[role]
         # A request may be matched several times (the scheduler retries and reverts); the match
         # that counts is the largest, not the sum.
-        reuse = _max_by_request(rid, events["num_tokens"], (kind == K[EventKind.BLOCKS_REUSED]) & pm, ids)
-        capm = kind_in(kind, (EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)) & pm & (rid >= 0)
-        peak = pd.Series(events["num_tokens"].to_numpy(np.int64)[capm]).groupby(rid[capm]).max().reindex(ids)
-        peak = peak.fillna(0).astype("int64").to_numpy()
+        rp, rg = rows(EventKind.BLOCKS_REUSED)
+        m = ev.pool[rp] == pc
+        reuse = _group_max(rg[m], ntok[rp[m]], n_ids)
+        kp, kg = rows(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
+        m = ev.pool[kp] == pc
+        peak = _group_max(kg[m], ntok[kp[m]], n_ids)
         out[f"reused_tokens_{role.value}"] = reuse
         out[f"peak_tokens_{role.value}"] = np.maximum(peak, reuse)
         out[f"allocated_tokens_{role.value}"] = np.maximum(peak - reuse, 0)
     # ADMITTED carries the target's reuse even when no BLOCKS_REUSED event was recorded.
-    tgt_reuse = adm["num_tokens"].fillna(0).astype("int64").to_numpy()
+    tgt_reuse = np.where(adm >= 0, _take(ntok, adm, 0), 0).astype("int64")
     out["reused_tokens_target"] = np.maximum(out["reused_tokens_target"].to_numpy(), tgt_reuse)
     return out
 
 
-def _max_by_request(rid: np.ndarray, col: pd.Series, mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    s = pd.Series(col.to_numpy(np.int64)[mask]).groupby(rid[mask]).max()
-    return s.reindex(ids).fillna(0).astype("int64").to_numpy()
+def _times(ts: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Seconds at positions ``at``; NaN where -1."""
+    if len(at) == 0:
+        return np.zeros(0)
+    return np.where(at >= 0, ts[np.maximum(at, 0)] / 1e9, np.nan)
 
 
 def iteration_view(events: pd.DataFrame) -> pd.DataFrame:

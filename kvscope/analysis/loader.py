@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvscope.analysis.columns import INT_COLUMNS, EventColumns
 from kvscope.events import EVENT_KINDS, FIELDS, FORMAT_NAME, POOL_ROLES, WallClockAnchor
 from kvscope.recording import EventFileError, frame_dtypes, read_frame
 from kvscope.recording.files import HEADER_KEY
@@ -63,12 +64,45 @@ def load_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         return read_frame(p)  # let the validating reader say exactly what is wrong
 
 
-def _load_parquet(path: Path) -> pd.DataFrame:
+def read_columns(path: str | os.PathLike[str]) -> EventColumns | None:
+    """The analyzer's column view of one kvscope Parquet event file, or None when this fast path
+    cannot take it (not Parquet, missing, damaged: use :func:`load_events`, which says why).
+
+    Reads only the columns the detectors use, straight into numpy (no DataFrame); ``reason``
+    stays an Arrow array and is materialised only for the rows a detector asks for.
+    """
+    p = Path(path)
+    if p.suffix != ".parquet" or not p.exists():
+        return None
+    try:
+        pf, header = _open(p)
+        table = pf.read(columns=["kind", "pool", *INT_COLUMNS, "reason"])
+        ints = {}
+        for f in INT_COLUMNS:
+            col = table.column(f)
+            if col.null_count:
+                raise ValueError(f"null values in {f}")
+            ints[f] = col.to_numpy()
+        return EventColumns(
+            kind=_dict_codes(table.column("kind"), "kind"), pool=_dict_codes(table.column("pool"), "pool"),
+            reason=table.column("reason"), attrs={"kvscope": {"files": [{"path": str(p), "header": header}]}},
+            **ints,
+        )
+    except (pa.ArrowException, OSError, ValueError, KeyError):
+        return None
+
+
+def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
     pf = pq.ParquetFile(path)
     meta = pf.schema_arrow.metadata or {}
     header = json.loads(meta[HEADER_KEY])
     if header.get("format") != FORMAT_NAME:
         raise ValueError("not a kvscope event file")
+    return pf, header
+
+
+def _load_parquet(path: Path) -> pd.DataFrame:
+    pf, header = _open(path)
     anchor = WallClockAnchor.from_dict(header.get("anchor") or {})
     table = pf.read(columns=list(FIELDS))
     dtypes = frame_dtypes()
@@ -89,4 +123,4 @@ def _load_parquet(path: Path) -> pd.DataFrame:
     return df
 
 
-__all__ = ["EventFileError", "load_events"]
+__all__ = ["EventFileError", "load_events", "read_columns"]

@@ -11,35 +11,34 @@ import re
 import numpy as np
 import pandas as pd
 
+from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.frame import END_KINDS, K, codes, kind_in
+from kvscope.analysis.frame import END_KINDS, K, _pool_name, kind_in
 from kvscope.events import EventKind, PoolRole
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
 _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *END_KINDS)
 
 
-def find_stalled_requests(events: pd.DataFrame, cfg: DetectorConfig) -> list[Finding]:
+def find_stalled_requests(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:
     """Requests deferred or holding a reservation without progress for >= both stall thresholds.
 
     An episode starts at the first ADMISSION_DEFERRED / RESERVATION_MADE after the request's last
     progress (admission, context chunk, resume, end) and lasts until its next progress or the end
     of the stream.
     """
-    n = len(events)
+    ev = as_columns(events)
+    n = len(ev)
     if n == 0:
         return []
-    kind, pool = codes(events)
-    rid = events["request_id"].to_numpy(np.int64)
-    ts = events["ts_ns"].to_numpy(np.int64)
-    it = events["iteration"].to_numpy(np.int64)
+    kind, rid, ts, it = ev.kind, ev.request_id, ev.ts_ns, ev.iteration
+    if len(ev.request_positions(*_STALL_KINDS)) == 0:
+        return []
     stall = kind_in(kind, _STALL_KINDS)
     prog = kind_in(kind, _PROGRESS_KINDS)
     pos = np.flatnonzero((stall | prog) & (rid >= 0))
-    if not stall[pos].any():
-        return []
     r = rid[pos]
     order = np.lexsort((pos, r))
     pos, r = pos[order], r[order]
@@ -61,12 +60,11 @@ def find_stalled_requests(events: pd.DataFrame, cfg: DetectorConfig) -> list[Fin
     dur_it = it[end_pos] - it[start_pos]
     hit = (dur_s >= cfg.stall_min_s) & (dur_it >= cfg.stall_min_iterations)
     out = []
-    pools = events["pool"].astype(str).to_numpy()
     for i in np.flatnonzero(hit):
         s, e = int(start_pos[i]), int(end_pos[i])
         req = int(r[first_rows[i]])
         is_res = kind[s] == K[EventKind.RESERVATION_MADE]
-        blocking = pools[s]
+        blocking = _pool_name(int(ev.pool[s]))
         out.append(Finding(
             kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING,
             t_start_s=ts[s] / 1e9, t_end_s=ts[e] / 1e9, iteration_start=it[s], iteration_end=it[e],
@@ -86,7 +84,7 @@ def find_stalled_requests(events: pd.DataFrame, cfg: DetectorConfig) -> list[Fin
 
 
 def find_never_fitting(
-    events: pd.DataFrame, configs: pd.DataFrame, timeline: pd.DataFrame
+    events: pd.DataFrame | EventColumns, configs: pd.DataFrame, timeline: pd.DataFrame
 ) -> list[Finding]:
     """Requests whose full context (+ draft and extra tokens) needs more blocks than a pool has.
 
@@ -95,7 +93,7 @@ def find_never_fitting(
     """
     if timeline.empty or configs.empty:
         return []
-    stream_end = float(events["ts_ns"].iloc[-1]) / 1e9
+    stream_end = float(as_columns(events).ts_ns[-1]) / 1e9
     arrived = timeline[timeline["prompt_tokens"] >= 0]
     out = []
     for role, cfg in configs.iterrows():
@@ -129,7 +127,7 @@ def find_never_fitting(
 
 
 def find_reuse_loss(
-    events: pd.DataFrame, configs: pd.DataFrame, timeline: pd.DataFrame, cfg: DetectorConfig
+    events: pd.DataFrame | EventColumns, configs: pd.DataFrame, timeline: pd.DataFrame, cfg: DetectorConfig
 ) -> list[Finding]:
     """Prefix tokens the target reused that an unpaired draft mirror had to hold privately.
 
@@ -158,14 +156,15 @@ def find_reuse_loss(
         peak = float(conc[ipk])
         cap = max(int(pc["capacity_blocks"]), 1)
         frac = peak / cap
-        stream_end = float(events["ts_ns"].iloc[-1]) / 1e9
+        ev = as_columns(events)
+        stream_end = float(ev.ts_ns[-1]) / 1e9
         top = lost.sort_index().sort_values(ascending=False, kind="stable").index[: cfg.max_named_requests]
         out.append(Finding(
             kind=FindingKind.REUSE_LOSS,
             severity=Severity.WARNING if frac >= cfg.reuse_loss_warn_fraction else Severity.INFO,
             t_start_s=float(t0.min()), t_end_s=max(float(t0.min()), min(float(np.max(t1)), stream_end)),
             iteration_start=int(adm.loc[lost.index, "admitted_iteration"].min()),
-            iteration_end=int(events["iteration"].iloc[-1]),
+            iteration_end=int(ev.iteration[-1]),
             pools=(PoolRole.TARGET.value, role), request_ids=tuple(int(x) for x in top),
             summary=(
                 f"the unpaired {role} mirrors held {int(lost.sum())} prefix tokens the target reused "
@@ -211,25 +210,25 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
 
 
 def find_engine_fatal(
-    events: pd.DataFrame, debt: DebtResult, prior: list[Finding]
+    events: pd.DataFrame | EventColumns, debt: DebtResult, prior: list[Finding]
 ) -> list[Finding]:
     """ENGINE_FAILED events with the request, pool, asked size, pool state, and the lead time of
     every earlier alarm finding (``evidence["lead_times"]``)."""
-    kind, _ = codes(events)
-    fpos = np.flatnonzero(kind == K[EventKind.ENGINE_FAILED])
+    ev = as_columns(events)
+    kind = ev.kind
+    fpos = ev.positions(EventKind.ENGINE_FAILED)
     out = []
-    ts = events["ts_ns"].to_numpy(np.int64)
-    it = events["iteration"].to_numpy(np.int64)
-    for p in fpos:
-        row = events.iloc[int(p)]
-        reason = str(row["reason"]) if not pd.isna(row["reason"]) else ""
-        req = int(row["request_id"])
+    ts, it = ev.ts_ns, ev.iteration
+    for p, reason in zip(fpos, ev.reason_at(fpos)):
+        row = {c: int(getattr(ev, c)[p]) for c in ("request_id", "num_tokens", "capacity_blocks", "free_blocks",
+                                                   "evictable_blocks", "reserved_blocks")}
+        req = row["request_id"]
         if req < 0 and (m := _REQ_RE.search(reason)):
             req = int(m.group(1))
-        role = str(row["pool"])
+        role = _pool_name(int(ev.pool[p]))
         t = ts[p] / 1e9
-        state = {"capacity_blocks": int(row["capacity_blocks"]), "free_blocks": int(row["free_blocks"]),
-                 "evictable_blocks": int(row["evictable_blocks"]), "reserved_blocks": int(row["reserved_blocks"])}
+        state = {"capacity_blocks": row["capacity_blocks"], "free_blocks": row["free_blocks"],
+                 "evictable_blocks": row["evictable_blocks"], "reserved_blocks": row["reserved_blocks"]}
         f = debt.full.get(role)
         if f is not None:
             state["debt_blocks"] = debt.at(role, "debt", p)

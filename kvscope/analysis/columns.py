@@ -1,0 +1,155 @@
+"""EventColumns: the analyzer's working view of an event stream, as plain numpy arrays.
+
+Detectors read a handful of integer columns and, for a few rows only (pool configurations, the
+fatal event, request ends), the ``reason`` text. Going through a pandas frame for that costs more
+than the detectors themselves on millions of events, so the batch analyzer works on this view:
+one int8 array per categorical (``kind``/``pool`` codes in :data:`kvscope.events.EVENT_KINDS` /
+:data:`kvscope.events.POOL_ROLES` order), int64 arrays for the rest, and ``reason`` kept in its
+source container (a pandas Series or an Arrow array) and materialised per position on demand.
+
+:meth:`EventColumns.positions` answers "where are the events of these kinds" from one stable
+counting sort of the kind codes, so no detector scans the whole stream with a boolean mask per
+kind. Build the view with :func:`as_columns` (from an event frame, without copying the columns)
+or :func:`kvscope.analysis.loader.read_columns` (straight from a Parquet file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from kvscope.events import EVENT_KINDS, EventKind
+
+_K = {k: i for i, k in enumerate(EVENT_KINDS)}
+INT_COLUMNS: tuple[str, ...] = (
+    "ts_ns", "iteration", "request_id", "num_blocks", "num_tokens", "num_requests",
+    "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",
+)
+"""The integer columns the analyzer reads (``rank``, ``pid`` and ``epoch_ns`` it never reads)."""
+
+
+class EventColumns:
+    """Column arrays of one event stream in recording order (read-only by convention).
+
+    Attributes:
+        kind, pool: int8 category codes.
+        ts_ns, iteration, request_id, num_blocks, num_tokens, num_requests, capacity_blocks,
+            free_blocks, evictable_blocks, reserved_blocks: int64 arrays (``num_requests`` may be
+            int32), one value per event.
+        attrs: the frame's ``attrs`` (file headers under ``"kvscope"``), for :func:`header_meta`.
+
+    Derived arrays (kind positions, iteration runs) are computed once, on first use, and cached.
+    """
+
+    __slots__ = ("kind", "pool", "ts_ns", "iteration", "request_id", "num_blocks", "num_tokens",
+                 "num_requests", "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",
+                 "attrs", "_reason", "_cache")
+
+    def __init__(self, *, kind: np.ndarray, pool: np.ndarray, reason: Any, attrs: dict | None = None,
+                 **ints: np.ndarray) -> None:
+        missing = set(INT_COLUMNS) - set(ints)
+        if missing:
+            raise ValueError(f"EventColumns needs every column of INT_COLUMNS; missing {sorted(missing)}")
+        self.kind = np.asarray(kind, dtype=np.int8)
+        self.pool = np.asarray(pool, dtype=np.int8)
+        for name in INT_COLUMNS:
+            a = np.asarray(ints[name])
+            if a.dtype.kind != "i":
+                a = a.astype(np.int64)
+            if len(a) != len(self.kind):
+                raise ValueError(f"column {name} has {len(a)} values, kind has {len(self.kind)}")
+            setattr(self, name, a)
+        self._reason = reason
+        self.attrs = attrs if attrs is not None else {}
+        self._cache: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    # ---- reason, on demand -----------------------------------------------------------------
+    def reason_at(self, positions) -> list[str]:
+        """``reason`` of the events at ``positions`` ("" when missing)."""
+        idx = np.asarray(positions, dtype=np.int64)
+        r = self._reason
+        if r is None or len(idx) == 0:
+            return [""] * len(idx)
+        if isinstance(r, (pa.Array, pa.ChunkedArray)):
+            vals = r.take(pa.array(idx)).to_pylist()
+        else:
+            vals = pd.Series(r).iloc[idx].astype(object).tolist()
+        return ["" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in vals]
+
+    # ---- positions by kind -----------------------------------------------------------------
+    def _kind_index(self) -> tuple[np.ndarray, np.ndarray]:
+        got = self._cache.get("kind_index")
+        if got is None:
+            # A stable sort of int8 codes is a radix sort: positions of each kind come out ascending.
+            k = self.kind
+            if len(k) and k.min() < 0:  # missing kind (code -1): after every real kind
+                k = np.where(k < 0, np.int8(len(EVENT_KINDS)), k)
+            order = np.argsort(k, kind="stable")
+            bounds = np.concatenate([[0], np.cumsum(np.bincount(k, minlength=len(EVENT_KINDS) + 1))])
+            got = self._cache["kind_index"] = (order, bounds)
+        return got
+
+    def positions(self, *kinds: EventKind | int) -> np.ndarray:
+        """Ascending positions (int64) of the events whose kind is one of ``kinds``."""
+        order, bounds = self._kind_index()
+        parts = []
+        for k in kinds:
+            c = _K[k] if isinstance(k, EventKind) else int(k)
+            parts.append(order[bounds[c]:bounds[c + 1]])
+        if len(parts) == 1:
+            return parts[0].astype(np.int64, copy=False)
+        out = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
+        return np.sort(out)
+
+    def request_positions(self, *kinds: EventKind | int) -> np.ndarray:
+        """:meth:`positions` restricted to events that name a request (``request_id >= 0``)."""
+        p = self.positions(*kinds)
+        return p[self.request_id[p] >= 0]
+
+    # ---- iteration runs --------------------------------------------------------------------
+    def iteration_ends(self) -> np.ndarray:
+        """Position of the last event of every run of equal ``iteration`` values, ascending."""
+        got = self._cache.get("iteration_ends")
+        if got is None:
+            n = len(self)
+            it = self.iteration
+            got = (np.concatenate([np.flatnonzero(it[1:] != it[:-1]), [n - 1]]) if n
+                   else np.zeros(0, dtype=np.int64))
+            self._cache["iteration_ends"] = got
+        return got
+
+    def run_index(self, positions: np.ndarray) -> np.ndarray:
+        """Index (into :meth:`iteration_ends`) of the iteration run holding each position."""
+        return np.searchsorted(self.iteration_ends(), positions)
+
+    def cached(self, key: str, make):
+        """``make()`` once per key (derived results several detectors share)."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+
+def as_columns(events: pd.DataFrame | EventColumns) -> EventColumns:
+    """The column view of an event frame (see :mod:`kvscope.analysis.frame`); no column copies.
+
+    An :class:`EventColumns` is returned as is.
+    """
+    if isinstance(events, EventColumns):
+        return events
+    ints = {}
+    for name in INT_COLUMNS:
+        a = events[name].to_numpy()
+        ints[name] = a if a.dtype.kind == "i" else a.astype(np.int64)
+    return EventColumns(
+        kind=events["kind"].cat.codes.to_numpy(), pool=events["pool"].cat.codes.to_numpy(),
+        reason=events["reason"] if "reason" in events else None, attrs=events.attrs, **ints,
+    )
+
+
+__all__ = ["INT_COLUMNS", "EventColumns", "as_columns"]

@@ -1,0 +1,59 @@
+"""The column-based analyzer gives exactly the findings of the pandas-frame analyzer it replaced.
+
+``data/<replay>.parquet`` are event files written by ``kvscope replay --events`` (glm5-dsa with
+``max_requests=64``, qwen-hybrid-mtp, shared-prefix, oversize; engine model at commit f705fb5) and
+``data/<replay>.findings.json`` is ``analyze(load_events(path)).to_dict()`` computed on those files
+by the analyzer at commit f705fb5, before the column view (kvscope/analysis/columns.py) existed.
+Every path into the analyzer must reproduce those objects exactly: the Parquet column view
+(``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvscope.analysis import analyze, analyze_files, load_events
+from kvscope.analysis.loader import read_columns
+from kvscope.recording import read_frame
+
+DATA = Path(__file__).parent / "data"
+REPLAYS = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize"]
+
+
+def _before(name: str) -> dict:
+    return json.loads((DATA / f"{name}.findings.json").read_text(encoding="utf-8"))
+
+
+def _roundtrip(d: dict) -> dict:
+    return json.loads(json.dumps(d))
+
+
+@pytest.mark.parametrize("name", REPLAYS)
+def test_findings_identical_to_pre_column_analyzer_when_read_as_columns(name):
+    path = DATA / f"{name}.parquet"
+    assert read_columns(path) is not None  # the fast column path is the one under test
+    assert _roundtrip(analyze_files(path).to_dict()) == _before(name)
+
+
+@pytest.mark.parametrize("name", REPLAYS)
+def test_findings_identical_to_pre_column_analyzer_when_given_a_frame(name):
+    path = DATA / f"{name}.parquet"
+    before = _before(name)
+    assert _roundtrip(analyze(load_events(path)).to_dict()) == before
+    assert _roundtrip(analyze(read_frame(path)).to_dict()) == before
+
+
+def test_replays_cover_every_detector_that_fires_on_them():
+    kinds = {f["kind"] for name in REPLAYS for f in _before(name)["findings"]}
+    assert kinds == {"admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal", "never_fitting"}
+
+
+def test_column_view_falls_back_when_file_is_not_parquet(tmp_path):
+    bad = tmp_path / "x.parquet"
+    bad.write_bytes(b"not parquet")
+    assert read_columns(bad) is None
+    assert read_columns(tmp_path / "missing.parquet") is None
+    assert read_columns(DATA / "glm5-dsa.findings.json") is None
