@@ -67,7 +67,21 @@ class PoolReader(Protocol):
         ...
 
 
+_POOL_ROLE_OVERRIDES: dict[int, tuple[Any, PoolRole]] = {}
+"""id(view) -> (view, role) for pools that are not KV managers (a hybrid target's mamba state pool,
+see :class:`kvscope.engines.model.state.MambaPoolView`). The view is held so its id is never reused."""
+
+
+def register_pool_role(view: Any, role: PoolRole) -> None:
+    """Make :func:`role_of` report ``role`` for ``view`` (a pool-shaped object, not a KV manager)."""
+    _POOL_ROLE_OVERRIDES[id(view)] = (view, role)
+
+
 def role_of(manager: Any) -> PoolRole:
+    if _POOL_ROLE_OVERRIDES:  # empty unless a non-KV pool was registered: one check on the hot path
+        override = _POOL_ROLE_OVERRIDES.get(id(manager))
+        if override is not None:
+            return override[1]
     return PoolRole.DRAFT if getattr(manager, "is_draft", False) else PoolRole.TARGET
 
 

@@ -176,6 +176,12 @@ def managers_of(engine: Any) -> list[Any]:
             found.append(m)
     # Target first, then draft: POOL_CONFIGURED order does not depend on the executor's order.
     found.sort(key=lambda m: bool(getattr(m, "is_draft", False)))
+    # A hybrid target's mamba state pool is reported as a third pool (role MAMBA), after the two.
+    for m in list(found):
+        if getattr(m, "mamba_state_pool", None) is not None:
+            from kvscope.engines.model.state import mamba_pool_view
+
+            found.append(mamba_pool_view(m))
     return found
 
 

@@ -6,9 +6,11 @@ the fallback), so every event carries the pool state after the fact. Eviction is
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-from kvscope.events import UNKNOWN
+from kvscope.engines.binding import register_pool_role
+from kvscope.events import UNKNOWN, PoolRole
 
 
 class ModelPoolReader:
@@ -55,3 +57,39 @@ class ModelPoolReader:
     def evicted_total(self, manager: Any) -> int | None:
         pool = getattr(getattr(manager, "impl", None), "pool", None)
         return getattr(pool, "num_evicted_blocks", None)
+
+
+class MambaPoolView:
+    """The mamba state pool of a hybrid target manager (``MambaHybridCacheManagerV2Model``), shaped
+    like a KV manager for the binding: role MAMBA (registered with ``register_pool_role``), capacity /
+    free / evictable / used in state SLOTS from the model-only ``mamba_pool_state()``, no per-request
+    caches (a state is one slot, not blocks), ``tokens_per_block`` 1. The binding emits
+    POOL_CONFIGURED and POOL_SNAPSHOT for it like for the two KV pools.
+    """
+
+    is_draft = False
+    max_draft_len = 0
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.kv_cache_map: dict[int, Any] = {}
+        self.tokens_per_block = 1
+        self.enable_block_reuse = bool(manager.enable_block_reuse)
+        self.mamba_snapshot_interval = int(getattr(manager, "mamba_snapshot_interval", 0))
+        register_pool_role(self, PoolRole.MAMBA)
+
+    def pool_state(self) -> Any:
+        return self.manager.mamba_pool_state()
+
+
+_MAMBA_VIEWS: weakref.WeakKeyDictionary[Any, MambaPoolView] = weakref.WeakKeyDictionary()
+
+
+def mamba_pool_view(manager: Any) -> MambaPoolView | None:
+    """The (one, cached) mamba pool view of ``manager``, or None when it holds no mamba state pool."""
+    if getattr(manager, "mamba_state_pool", None) is None:
+        return None
+    view = _MAMBA_VIEWS.get(manager)
+    if view is None:
+        view = _MAMBA_VIEWS[manager] = MambaPoolView(manager)
+    return view
