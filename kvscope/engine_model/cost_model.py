@@ -84,8 +84,8 @@ class CostModel:
         if num_steps < 0:
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
         end = phase + num_steps * self._expected_accepted
-        total = math.floor(end) - math.floor(phase)
-        return total, end - math.floor(end)
+        floor_end = math.floor(end)
+        return floor_end - math.floor(phase), end - floor_end
 
     def steps_to_generate(self, phase: float, num_tokens: int) -> int:
         """Fewest steps after which a request from ``phase`` has gained >= ``num_tokens`` tokens."""

@@ -367,7 +367,8 @@ class KVCacheManagerV2Model:
 
     # ---- generation allocation ------------------------------------------------------------------
     def _effective_draft_len(self, req: LlmRequestModel) -> int:
-        return get_draft_token_length(req)
+        drafts = req.py_draft_tokens  # get_draft_token_length, inlined (per request per iteration)
+        return len(drafts) if drafts is not None else 0
 
     def _generation_draft_slots(self, req: LlmRequestModel) -> int:
         slots = self._effective_draft_len(req)
@@ -539,18 +540,20 @@ class KVCacheManagerV2Model:
         cache_map, allocated_lens = self.kv_cache_map, self._allocated_draft_lens
         is_draft, reserve = self.is_draft, self._kv_reserve_draft_tokens
         capacity_only = not is_draft and not self.target_reserves_draft_slots
+        complete, context_init = LlmRequestState.GENERATION_COMPLETE, LlmRequestState.CONTEXT_INIT
         for req in scheduled_batch.generation_requests:
-            kv_cache = cache_map.get(req.py_request_id)
+            request_id = req.py_request_id
+            kv_cache = cache_map.get(request_id)
             if kv_cache is None or not kv_cache.is_active:
                 continue
             accepted = req.py_num_accepted_draft_tokens
-            allocated = allocated_lens.pop(req.py_request_id, None)
+            allocated = allocated_lens.pop(request_id, None)
             if allocated is None:  # this pool did not grow through the scheduler (unpaired mirror)
                 runtime_draft_len = req.py_rewind_len + accepted
                 allocated = max(runtime_draft_len, reserve) if is_draft else runtime_draft_len
             rewind_len = allocated - accepted if allocated > accepted else 0
             state = req.state
-            done = state is LlmRequestState.GENERATION_COMPLETE or state is LlmRequestState.CONTEXT_INIT
+            done = state is complete or state is context_init
             new_capacity = None if done else kv_cache.capacity - rewind_len
             history_length = req.get_num_tokens(0) - 1
             if capacity_only:

@@ -234,7 +234,9 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             if budget.requests_full:
                 break
             if self.chunking_enabled and not self._has_context_chunk_budget(budget):
-                continue
+                # The budget only changes on a commit below, so every later request would be
+                # skipped here too: stop (same outcome, without a check per waiting request).
+                break
             if req.py_request_id in preempted_ids or self._pending_ctx_certainly_blocked(req):
                 continue
             first_new_block = None
