@@ -34,7 +34,7 @@ MAX_MESSAGE_CHARS = 512
 
 REQUEST_ATTRIBUTES_READ: tuple[str, ...] = (
     "py_request_id", "prompt_len", "max_new_tokens", "state", "context_current_position",
-    "context_chunk_size", "py_draft_tokens", "max_beam_num_tokens",
+    "context_chunk_size", "py_draft_tokens", "max_beam_num_tokens", "is_first_context_chunk",
 )
 """Every LlmRequest attribute the hooks read (checked against the source snapshots by a test).
 The model-only ``num_generated_tokens`` is preferred when present (the model has no beams)."""
@@ -96,6 +96,11 @@ def _div_up(a: int, b: int) -> int:
     return -(-a // b) if b > 0 else 0
 
 
+_HOLD_KINDS = frozenset((EventKind.BLOCKS_REUSED, EventKind.BLOCKS_ALLOCATED, EventKind.BLOCKS_FREED,
+                         EventKind.RESIZED, EventKind.SUSPENDED, EventKind.RESUMED, EventKind.BLOCKS_COMMITTED))
+"""Block events of a first-chunk admission attempt's hold: kept back until the attempt is admitted."""
+
+
 class Binding:
     """Shared state of one instrumentation (see module docstring).
 
@@ -114,6 +119,13 @@ class Binding:
         self.arrived: set[int] = set()
         self.pending: set[int] = set()
         self.admitted: set[int] = set()
+        self.waiting: set[int] = set()
+        """Arrived, not admitted, not ended: the requests a pass may defer."""
+        self.holds: dict[int, list[tuple]] = {}
+        """request id -> block events of its first-chunk attempt in this pass, kept back (with the
+        pool state read when they happened) until the attempt is admitted; dropped when it is not."""
+        self.causes: dict[int, tuple[PoolRole, str, int, Any]] = {}
+        """request id -> (blocking pool, reason, shortfall blocks, manager) seen in this pass."""
         self.streaks: set[tuple[int, PoolRole, EventKind]] = set()
         self.managers: dict[int, Any] = {}
         """id(manager) -> manager, in discovery order (target and draft)."""
@@ -134,11 +146,21 @@ class Binding:
     # ---- emission -----------------------------------------------------------------------------
     def emit(self, kind: EventKind, request_id: int = -1, pool: PoolRole = PoolRole.NONE,
              num_blocks: int = 0, num_tokens: int = 0, num_requests: int = 0,
-             manager: Any = None, reason: str = "") -> None:
-        if manager is not None and self.state_every:
+             manager: Any = None, reason: str = "", state: tuple[int, int, int, int] | None = None) -> None:
+        """Record one event with ``manager``'s pool state after the fact (read now, or ``state``
+        when the caller knows it); a first-chunk attempt's hold events are kept back (:attr:`holds`)."""
+        if state is not None:
+            cap, free, evictable, reserved = state
+        elif manager is not None and self.state_every:
             cap, free, evictable, reserved = self.reader.state(manager)
         else:
             cap = free = evictable = reserved = UNKNOWN
+        if self.holds and kind in _HOLD_KINDS:
+            held = self.holds.get(request_id)
+            if held is not None:
+                held.append((kind, request_id, pool, num_blocks, num_tokens, num_requests,
+                             cap, free, evictable, reserved, reason))
+                return
         self.rec.record(kind, request_id, pool, num_blocks, num_tokens, num_requests,
                         cap, free, evictable, reserved, reason)
 
@@ -232,6 +254,59 @@ class Binding:
             self._fingerprints[id(manager)] = self.reader.fingerprint(manager)
         return tokens_held
 
+    def sweep_batch(self, manager: Any, batch: Any, before: tuple[int, int, int, int] | None) -> None:
+        """Report what one ``_prepare_draft_resources`` call did, request by request in the order it
+        processes them (context requests, then generation requests), each event stamped with the
+        pool state right after THAT request's change.
+
+        The call sizes every mirror in one go, so only the states before (``before``) and after it
+        are read; walking back from the state after, each request's change is undone in reverse
+        order. That is exact when the call only took (or gave back) free GPU blocks: the free count
+        moved by the sum of the changes and nothing was evicted (unpaired mirrors never commit, so
+        their pool has nothing to evict). Otherwise every event gets the state after the call.
+        """
+        known = self.known.setdefault(id(manager), {})
+        caches = manager.kv_cache_map
+        changes = []
+        taken = 0
+        for req in (*batch.context_requests, *batch.generation_requests):
+            rid = req.py_request_id
+            cache = caches.get(rid)
+            if cache is None:
+                continue
+            nb1, active1 = cache.num_blocks, cache.is_active
+            last = known.get(rid)
+            if last is not None and last[0] == nb1 and last[1] == active1:
+                continue
+            delta = (nb1 if active1 else 0) - (last[0] if last is not None and last[1] else 0)
+            changes.append((rid, cache, last, delta))
+            taken += delta
+        if not changes:
+            return
+        after = self.reader.state(manager)
+        exact = (before is not None and min(before) >= 0 and min(after) >= 0 and before[2] == after[2]
+                 and before[1] - after[1] == taken)
+        states = []
+        free = after[1]
+        for change in reversed(changes):
+            states.append((after[0], free, after[2], after[3]) if exact else after)
+            free += change[3]
+        role = role_of(manager)
+        for (rid, cache, last, _), state in zip(changes, reversed(states)):
+            nb1, active1 = cache.num_blocks, cache.is_active
+            known[rid] = (nb1, active1)
+            if last is None:
+                if nb1:
+                    self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1, cache.capacity, state=state)
+                continue
+            nb0, active0 = last
+            if active1 and not active0:
+                self.emit(EventKind.RESUMED, rid, role, nb1, cache.capacity, state=state)
+            if nb1 > nb0:
+                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cache.capacity, state=state)
+            elif nb1 < nb0:
+                self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cache.capacity, state=state)
+
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
         after = cache_view(manager, rid)
@@ -302,13 +377,72 @@ class Binding:
             return
         self.arrived.add(rid)
         self.pending.add(rid)
+        self.waiting.add(rid)
         self.emit(EventKind.REQUEST_ARRIVED, rid, PoolRole.NONE, int(getattr(req, "max_new_tokens", 0) or 0),
                   int(req.prompt_len))
 
     def end_request(self, rid: int) -> None:
         self.pending.discard(rid)
         self.admitted.discard(rid)
+        self.waiting.discard(rid)
         self.end_streaks(rid)
+
+    # ---- admission attempts -------------------------------------------------------------------
+    def start_hold(self, req: Any) -> None:
+        """A first-chunk admission attempt begins (``_prepare_context_pair``). The scheduler tries a
+        queued request every iteration and, when the attempt fails, frees the caches it prepared in
+        the same pass; those holds are kept back so that a prefix hit (BLOCKS_REUSED) and its
+        blocks are reported once, by the attempt that is admitted."""
+        if req.is_first_context_chunk:
+            self.holds[req.py_request_id] = []
+
+    def admit(self, req: Any) -> None:
+        """The attempt for ``req``'s chunk was admitted: its held-back block events, then (first
+        time) ADMITTED with the tokens reused in the target."""
+        rid = req.py_request_id
+        held = self.holds.pop(rid, None)
+        if held:
+            record = self.rec.record
+            for args in held:
+                record(*args)
+        if rid not in self.admitted:
+            self.admitted.add(rid)
+            self.waiting.discard(rid)
+            self.causes.pop(rid, None)
+            self.end_streaks(rid)
+            self.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
+
+    def defer_cause(self, rid: int, pool: PoolRole, reason: str, num_blocks: int = 0, manager: Any = None) -> None:
+        """Why a waiting request's attempt failed in this pass (reported by :meth:`defer_waiting`)."""
+        if rid in self.waiting:
+            self.causes[rid] = (pool, reason, num_blocks, manager)
+
+    def defer_waiting(self, scheduler: Any, candidates: list[Any], num_scheduled: int, num_tokens: int) -> None:
+        """End of a scheduling pass: ADMISSION_DEFERRED (once per streak and blocking pool) for
+        every waiting request the pass saw and did not admit; drop the holds of failed attempts.
+
+        The blocking pool and reason come from the failed attempt (target resize or preparation,
+        draft mirror refused); a request the pass did not try was stopped by the batch size, the
+        token budget, or queue order (an earlier request stopped the pass, or it waits behind a
+        request computing the same prefix). num_tokens = the target's prefix match found by the
+        failed attempt (its BLOCKS_REUSED is not reported: the hold was released), 0 if none.
+        """
+        holds = self.holds
+        causes = self.causes
+        for req in candidates:
+            rid = req.py_request_id
+            if rid not in self.waiting:
+                continue
+            matched = 0
+            for args in holds.get(rid, ()):
+                if args[0] is EventKind.BLOCKS_REUSED and args[2] is PoolRole.TARGET:
+                    matched = args[4]
+            pool, reason, short, manager = causes.get(rid) or (PoolRole.NONE, None, 0, None)
+            if not reason:
+                reason = _budget_reason(scheduler, num_scheduled, num_tokens, prepared=reason == "")
+            self.emit_once(EventKind.ADMISSION_DEFERRED, rid, pool, short, matched, manager, reason)
+        holds.clear()
+        causes.clear()
 
     def next_iteration(self) -> int:
         self.num_iterations += 1
@@ -333,11 +467,28 @@ class Binding:
         self.emit(EventKind.ENGINE_FAILED, rid, self.raising_pool, 0, asked,
                   reason=f"{type(exc).__name__}: {message}"[:MAX_MESSAGE_CHARS])
         self.snapshot_pools()
+        self.holds.clear()
+        self.causes.clear()
         short = f"engine failed: {message}"[:MAX_MESSAGE_CHARS]
         for pending in sorted(self.pending):
             self.emit(EventKind.REQUEST_FAILED, pending, PoolRole.NONE, reason=short)
         self.pending.clear()
         self.raising_pool = PoolRole.NONE
+
+
+def _budget_reason(scheduler: Any, num_scheduled: int, num_tokens: int, prepared: bool = False) -> str:
+    """Why the pass did not try a waiting request, or (``prepared``) did not size the chunk it
+    prepared (scheduler limits read by their real names)."""
+    max_requests = getattr(scheduler, "max_num_requests", None)
+    if max_requests is not None and num_scheduled >= max_requests:
+        return f"batch full: {num_scheduled} of max_num_requests={max_requests} scheduled"
+    max_tokens = getattr(scheduler, "max_num_tokens", None)
+    unit = max(int(getattr(scheduler, "chunk_unit_size", 0) or 0), 1)
+    if max_tokens is not None and max_tokens - num_tokens < unit:
+        return f"token budget: {num_tokens} of max_num_tokens={max_tokens} tokens scheduled"
+    if prepared or (max_tokens is not None and num_tokens >= max_tokens):
+        return f"token budget: the chunk did not fit ({num_tokens} of max_num_tokens={max_tokens} tokens scheduled)"
+    return "not tried: queue stopped at an earlier request, or waiting behind one computing the same prefix"
 
 
 def parse_asked_tokens(message: str) -> int:

@@ -22,6 +22,7 @@ from kvscope.engines.hooks import (
     _on_prepare,
     try_allocate_context,
 )
+from kvscope.events import PoolRole
 
 FastFactory = Callable[[Binding, Callable[..., Any]], Callable[..., Any]]
 
@@ -62,18 +63,32 @@ def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
     return factory
 
 
-def _fast_on_false(on_result: OnResult) -> FastFactory:
+def _fast_generation(on_result: OnResult) -> FastFactory:
+    """``try_allocate_generation``: a refusal goes to ``on_result``; a success that took blocks (or
+    resumed the cache) is reported at once, with the pool state after it. Most steps stay within
+    the last block, so a success costs two attribute reads and a comparison."""
     def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
         rec = b.rec
 
         @functools.wraps(original)
         def method(self, req, *args, **kwargs):
+            if not rec.enabled:
+                return original(self, req, *args, **kwargs)
+            try:
+                before = cache_view(self, req.py_request_id)
+            except Exception:
+                b.hook_failed()
+                return original(self, req, *args, **kwargs)
             result = original(self, req, *args, **kwargs)
-            if not result and rec.enabled:
-                try:
+            try:
+                if not result:
                     on_result(b, self, req, (req, *args), kwargs, result, cache_view(self, req.py_request_id))
-                except Exception:
-                    b.hook_failed()
+                elif before is not None:
+                    cache = self.kv_cache_map.get(req.py_request_id)
+                    if cache is not None and (cache.num_blocks != before[0] or cache.is_active != before[2]):
+                        b.emit_cache_diff(self, req.py_request_id, before)
+            except Exception:
+                b.hook_failed()
             return result
 
         return method
@@ -92,24 +107,36 @@ def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Call
 
 
 def _fast_prepare_pair(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
-    """``_prepare_context_pair``: an unpaired draft mirror refused at admission (00746ef's
-    ``admit_mirror`` returned False although the target prepared) -> RESUME_FAILED + deferral in the
-    draft pool. Observed here, once per context attempt, rather than on ``admit_mirror``, which the
-    scheduler also calls for every running generation request every iteration."""
+    """``_prepare_context_pair``: a first chunk's admission attempt starts here (its hold events are
+    kept back until admitted, :meth:`Binding.start_hold`); an unpaired draft mirror refused at
+    admission (00746ef's ``admit_mirror`` returned False although the target prepared) ->
+    RESUME_FAILED + deferral in the draft pool. Observed here, once per context attempt, rather than
+    on ``admit_mirror``, which the scheduler also calls for every running generation request every
+    iteration."""
     rec = b.rec
 
     @functools.wraps(original)
     def method(self, req, *args, **kwargs):
+        if not rec.enabled:
+            return original(self, req, *args, **kwargs)
+        try:
+            b.start_hold(req)
+        except Exception:
+            b.hook_failed()
         result = original(self, req, *args, **kwargs)
-        if not result and rec.enabled:
-            try:
+        try:
+            if result:
+                # Prepared: unless a resize hook names a failure, a chunk that is not admitted now
+                # did not fit the token budget (reported at the end of the pass).
+                b.defer_cause(req.py_request_id, PoolRole.NONE, "")
+            else:
                 draft = self.draft_kv_cache_manager
                 if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
                     target_cache = self.kv_cache_manager.kv_cache_map.get(req.py_request_id)
                     if target_cache is not None and target_cache.is_active:
                         _on_admit_mirror(b, draft, req, (req, *args), kwargs, result, None)
-            except Exception:
-                b.hook_failed()
+        except Exception:
+            b.hook_failed()
         return result
 
     return method
@@ -120,7 +147,7 @@ FAST_HOOKS: dict[str, FastFactory] = {
     "KVCacheManagerV2.prepare_context_cache": _fast_diff(_on_prepare),
     "KVCacheManagerV2.resize_context": _fast_diff(_on_context_resize),
     "KVCacheManagerV2.try_allocate_draft_context": _fast_diff(_on_context_resize),
-    "KVCacheManagerV2.try_allocate_generation": _fast_on_false(_on_generation),
+    "KVCacheManagerV2.try_allocate_generation": _fast_generation(_on_generation),
     "KVCacheV2Scheduler._prepare_context_pair": _fast_prepare_pair,
     "KVCacheV2Scheduler._try_allocate_context": _fast_try_allocate_context,
 }

@@ -81,19 +81,13 @@ def _diff_request(name: str = "req", on_result: OnResult | None = None) -> Calla
     return factory
 
 
-def _deferred_if_new(b: Binding, req: Any, pool: PoolRole, num_tokens: int, reason: str,
-                     manager: Any = None) -> None:
-    # "Not admitted yet" is the binding's own record (ADMITTED is emitted once, at the first chunk's
-    # admission); is_first_context_chunk is not used because after a prefix hit the cursor sits at
-    # the reused length, and only the real request compares it with the prepopulated length.
-    if req.py_request_id not in b.admitted:
-        b.emit_once(EventKind.ADMISSION_DEFERRED, req.py_request_id, pool, 0, num_tokens, manager, reason)
-
-
 def _on_prepare(b, m, req, args, kwargs, result, before) -> None:
     if result is None or result is False:
         b.failed_pool = role_of(m)
-        _deferred_if_new(b, req, role_of(m), 0, "prepare_context refused (resume gate or no IndexMapper slot)", m)
+        # "Not admitted yet" is the binding's own record (Binding.waiting): the deferral itself is
+        # reported at the end of the pass (Binding.defer_waiting).
+        b.defer_cause(req.py_request_id, role_of(m), "prepare_context refused (resume gate or no IndexMapper slot)",
+                      0, m)
 
 
 def _on_context_resize(b, m, req, args, kwargs, result, before) -> None:
@@ -103,7 +97,9 @@ def _on_context_resize(b, m, req, args, kwargs, result, before) -> None:
     b.failed_pool = role
     num_tokens = _second(args, kwargs, "num_tokens")
     asked = req.context_current_position + num_tokens + getattr(m, "num_extra_kv_tokens", 0)
-    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
+    short = b.shortfall(m, req.py_request_id, asked)
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, short, asked, m)
+    b.defer_cause(req.py_request_id, role, f"{role.value} resize to {asked} tokens failed", short, m)
 
 
 def _on_generation(b, m, req, args, kwargs, result, before) -> None:
@@ -128,26 +124,40 @@ def _on_admit_mirror(b, m, req, args, kwargs, result, before) -> None:
     b.failed_pool = PoolRole.DRAFT
     why = "draft mirror resume refused" if req.py_request_id in m.kv_cache_map else "no IndexMapper slot for the mirror"
     b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, PoolRole.DRAFT, 0, 0, m, why)
-    _deferred_if_new(b, req, PoolRole.DRAFT, 0, why, m)
+    b.defer_cause(req.py_request_id, PoolRole.DRAFT, why, 0, m)
 
 
 def _prepare_draft(b: Binding) -> Wrapper:
-    """The draft mirror's context/generation sizing; allocations are swept after the call (or before
-    the raise is reported), the raise site's request gets RESIZE_FAILED / RESUME_FAILED."""
+    """The draft mirror's context/generation sizing: allocations are reported after the call (or
+    before the raise is reported) in the order the call made them, each with the pool state after
+    it (:meth:`Binding.sweep_batch`); the raise site's request gets RESIZE_FAILED / RESUME_FAILED."""
     rec = b.rec
 
     def wrapper(wrapped, instance, args, kwargs):
-        try:
+        if not rec.enabled:
             return wrapped(*args, **kwargs)
+        try:
+            batch = _first(args, kwargs, "scheduled_batch")
+            before = b.reader.state(instance)
+        except Exception:
+            b.hook_failed()
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            if rec.enabled:
-                try:
-                    b.raising_pool = role_of(instance)
-                    b.sweep(instance)
-                    _record_raise(b, instance, exc)
-                except Exception:
-                    b.hook_failed()
+            try:
+                b.raising_pool = role_of(instance)
+                b.sweep_batch(instance, batch, before)
+                b.sweep(instance)
+                _record_raise(b, instance, exc)
+            except Exception:
+                b.hook_failed()
             raise
+        try:
+            b.sweep_batch(instance, batch, before)
+        except Exception:
+            b.hook_failed()
+        return result
 
     return wrapper
 
@@ -222,13 +232,19 @@ def schedule_request(b: Binding) -> Wrapper:
     def wrapper(wrapped, instance, args, kwargs):
         if not rec.enabled:
             return wrapped(*args, **kwargs)
+        waiting: list = []
         try:
+            if b.holds:
+                b.holds.clear()  # a previous pass ended without its report (a failed hook)
             b.next_iteration()
             b.discover(getattr(instance, "kv_cache_manager", None))
             b.discover(getattr(instance, "draft_kv_cache_manager", None))
-            for req in _first(args, kwargs, "active_requests"):
+            active = _first(args, kwargs, "active_requests")
+            for req in active:
                 if req.py_request_id not in b.arrived:
                     b.arrive(req)
+            if b.waiting:
+                waiting = [r for r in active if r.py_request_id in b.waiting]
         except Exception:
             b.hook_failed()
         try:
@@ -248,6 +264,8 @@ def schedule_request(b: Binding) -> Wrapper:
                 num_tokens += req.context_chunk_size
             for req in gen:
                 num_tokens += 1 + len(req.py_draft_tokens or ())
+            if waiting or b.holds:
+                b.defer_waiting(instance, waiting, len(ctx) + len(gen), num_tokens)
             rec.record(EventKind.ITERATION_SCHEDULED, -1, PoolRole.NONE, len(ctx), num_tokens, len(ctx) + len(gen))
         except Exception:
             b.hook_failed()
@@ -266,17 +284,13 @@ def try_allocate_context(b: Binding) -> Wrapper:
         result = wrapped(*args, **kwargs)
         try:
             req = _first(args, kwargs, "req")
-            rid = req.py_request_id
             if result:
-                if rid not in b.admitted:
-                    b.admitted.add(rid)
-                    b.end_streaks(rid)
-                    b.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
-            elif rid not in b.admitted:
+                b.admit(req)
+            elif b.causes.get(req.py_request_id, (None, ""))[1] == "":
+                # No resize hook named the failure (only the "prepared" mark is there).
                 pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
                 manager = instance.kv_cache_manager if pool is PoolRole.TARGET else instance.draft_kv_cache_manager
-                b.emit_once(EventKind.ADMISSION_DEFERRED, rid, pool, 0, _second(args, kwargs, "num_tokens"),
-                            manager, "pool short at admission")
+                b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
         except Exception:
             b.hook_failed()
         return result

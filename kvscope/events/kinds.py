@@ -35,7 +35,10 @@ class EventKind(str, Enum):
     ADMITTED = "admitted"
     """Scheduled for its first context chunk. num_tokens = tokens reused from the prefix cache."""
     ADMISSION_DEFERRED = "admission_deferred"
-    """Not scheduled this iteration; pool = the pool that blocked it, num_blocks = shortfall if known."""
+    """Not scheduled this iteration; pool = the pool that blocked it (none: batch size, token budget
+    or queue order), num_blocks = shortfall if known, num_tokens = the target's prefix match found
+    by the refused attempt (0: none, or not tried), reason = the cause. Once per waiting streak
+    (until admitted) and blocking pool."""
     ADMISSION_REJECTED = "admission_rejected"
     """Refused for good (e.g. can never fit, or prompt longer than max_seq_len); reason says why."""
     CONTEXT_CHUNK_SCHEDULED = "context_chunk_scheduled"
@@ -47,7 +50,8 @@ class EventKind(str, Enum):
     BLOCKS_ALLOCATED = "blocks_allocated"
     """num_blocks newly taken from the pool; num_tokens = the cache's capacity after."""
     BLOCKS_REUSED = "blocks_reused"
-    """Prefix hit: num_blocks matched, num_tokens reused tokens."""
+    """Prefix hit: num_blocks matched, num_tokens reused tokens. Once per admission: the hold of an
+    attempt that is refused and released in the same pass is not reported (see ADMISSION_DEFERRED)."""
     BLOCKS_COMMITTED = "blocks_committed"
     """num_blocks published for reuse; num_tokens = committed tokens after."""
     BLOCKS_EVICTED = "blocks_evicted"

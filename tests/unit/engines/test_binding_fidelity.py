@@ -4,6 +4,7 @@ every waiting request, the pools' real per-token cost."""
 from __future__ import annotations
 
 from kvscope.engine_model.replay import build_engine, resolve
+from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.instrumentor import instrument
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import Recorder
@@ -25,5 +26,93 @@ def test_pool_configured_reports_the_budget_split_cost_when_pools_are_sized_from
 
 
 def test_pool_configured_reports_unknown_cost_when_pools_are_given_in_blocks():
-    # qwen-hybrid-mtp's pools are given in blocks; GLM's slopes (the knob defaults) are not its cost.
-    assert _configured("qwen-hybrid-mtp") == [(T, 0, 32), (D, 0, 32)]
+    # qwen-hybrid-mtp's pools are given in blocks (mamba: slots); GLM's slopes (the knob defaults)
+    # are not its cost.
+    assert _configured("qwen-hybrid-mtp") == [(T, 0, 32), (D, 0, 32), (PoolRole.MAMBA, 0, 1)]
+
+
+def _recorder(engine) -> Recorder:
+    return Recorder(clock=engine.clock.now_ns, clock_name="simulated", capacity=1 << 12)
+
+
+def test_draft_allocations_carry_the_pool_state_after_each_one_when_two_mirrors_are_sized_in_one_call(make_engine):
+    engine = make_engine(num_target_blocks=32, num_draft_blocks=16)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 2, (11, 12)))
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 2, (21, 22)))
+    engine.step()
+    rows = [(e.request_id, e.pool, e.num_blocks, e.capacity_blocks, e.free_blocks, e.evictable_blocks)
+            for e in rec.drain() if e.kind is K.BLOCKS_ALLOCATED]
+    # Both mirrors are sized by one _prepare_draft_resources call: 16 -> 13 -> 10 free, not 10 twice.
+    assert rows == [(1, T, 3, 32, 29, 0), (2, T, 3, 32, 26, 0), (1, D, 3, 16, 13, 0), (2, D, 3, 16, 10, 0)]
+
+
+def test_generation_growth_carries_the_pool_state_after_it_when_a_step_crosses_a_block(make_engine):
+    engine = make_engine(num_target_blocks=32, num_draft_blocks=16)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 6, (11, 12)))
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 6, (21, 22)))
+    for _ in range(3):
+        engine.step()
+    rows = [(e.iteration, e.request_id, e.pool, e.num_blocks, e.num_tokens, e.free_blocks) for e in rec.drain()
+            if e.kind is K.BLOCKS_ALLOCATED and e.iteration == 2]
+    # Iteration 2 grows both caches to 14 tokens: one more block each, in the target (scheduler,
+    # one request after the other) and in the draft (one _prepare_draft_resources call).
+    assert rows == [(2, 1, T, 1, 14, 25), (2, 2, T, 1, 14, 24), (2, 1, D, 1, 14, 9), (2, 2, D, 1, 14, 8)]
+
+
+def test_prefix_hit_is_reported_once_when_a_queued_request_is_retried_until_admitted(make_engine):
+    engine = make_engine(num_target_blocks=5, num_draft_blocks=16)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 6, (11, 12)))
+    engine.step()
+    engine.add_request(WorkloadRequest(2, 0.0, 14, 2, (11, 12, 13)))
+    for _ in range(4):
+        engine.step()
+    assert engine.stats.requests_completed == 1
+    rows = [(e.iteration, e.pool, e.kind, e.num_blocks, e.num_tokens) for e in rec.drain() if e.request_id == 2]
+    # Tried in iterations 1-4 (1 and 3 blocks short, then request 1 frees its blocks): the holds
+    # of the three refused attempts are not reported, the deferral carries the match (7 tokens).
+    assert rows == [
+        (0, N, K.REQUEST_ARRIVED, 2, 14),
+        (1, T, K.RESIZE_FAILED, 1, 14),
+        (1, T, K.ADMISSION_DEFERRED, 1, 7),
+        (4, T, K.BLOCKS_REUSED, 2, 7),
+        (4, T, K.BLOCKS_ALLOCATED, 2, 14),
+        (4, N, K.ADMITTED, 0, 7),
+        (4, N, K.CONTEXT_CHUNK_SCHEDULED, 7, 7),
+        (4, D, K.BLOCKS_ALLOCATED, 4, 14),
+        (4, T, K.BLOCKS_COMMITTED, 2, 14),
+    ]
+
+
+def test_every_waiting_request_is_deferred_once_when_the_batch_is_full(make_engine):
+    engine = make_engine(num_target_blocks=64, num_draft_blocks=64)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    for rid in range(1, 7):
+        engine.add_request(WorkloadRequest(rid, 0.0, 8, 4, (rid * 10, rid * 10 + 1)))
+    for _ in range(3):
+        engine.step()
+    rows = [(e.iteration, e.request_id, e.pool, e.num_blocks, e.num_tokens, e.reason) for e in rec.drain()
+            if e.kind is K.ADMISSION_DEFERRED]
+    full = "batch full: 4 of max_num_requests=4 scheduled"
+    assert rows == [(0, 5, N, 0, 0, full), (0, 6, N, 0, 0, full)]
+
+
+def test_waiting_request_is_deferred_for_the_token_budget_when_its_prepared_chunk_does_not_fit(make_engine):
+    engine = make_engine(num_target_blocks=64, num_draft_blocks=64)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    for rid in (1, 2, 3):
+        engine.add_request(WorkloadRequest(rid, 0.0, 30, 2, tuple(range(rid * 10, rid * 10 + 7))))
+    engine.step()
+    rows = [(e.iteration, e.request_id, e.pool, e.kind, e.reason) for e in rec.drain()
+            if e.request_id == 3 and e.kind in (K.ADMISSION_DEFERRED, K.BLOCKS_ALLOCATED, K.ADMITTED)]
+    # Two 30-token prompts (+1 draft token each) of the 64-token budget are scheduled; request 3
+    # (31 tokens) does not fit, and its prepared cache is released, not reported.
+    assert rows == [(0, 3, N, K.ADMISSION_DEFERRED,
+                     "token budget: the chunk did not fit (60 of max_num_tokens=64 tokens scheduled)")]

@@ -159,7 +159,8 @@ def test_deferral_is_recorded_once_then_admission_when_the_target_pool_is_short(
             if e.request_id == 2 and e.kind in (K.RESIZE_FAILED, K.ADMISSION_DEFERRED, K.ADMITTED)]
     assert rows == [
         (0, T, K.RESIZE_FAILED, 2, 10),  # needs 3 blocks, 1 is free
-        (0, T, K.ADMISSION_DEFERRED, 0, 10),
+        # Deferred in the target: num_blocks = the shortfall, num_tokens = the target's prefix match.
+        (0, T, K.ADMISSION_DEFERRED, 2, 0),
         (2, N, K.ADMITTED, 0, 0),
     ]
 
