@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvscope.analysis import analyze
+from kvscope.analysis import analyze_files
 from kvscope.analysis.loader import load_events
 from kvscope.events import EVENT_KINDS, FIELDS, POOL_ROLES
 from kvscope.recording import read_frame
@@ -95,7 +95,7 @@ def floor_pass(path: Path) -> int:
 
 
 def end_to_end(path: Path) -> tuple[int, int]:
-    a = analyze(load_events(path))
+    a = analyze_files(path)
     return a.num_events, len(a.findings)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kvscope.events import EVENT_KINDS, EventKind
 
@@ -82,6 +83,24 @@ class EventColumns:
             vals = pd.Series(r).iloc[idx].astype(object).tolist()
         return ["" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in vals]
 
+    def reason_array(self, positions: np.ndarray) -> pd.api.extensions.ExtensionArray:
+        """``reason`` at ``positions`` as a pandas ``string`` array ("" where the position is -1
+        or the reason is missing), without a Python string per row when the source is Arrow."""
+        idx = np.asarray(positions, dtype=np.int64)
+        r = self._reason
+        if isinstance(r, (pa.Array, pa.ChunkedArray)) and pd.StringDtype().storage == "pyarrow":
+            got = r.take(pa.array(np.maximum(idx, 0))) if len(r) else pa.nulls(len(idx), pa.string())
+            got = pc.if_else(pa.array(idx >= 0), got, "")
+            got = pc.fill_null(got, "")
+            if isinstance(got, pa.ChunkedArray):
+                got = got.combine_chunks()
+            return pd.array(got.cast(pa.large_string()), dtype=pd.StringDtype())
+        vals = np.full(len(idx), "", dtype=object)
+        has = np.flatnonzero(idx >= 0)
+        if len(has):
+            vals[has] = self.reason_at(idx[has])
+        return pd.array(vals, dtype="string")
+
     # ---- positions by kind -----------------------------------------------------------------
     def _kind_index(self) -> tuple[np.ndarray, np.ndarray]:
         got = self._cache.get("kind_index")
@@ -101,11 +120,11 @@ class EventColumns:
         parts = []
         for k in kinds:
             c = _K[k] if isinstance(k, EventKind) else int(k)
-            parts.append(order[bounds[c]:bounds[c + 1]])
-        if len(parts) == 1:
-            return parts[0].astype(np.int64, copy=False)
-        out = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
-        return np.sort(out)
+            if bounds[c + 1] > bounds[c]:
+                parts.append(order[bounds[c]:bounds[c + 1]])
+        if len(parts) <= 1:
+            return parts[0].astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
+        return np.sort(np.concatenate(parts).astype(np.int64, copy=False))
 
     def request_positions(self, *kinds: EventKind | int) -> np.ndarray:
         """:meth:`positions` restricted to events that name a request (``request_id >= 0``)."""
@@ -126,13 +145,21 @@ class EventColumns:
 
     def run_index(self, positions: np.ndarray) -> np.ndarray:
         """Index (into :meth:`iteration_ends`) of the iteration run holding each position."""
-        return np.searchsorted(self.iteration_ends(), positions)
+        return self.cached("run_of", lambda: count_below(self.iteration_ends(), len(self)))[positions]
 
     def cached(self, key: str, make):
         """``make()`` once per key (derived results several detectors share)."""
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
+
+
+def count_below(marks: np.ndarray, n: int) -> np.ndarray:
+    """``out[p]`` = how many of the sorted, distinct positions ``marks`` are < p, for p in [0, n]
+    (``np.searchsorted(marks, p)`` for every position at once: one cumulative sum)."""
+    m = np.zeros(n + 2, dtype=np.int32 if len(marks) < 2**31 - 1 else np.int64)
+    m[np.asarray(marks, dtype=np.int64) + 1] = 1
+    return np.cumsum(m, dtype=m.dtype)[: n + 1]
 
 
 def as_columns(events: pd.DataFrame | EventColumns) -> EventColumns:
@@ -152,4 +179,4 @@ def as_columns(events: pd.DataFrame | EventColumns) -> EventColumns:
     )
 
 
-__all__ = ["INT_COLUMNS", "EventColumns", "as_columns"]
+__all__ = ["INT_COLUMNS", "EventColumns", "as_columns", "count_below"]

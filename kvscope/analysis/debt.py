@@ -25,8 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.columns import EventColumns, as_columns
-from kvscope.analysis.frame import END_KINDS, KV_POOLS, P, group_pick, pool_configs, request_ids
+from kvscope.analysis.columns import EventColumns, as_columns, count_below
+from kvscope.analysis.frame import (
+    END_KINDS,
+    KV_POOLS,
+    P,
+    group_pick,
+    pool_configs,
+    request_ids,
+    request_index,
+)
 from kvscope.events import EVENT_KINDS, EventKind, PoolRole
 
 
@@ -36,7 +44,8 @@ class DebtResult:
 
     Attributes:
         track_arrays: per pool, the (request, position) updates as arrays: pos, request_id,
-            pool, held_blocks, final_blocks, remaining_blocks, is_counted (``track`` builds the frame).
+            held_blocks, final_blocks, remaining_blocks (float), is_counted, and the ``pool`` role
+            (``track`` builds the frame).
         full: pool role -> dict of arrays at the evaluation points ``pos`` (:func:`eval_points`
             plus ENGINE_FAILED events): need, decode_held, available, capacity (NaN before the
             pool is first observed), queued, shortfall, debt, projected (debt with the queue
@@ -88,7 +97,11 @@ class DebtResult:
         if not self.track_arrays:
             return pd.DataFrame(columns=["pos", "request_id", "pool", "held_blocks", "final_blocks",
                                          "remaining_blocks", "is_counted"])
-        return pd.concat([pd.DataFrame(t) for t in self.track_arrays], ignore_index=True)
+        return pd.concat([pd.DataFrame({
+            "pos": t["pos"], "request_id": t["request_id"], "pool": np.full(len(t["pos"]), t["pool"]),
+            "held_blocks": t["held_blocks"].astype(np.int64), "final_blocks": t["final_blocks"].astype(np.int64),
+            "remaining_blocks": t["remaining_blocks"].astype(np.int64), "is_counted": t["is_counted"],
+        }) for t in self.track_arrays], ignore_index=True)
 
     def owing_at(self, role: str, pos: int) -> list[int]:
         """Request ids (ascending) with remaining need in ``role`` just after event ``pos``."""
@@ -98,12 +111,13 @@ class DebtResult:
         return [int(x) for x in np.unique(r[(lo <= pos) & (hi > pos)])]
 
 
-def _sum_upto(pos: np.ndarray, w: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
-    """For each query position in ``q``, the sum of the weights of rows at positions <= it
-    (positions are event positions < ``n``; one bincount + cumsum, no sort)."""
-    if len(q) == 0:
+def _sum_upto(bucket: np.ndarray, w: np.ndarray, num_q: int) -> np.ndarray:
+    """For each of ``num_q`` sorted query positions, the sum of the weights of rows at positions
+    <= it, where ``bucket`` is each row's count of query positions below it (:func:`count_below`:
+    the first query that sees the row). One bincount + cumsum, no sort."""
+    if num_q == 0:
         return np.zeros(0)
-    return np.cumsum(np.bincount(pos, weights=w, minlength=n))[q]
+    return np.cumsum(np.bincount(bucket, weights=w, minlength=num_q + 1)[:num_q])
 
 
 def lookup(values: pd.Series, keys: np.ndarray) -> np.ndarray:
@@ -117,19 +131,6 @@ def lookup(values: pd.Series, keys: np.ndarray) -> np.ndarray:
     return np.where(idx[at] == keys, vals[at], np.nan)
 
 
-def _ffill_groups(values: np.ndarray, group_start: np.ndarray, default: float) -> np.ndarray:
-    """Forward-fill NaNs within groups of consecutive rows (group_start marks each group's first row)."""
-    n = len(values)
-    if n == 0:
-        return values
-    src = np.arange(n)
-    src[~(~np.isnan(values) | group_start)] = 0
-    np.maximum.accumulate(src, out=src)
-    out = values[src]
-    out[np.isnan(out)] = default
-    return out
-
-
 def _prompt_table(ev: EventColumns) -> np.ndarray:
     """Prompt length per request (aligned with :func:`request_ids`; NaN unknown): REQUEST_ARRIVED
     (the first), else the furthest context chunk end."""
@@ -140,10 +141,10 @@ def _prompt_table(ev: EventColumns) -> np.ndarray:
         if len(cp):
             lo = np.iinfo(np.int64).min
             ends = np.full(len(ids), lo, dtype=np.int64)
-            np.maximum.at(ends, np.searchsorted(ids, ev.request_id[cp]), ev.num_tokens[cp] + ev.num_blocks[cp])
+            np.maximum.at(ends, request_index(ev, ev.request_id[cp]), ev.num_tokens[cp] + ev.num_blocks[cp])
             out = np.where(ends == lo, np.nan, ends.astype(np.float64))
         ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
-        first = group_pick(np.searchsorted(ids, ev.request_id[ap]), len(ids))
+        first = group_pick(request_index(ev, ev.request_id[ap]), len(ids))
         has = first >= 0
         out[has] = ev.num_tokens[ap[first[has]]]
         return out
@@ -152,7 +153,7 @@ def _prompt_table(ev: EventColumns) -> np.ndarray:
 
 def _prompts_of(ev: EventColumns, keys: np.ndarray) -> np.ndarray:
     """Prompt length (float, NaN unknown) of request ids ``keys`` (each named by some event)."""
-    return _prompt_table(ev)[np.searchsorted(request_ids(ev), keys)] if len(keys) else np.zeros(0)
+    return _prompt_table(ev)[request_index(ev, keys)] if len(keys) else np.zeros(0)
 
 
 def request_prompts(events: pd.DataFrame | EventColumns) -> pd.Series:
@@ -201,15 +202,17 @@ def compute_debt(
     status_pos = np.concatenate([on_pos, off_pos, done_pos])
     s_order = np.argsort(status_pos, kind="stable")
     status_pos = status_pos[s_order]
-    nan = np.nan
-    st_on = np.concatenate([np.ones(n_on), np.zeros(n_off), np.full(n_done, nan)])[s_order]
-    st_done = np.concatenate([np.zeros(n_on), np.full(n_off, nan), np.ones(n_done)])[s_order]
-    target_reuse_at_admit = np.concatenate([ntok[on_pos].astype(np.float64), np.full(n_off + n_done, nan)])[s_order]
+    status_type = np.repeat(np.array([_ON, _OFF, _DONE], dtype=np.int8), [n_on, n_off, n_done])[s_order]
 
     # Everything is evaluated at the consistent points (plus the fatal events), never per event.
     points = eval_points(ev)
     q_pos = sorted_union(points, ev.positions(EventKind.ENGINE_FAILED))
+    q_below = count_below(q_pos, n)  # per event position: the first query at or after it
+    nq = len(q_pos)
     ends = ev.iteration_ends()
+    # Iteration ends are query positions, so a row's iteration run follows from its bucket: the
+    # number of ends at or before the last query below it.
+    run_after_q = np.concatenate([[0], np.searchsorted(ends, q_pos, side="right")])
     cap_kinds = ev.positions(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
     freed_all = ev.positions(EventKind.BLOCKS_FREED)
     susp_kinds = ev.positions(EventKind.SUSPENDED, EventKind.RESUMED)
@@ -220,60 +223,54 @@ def compute_debt(
         tpb = int(cfg["tokens_per_block"])
         pc = P[role]
         parts = [x[(pool[x] == pc) & (rid[x] >= 0)] for x in (cap_kinds, freed_all, susp_kinds, reuse_all)]
-        n_parts = [len(x) for x in parts]
         own_cat = np.concatenate(parts)
-        o_order = np.argsort(own_cat, kind="stable")
-        own = own_cat[o_order]
-        tag = np.repeat(np.arange(4, dtype=np.int8), n_parts)[o_order]  # 0 cap, 1 freed, 2 susp, 3 reuse
-        own_tok = ntok[own].astype(np.float64)
-        n_own, n_st = len(own), len(status_pos)
-        pos = np.concatenate([own, status_pos])
-        cap = np.concatenate([np.where(tag == 0, own_tok, np.where(tag == 1, 0.0, nan)), np.full(n_st, nan)])
-        susp = np.concatenate([np.where(tag == 2, (kind[own] == _K_SUSPENDED).astype(float), nan), np.full(n_st, nan)])
-        reused = np.concatenate([np.where(tag == 3, own_tok, nan), np.full(n_st, nan)])
-        on = np.concatenate([np.full(n_own, nan), st_on])
-        done = np.concatenate([np.full(n_own, nan), st_done])
-        tgt_reuse = np.concatenate([np.full(n_own, nan), target_reuse_at_admit])
-        # Rows in position order first (two sorted runs: a stable sort merges them in linear
-        # time), then grouped by request (stable, so positions stay ascending within a request).
-        merge = np.argsort(pos, kind="stable")
-        order = merge[np.argsort(rid[pos[merge]], kind="stable")]
-        pos, r, cap, susp, reused, on, done, tgt_reuse = (
-            a[order] for a in (pos, rid[pos], cap, susp, reused, on, done, tgt_reuse))
+        own_type = np.repeat(np.array([_ALLOC, _FREED, _SUSP, _REUSE], dtype=np.int8), [len(x) for x in parts])
+        own_type[own_type == _SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, _SUSP, _RESUME)
+        pos = np.concatenate([own_cat, status_pos])
+        typ = np.concatenate([own_type, status_type])
+        # Rows grouped by request, in position order within a request; at the same position (the
+        # target's free is also a status row) the pool's own row first. One sort of a unique key.
+        g = request_index(ev, rid[pos]).astype(np.int64)
+        key = (g * (n + 1) + pos) * 2
+        key[len(own_cat):] += 1
+        order = np.argsort(key)
+        pos, typ = pos[order], typ[order]
+        r = rid[pos]
+        tok = ntok[pos].astype(np.float64)
         start = np.ones(len(r), dtype=bool)
         start[1:] = r[1:] != r[:-1]
-        cap = _ffill_groups(cap, start, 0.0)
-        susp = _ffill_groups(susp, start, 0.0)
-        reused = _ffill_groups(reused, start, 0.0)
-        on = _ffill_groups(on, start, 0.0)
-        done = _ffill_groups(done, start, 0.0)
+        # Each state is the value of the request's latest row of the kinds that set it.
+        last = _LastOfType(typ, start)
+        cap = last.value(_CAP_SETTERS, _ALLOC, tok)
+        susp = last.flag(_SUSP_SETTERS, _SUSP)
+        reused = last.value(_REUSE_SETTERS, _REUSE, tok)
+        counted = last.flag(_ON_SETTERS, _ON)
+        done = last.flag(_DONE_SETTERS, _DONE)
         if role == PoolRole.TARGET or bool(cfg["paired"]):
-            reused = np.maximum(reused, _ffill_groups(tgt_reuse, start, 0.0))  # paired mirrors get the target's reuse
-        held_tokens = np.where(susp > 0, 0.0, np.maximum(cap, reused))
+            reused = np.maximum(reused, last.value(_TGT_SETTERS, _ON, tok))  # paired mirrors get the target's reuse
+        held_tokens = np.where(susp, 0.0, np.maximum(cap, reused))
         held = np.ceil(held_tokens / tpb)
         group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
-        prompt = _prompts_of(ev, r[start])[group_id] if len(r) else np.zeros(0)
-        final = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
-        final = np.where(np.isnan(prompt), held, final)  # unknown prompt: assume nothing more is needed
-        counted = on > 0
+        prompt = _prompts_of(ev, r[start]) if len(r) else np.zeros(0)
+        final_r = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
+        # unknown prompt: assume nothing more is needed
+        final = np.where(np.isnan(prompt)[group_id], held, final_r[group_id]) if len(r) else np.zeros(0)
         rem = np.where(counted, np.maximum(final - held, 0.0), 0.0)
-        need = _sum_upto(pos, rem - np.where(start, 0.0, np.roll(rem, 1)), q_pos, n)
-        decoding = np.where(counted & (done > 0), held, 0.0)
-        decode_held = _sum_upto(pos, decoding - np.where(start, 0.0, np.roll(decoding, 1)), q_pos, n)
-        grew = np.maximum(held - np.where(start, 0.0, np.roll(held, 1)), 0.0) * (susp == 0)
-        alloc = np.bincount(ev.run_index(pos), weights=grew, minlength=len(ends))[: len(ends)]
+        bucket = q_below[pos]
+        need = _sum_upto(bucket, rem - np.where(start, 0.0, np.roll(rem, 1)), nq)
+        decoding = np.where(counted & done, held, 0.0)
+        decode_held = _sum_upto(bucket, decoding - np.where(start, 0.0, np.roll(decoding, 1)), nq)
+        grew = np.where(susp, 0.0, np.maximum(held - np.where(start, 0.0, np.roll(held, 1)), 0.0))
+        alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
         nxt = np.where(np.roll(start, -1), np.iinfo(np.int64).max, np.roll(pos, -1))
         if len(nxt):
             nxt[-1] = np.iinfo(np.int64).max
         pos_rem = rem > 0
         owing[role.value] = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
-        tracks.append({
-            "pos": pos, "request_id": r, "pool": np.full(len(pos), role.value), "held_blocks": held.astype(np.int64),
-            "final_blocks": final.astype(np.int64), "remaining_blocks": rem.astype(np.int64),
-            "is_counted": counted,
-        })
+        tracks.append({"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
+                       "final_blocks": final, "remaining_blocks": rem, "is_counted": counted})
         spos = _state_positions(ev, pc)
-        at = np.searchsorted(spos, q_pos, side="right") - 1
+        at = np.searchsorted(spos, q_pos, side="right") - 1  # last state at or before each query
         ok = at >= 0
         sp = spos[np.maximum(at, 0)] if len(spos) else np.zeros(len(q_pos), np.int64)
         avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
@@ -286,7 +283,7 @@ def compute_debt(
         }
 
     for role in pools:
-        full[role.value]["queued"] = _queued_need(ev, configs.loc[role.value], role, hit_window, q_pos)
+        full[role.value]["queued"] = _queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
     tgt = full.get(PoolRole.TARGET.value)
     for role in pools:
         f = full[role.value]
@@ -307,6 +304,46 @@ def compute_debt(
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)
+# Row types of the per-pool track: own events of the pool, then the shared status rows.
+_ALLOC, _FREED, _SUSP, _RESUME, _REUSE, _ON, _OFF, _DONE = range(8)
+
+
+def _setters(*types: int) -> np.ndarray:
+    lut = np.zeros(8, dtype=bool)
+    lut[list(types)] = True
+    return lut
+
+
+_CAP_SETTERS = _setters(_ALLOC, _FREED)  # capacity: the allocation's size, 0 once freed
+_SUSP_SETTERS = _setters(_SUSP, _RESUME)
+_REUSE_SETTERS = _setters(_REUSE)
+_ON_SETTERS = _setters(_ON, _OFF)  # counted: admitted, until an end or the target's free
+_DONE_SETTERS = _setters(_ON, _DONE)  # prefill done: a chunk reached the prompt's end (reset on admission)
+_TGT_SETTERS = _setters(_ON)  # the target's reuse as admitted
+
+
+class _LastOfType:
+    """Forward fill over rows grouped by request: for each row, the latest row of its request
+    (itself included) whose type is in a setter set."""
+
+    def __init__(self, typ: np.ndarray, start: np.ndarray) -> None:
+        self.typ, self.start = typ, start
+        self.idx = np.arange(len(typ))
+
+    def _src(self, setters: np.ndarray) -> np.ndarray:
+        src = np.where(setters[self.typ] | self.start, self.idx, 0)
+        if len(src):
+            np.maximum.accumulate(src, out=src)
+        return src  # a group's first row when no setter row precedes: its type tells
+
+    def flag(self, setters: np.ndarray, on_type: int) -> np.ndarray:
+        """True where the latest setter row has type ``on_type`` (False when there is none)."""
+        return self.typ[self._src(setters)] == on_type
+
+    def value(self, setters: np.ndarray, value_type: int, values: np.ndarray) -> np.ndarray:
+        """``values`` of the latest setter row when its type is ``value_type``, else 0."""
+        src = self._src(setters)
+        return np.where(self.typ[src] == value_type, values[src], 0.0)
 
 
 def _state_positions(ev: EventColumns, pc: int) -> np.ndarray:
@@ -317,19 +354,19 @@ def _state_positions(ev: EventColumns, pc: int) -> np.ndarray:
 
 
 def _queued_need(
-    ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_pos: np.ndarray,
+    ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_below: np.ndarray, nq: int,
 ) -> np.ndarray:
     """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
-    each query position."""
+    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them)."""
     n = len(ev)
     pool, rid = ev.pool, ev.request_id
     ids_all = request_ids(ev)
     ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
     if len(ap) == 0:
-        return np.zeros(len(q_pos))
+        return np.zeros(nq)
 
     def first(pos: np.ndarray) -> np.ndarray:
-        at = group_pick(np.searchsorted(ids_all, rid[pos]), len(ids_all))
+        at = group_pick(request_index(ev, rid[pos]), len(ids_all))
         return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
 
     arr = first(ap)
@@ -344,7 +381,7 @@ def _queued_need(
     uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
     if not uses_reuse:
         q = np.ceil(total / tpb)
-        return _sum_upto(np.concatenate([apos, stop]), np.concatenate([q, -q]), q_pos, n + 1)
+        return _sum_upto(q_below[np.concatenate([apos, stop])], np.concatenate([q, -q]), nq)
     # Recent hit rate of the target at each arrival (last hit_window admissions before it).
     a_pos = ev.positions(EventKind.ADMITTED)
     a_reused = ev.num_tokens[a_pos].astype(np.float64)
@@ -362,7 +399,7 @@ def _queued_need(
     # Known matches while queued (target's BLOCKS_REUSED before admission) replace the estimate.
     rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
     rpos = rpos[pool[rpos] == P[PoolRole.TARGET]]
-    g = np.searchsorted(ids_all, rid[rpos])
+    g = request_index(ev, rid[rpos])
     slot = np.full(len(ids_all), -1, dtype=np.int64)
     slot[has] = np.arange(len(has))
     idx = slot[g] if len(g) else np.zeros(0, np.int64)
@@ -381,7 +418,7 @@ def _queued_need(
     start = np.ones(len(rows_req), dtype=bool)
     start[1:] = rows_req[1:] != rows_req[:-1]
     prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    return _sum_upto(rows_pos, rows_val - prev, q_pos, n + 1)
+    return _sum_upto(q_below[rows_pos], rows_val - prev, nq)
 
 
 def _empty_series() -> pd.DataFrame:

@@ -194,19 +194,34 @@ def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.Data
 
 def request_ids(ev: EventColumns) -> np.ndarray:
     """Sorted distinct request ids (>= 0) named by any event."""
-    def make() -> np.ndarray:
+    return _request_index(ev)[0]
+
+
+def request_index(ev: EventColumns, rids: np.ndarray) -> np.ndarray:
+    """Index in :func:`request_ids` of each of ``rids`` (ids some event names; not -1)."""
+    ids, table = _request_index(ev)
+    if table is not None:
+        return table[rids]
+    return np.searchsorted(ids, rids)
+
+
+def _request_index(ev: EventColumns) -> tuple[np.ndarray, np.ndarray | None]:
+    def make() -> tuple[np.ndarray, np.ndarray | None]:
         rid = ev.request_id
         ok = rid >= 0
         if not ok.any():
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), None
         top = int(rid.max())
-        if top <= 8 * len(rid) + 1024:  # dense ids: one scatter instead of a sort
+        if top <= 8 * len(rid) + 1024:  # dense ids: a scatter and a lookup table instead of sorts
             seen = np.zeros(top + 1, dtype=bool)
             seen[rid[ok]] = True
-            return np.flatnonzero(seen).astype(np.int64)
+            ids = np.flatnonzero(seen).astype(np.int64)
+            table = np.full(top + 1, -1, dtype=np.int64)
+            table[ids] = np.arange(len(ids))
+            return ids, table
         ids = np.sort(rid[ok])
-        return ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
-    return ev.cached("request_ids", make)
+        return ids[np.concatenate([[True], ids[1:] != ids[:-1]])], None
+    return ev.cached("request_index", make)
 
 
 def group_pick(g: np.ndarray, n_groups: int, *, last: bool = False) -> np.ndarray:
@@ -266,7 +281,7 @@ def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
 
     def rows(*kinds: EventKind) -> tuple[np.ndarray, np.ndarray]:
         pos = ev.request_positions(*kinds)
-        return pos, np.searchsorted(ids, rid[pos])
+        return pos, request_index(ev, rid[pos])
 
     def pick(pos: np.ndarray, g: np.ndarray, last: bool = False) -> np.ndarray:
         at = group_pick(g, n_ids, last=last)
@@ -312,20 +327,16 @@ def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
         oc[ekind == k] = c
     out["outcome"] = pd.Categorical.from_codes(oc, dtype=OUTCOME_DTYPE)
     out["output_tokens"] = np.where(ekind == K[EventKind.REQUEST_FINISHED], _take(ntok, end, -1), -1).astype("int64")
-    reason = np.full(n_ids, "", dtype=object)
-    has_end = np.flatnonzero(end >= 0)
-    if len(has_end):
-        reason[has_end] = ev.reason_at(end[has_end])
-    out["reason"] = pd.array(reason, dtype="string")
+    out["reason"] = ev.reason_array(end)
 
+    rp, rg = rows(EventKind.BLOCKS_REUSED)
+    kp, kg = rows(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
     for role in KV_POOLS:
         pc = P[role]
         # A request may be matched several times (the scheduler retries and reverts); the match
         # that counts is the largest, not the sum.
-        rp, rg = rows(EventKind.BLOCKS_REUSED)
         m = ev.pool[rp] == pc
         reuse = _group_max(rg[m], ntok[rp[m]], n_ids)
-        kp, kg = rows(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
         m = ev.pool[kp] == pc
         peak = _group_max(kg[m], ntok[kp[m]], n_ids)
         out[f"reused_tokens_{role.value}"] = reuse
