@@ -15,6 +15,7 @@ or :func:`kvscope.analysis.loader.read_columns` (straight from a Parquet file).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,11 @@ INT_COLUMNS: tuple[str, ...] = (
 """The integer columns the analyzer reads (``rank``, ``pid`` and ``epoch_ns`` it never reads)."""
 
 
+ColumnSource = Callable[[np.ndarray | None], Any]
+"""A column not read yet: called with None for the whole column, or with positions for the values
+there only (an array for integer columns, an Arrow array for ``reason``)."""
+
+
 class EventColumns:
     """Column arrays of one event stream in recording order (read-only by convention).
 
@@ -47,16 +53,27 @@ class EventColumns:
 
     __slots__ = ("kind", "pool", "ts_ns", "iteration", "request_id", "num_blocks", "num_tokens",
                  "num_requests", "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",
-                 "attrs", "_reason", "_cache")
+                 "attrs", "_reason", "_cache", "_lazy")
 
     def __init__(self, *, kind: np.ndarray, pool: np.ndarray, reason: Any, attrs: dict | None = None,
-                 **ints: np.ndarray) -> None:
+                 **ints: np.ndarray | ColumnSource) -> None:
+        """Args:
+            kind, pool: category codes.
+            reason: a pandas Series, an Arrow array, None (all ""), or a :data:`ColumnSource`.
+            attrs: file headers (see :func:`kvscope.analysis.frame.header_meta`).
+            **ints: every column of :data:`INT_COLUMNS`: an array, or a :data:`ColumnSource` that
+                is read on first access (whole) or by :meth:`values_at` (only what is asked).
+        """
         missing = set(INT_COLUMNS) - set(ints)
         if missing:
             raise ValueError(f"EventColumns needs every column of INT_COLUMNS; missing {sorted(missing)}")
         self.kind = np.asarray(kind, dtype=np.int8)
         self.pool = np.asarray(pool, dtype=np.int8)
+        self._lazy: dict[str, ColumnSource] = {}
         for name in INT_COLUMNS:
+            if callable(ints[name]):
+                self._lazy[name] = ints[name]
+                continue
             a = np.asarray(ints[name])
             if a.dtype.kind != "i":
                 a = a.astype(np.int64)
@@ -66,6 +83,22 @@ class EventColumns:
         self._reason = reason
         self.attrs = attrs if attrs is not None else {}
         self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # Only reached for an unset slot: a column still at its source.
+        lazy = object.__getattribute__(self, "_lazy")
+        if name not in lazy:
+            raise AttributeError(name)
+        a = np.asarray(lazy.pop(name)(None))
+        setattr(self, name, a)
+        return a
+
+    def values_at(self, name: str, positions) -> np.ndarray:
+        """``getattr(self, name)[positions]``, reading only what is needed of a lazy column."""
+        idx = np.asarray(positions, dtype=np.int64)
+        if name in self._lazy:
+            return np.asarray(self._lazy[name](idx))
+        return getattr(self, name)[idx]
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -77,6 +110,9 @@ class EventColumns:
         r = self._reason
         if r is None or len(idx) == 0:
             return [""] * len(idx)
+        if callable(r):
+            r = r(idx)
+            idx = np.arange(len(idx))
         if isinstance(r, (pa.Array, pa.ChunkedArray)):
             vals = r.take(pa.array(idx)).to_pylist()
         else:
@@ -88,8 +124,16 @@ class EventColumns:
         or the reason is missing), without a Python string per row when the source is Arrow."""
         idx = np.asarray(positions, dtype=np.int64)
         r = self._reason
+        if callable(r):
+            has = np.flatnonzero(idx >= 0)
+            r = r(idx[has])  # only the rows asked for; -1 rows point at a placeholder
+            sub = np.full(len(idx), -1, dtype=np.int64)
+            sub[has] = np.arange(len(has))
+            idx = sub
         if isinstance(r, (pa.Array, pa.ChunkedArray)) and pd.StringDtype().storage == "pyarrow":
             got = r.take(pa.array(np.maximum(idx, 0))) if len(r) else pa.nulls(len(idx), pa.string())
+            if pa.types.is_dictionary(got.type):
+                got = got.cast(pa.string())
             got = pc.if_else(pa.array(idx >= 0), got, "")
             got = pc.fill_null(got, "")
             if isinstance(got, pa.ChunkedArray):

@@ -270,7 +270,8 @@ def compute_debt(
         tracks.append({"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
                        "final_blocks": final, "remaining_blocks": rem, "is_counted": counted})
         spos = _state_positions(ev, pc)
-        at = np.searchsorted(spos, q_pos, side="right") - 1  # last state at or before each query
+        # last state at or before each query: states counted per query bucket, accumulated
+        at = np.cumsum(np.bincount(q_below[spos], minlength=nq + 1)[:nq]) - 1
         ok = at >= 0
         sp = spos[np.maximum(at, 0)] if len(spos) else np.zeros(len(q_pos), np.int64)
         avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
@@ -360,22 +361,10 @@ def _queued_need(
     each of the ``nq`` query positions (``q_below``: :func:`count_below` of them)."""
     n = len(ev)
     pool, rid = ev.pool, ev.request_id
-    ids_all = request_ids(ev)
-    ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
-    if len(ap) == 0:
+    queue = ev.cached("queue", lambda: _queue_spans(ev))
+    if queue is None:
         return np.zeros(nq)
-
-    def first(pos: np.ndarray) -> np.ndarray:
-        at = group_pick(request_index(ev, rid[pos]), len(ids_all))
-        return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
-
-    arr = first(ap)
-    has = np.flatnonzero(arr >= 0)  # requests that arrived, by ascending id
-    apos = arr[has]
-    adm = first(ev.request_positions(EventKind.ADMITTED))[has]
-    end = first(ev.request_positions(*END_KINDS))[has]
-    stop = np.where(adm >= 0, adm, np.where(end >= 0, end, n))
-    prompt = np.nan_to_num(_prompt_table(ev)[has], nan=0.0)
+    has, apos, stop, prompt = queue
     tpb = int(cfg["tokens_per_block"])
     total = prompt + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]
     uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
@@ -400,7 +389,7 @@ def _queued_need(
     rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
     rpos = rpos[pool[rpos] == P[PoolRole.TARGET]]
     g = request_index(ev, rid[rpos])
-    slot = np.full(len(ids_all), -1, dtype=np.int64)
+    slot = np.full(len(request_ids(ev)), -1, dtype=np.int64)
     slot[has] = np.arange(len(has))
     idx = slot[g] if len(g) else np.zeros(0, np.int64)
     ok = idx >= 0
@@ -412,13 +401,35 @@ def _queued_need(
     rows_pos = np.concatenate([apos, rpos, stop])
     rows_req = np.concatenate([np.arange(k), idx, np.arange(k)])
     rows_val = np.concatenate([q0, qk, np.zeros(k)])
-    rows_ord = np.concatenate([np.zeros(k), np.ones(len(idx)), np.full(k, 2)])
-    order = np.lexsort((rows_ord, rows_pos, rows_req))
+    rows_ord = np.concatenate([np.zeros(k, np.int64), np.ones(len(idx), np.int64), np.full(k, 2, np.int64)])
+    order = np.argsort((rows_req * (n + 2) + rows_pos) * 3 + rows_ord)  # by request, position, kind
     rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
     start = np.ones(len(rows_req), dtype=bool)
     start[1:] = rows_req[1:] != rows_req[:-1]
     prev = np.where(start, 0.0, np.roll(rows_val, 1))
     return _sum_upto(q_below[rows_pos], rows_val - prev, nq)
+
+
+def _queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:
+    """Requests that arrived (index into :func:`request_ids`), their first arrival position,
+    the position they left the queue (first admission, else first end, else ``len(ev)``) and
+    their prompt length (0 unknown); None when nothing arrived."""
+    rid = ev.request_id
+    ids_all = request_ids(ev)
+    ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
+    if len(ap) == 0:
+        return None
+
+    def first(pos: np.ndarray) -> np.ndarray:
+        at = group_pick(request_index(ev, rid[pos]), len(ids_all))
+        return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
+
+    arr = first(ap)
+    has = np.flatnonzero(arr >= 0)  # requests that arrived, by ascending id
+    adm = first(ev.request_positions(EventKind.ADMITTED))[has]
+    end = first(ev.request_positions(*END_KINDS))[has]
+    stop = np.where(adm >= 0, adm, np.where(end >= 0, end, len(ev)))
+    return has, arr[has], stop, np.nan_to_num(_prompt_table(ev)[has], nan=0.0)
 
 
 def _empty_series() -> pd.DataFrame:

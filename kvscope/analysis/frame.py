@@ -115,12 +115,13 @@ def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
             rows[str(role)] = _config_row(str(role), d, capacity=int(d.get("capacity_blocks", -1)))
     idx = ev.positions(EventKind.POOL_CONFIGURED)
     if len(idx):
-        for i, reason in zip(idx, ev.reason_at(idx)):
+        slots_at = ev.values_at("num_requests", idx)
+        for i, reason, slots in zip(idx, ev.reason_at(idx), slots_at):
             p = _pool_name(int(ev.pool[i]))
             d = parse_kv(reason)
             d.setdefault("tokens_per_block", int(ev.num_tokens[i]))
             rows[p] = _config_row(p, d, capacity=int(ev.capacity_blocks[i]), bytes_per_token=int(ev.num_blocks[i]),
-                                  slots=int(ev.num_requests[i]))
+                                  slots=int(slots))
     if not rows:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in CONFIG_COLUMNS.items()})
     out = pd.DataFrame.from_dict(rows, orient="index").astype(CONFIG_COLUMNS)

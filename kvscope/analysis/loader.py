@@ -76,20 +76,61 @@ def read_columns(path: str | os.PathLike[str]) -> EventColumns | None:
         return None
     try:
         pf, header = _open(p)
-        table = pf.read(columns=["kind", "pool", *INT_COLUMNS, "reason"])
-        ints = {}
-        for f in INT_COLUMNS:
+        eager = [c for c in INT_COLUMNS if c not in _ON_DEMAND]
+        table = pf.read(columns=["kind", "pool", *eager])
+        ints: dict[str, object] = {}
+        for f in eager:
             col = table.column(f)
             if col.null_count:
                 raise ValueError(f"null values in {f}")
             ints[f] = col.to_numpy()
+        for f in _ON_DEMAND:
+            ints[f] = _RowGroupColumn(p, f, pf.metadata)
         return EventColumns(
             kind=_dict_codes(table.column("kind"), "kind"), pool=_dict_codes(table.column("pool"), "pool"),
-            reason=table.column("reason"), attrs={"kvscope": {"files": [{"path": str(p), "header": header}]}},
-            **ints,
+            reason=_RowGroupColumn(p, "reason", pf.metadata),
+            attrs={"kvscope": {"files": [{"path": str(p), "header": header}]}}, **ints,
         )
     except (pa.ArrowException, OSError, ValueError, KeyError):
         return None
+
+
+_ON_DEMAND = ("num_requests", "reserved_blocks")
+"""Integer columns the detectors read on a few rows only (pool configurations, the fatal event)."""
+
+
+class _RowGroupColumn:
+    """One column of a Parquet event file, read when asked: whole, or only the row groups that
+    hold the asked positions. ``reason`` is read dictionary-encoded (few distinct messages)."""
+
+    def __init__(self, path: Path, name: str, metadata: pq.FileMetaData) -> None:
+        self.path, self.name = path, name
+        sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    def _read(self, row_groups: list[int] | None) -> pa.ChunkedArray:
+        kw = {"read_dictionary": [self.name]} if self.name == "reason" else {}
+        pf = pq.ParquetFile(self.path, **kw)
+        t = pf.read(columns=[self.name]) if row_groups is None else pf.read_row_groups(row_groups, columns=[self.name])
+        col = t.column(0)
+        if self.name != "reason" and col.null_count:
+            raise ValueError(f"null values in {self.name}")
+        return col
+
+    def __call__(self, positions: np.ndarray | None):
+        if positions is None:
+            col = self._read(None)
+            return col if self.name == "reason" else col.to_numpy()
+        rg = np.searchsorted(self.starts, positions, side="right") - 1
+        groups = np.unique(rg)
+        base = np.zeros(len(self.starts), dtype=np.int64)  # offset of each read group in the result
+        sizes = self.starts[groups + 1] - self.starts[groups]
+        base[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(groups) else []
+        local = positions - self.starts[rg] + base[rg]
+        col = self._read([int(g) for g in groups])
+        if self.name == "reason":
+            return col.take(pa.array(local))
+        return col.to_numpy()[local]
 
 
 def _open(path: Path) -> tuple[pq.ParquetFile, dict]:

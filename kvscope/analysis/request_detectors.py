@@ -219,9 +219,11 @@ def find_engine_fatal(
     fpos = ev.positions(EventKind.ENGINE_FAILED)
     out = []
     ts, it = ev.ts_ns, ev.iteration
-    for p, reason in zip(fpos, ev.reason_at(fpos)):
+    reserved = ev.values_at("reserved_blocks", fpos)
+    for p, reason, res in zip(fpos, ev.reason_at(fpos), reserved):
         row = {c: int(getattr(ev, c)[p]) for c in ("request_id", "num_tokens", "capacity_blocks", "free_blocks",
-                                                   "evictable_blocks", "reserved_blocks")}
+                                                   "evictable_blocks")}
+        row["reserved_blocks"] = int(res)
         req = row["request_id"]
         if req < 0 and (m := _REQ_RE.search(reason)):
             req = int(m.group(1))
