@@ -254,7 +254,8 @@ class Binding:
             self._fingerprints[id(manager)] = self.reader.fingerprint(manager)
         return tokens_held
 
-    def sweep_batch(self, manager: Any, batch: Any, before: tuple[int, int, int, int] | None) -> None:
+    def sweep_batch(self, manager: Any, batch: Any, before: tuple[int, int, int, int] | None,
+                    fingerprint: Any = None) -> None:
         """Report what one ``_prepare_draft_resources`` call did, request by request in the order it
         processes them (context requests, then generation requests), each event stamped with the
         pool state right after THAT request's change.
@@ -264,7 +265,16 @@ class Binding:
         order. That is exact when the call only took (or gave back) free GPU blocks: the free count
         moved by the sum of the changes and nothing was evicted (unpaired mirrors never commit, so
         their pool has nothing to evict). Otherwise every event gets the state after the call.
+        ``fingerprint`` (:meth:`PoolReader.fingerprint` before the call, when available) skips the
+        walk when the call changed nothing, as it mostly does between block boundaries.
         """
+        if fingerprint is not None:
+            now = self.reader.fingerprint(manager)
+            if now == fingerprint:
+                return
+            if self._fingerprints.get(id(manager)) == fingerprint:
+                # Everything the call changed is reported below: the snapshot's sweep may skip.
+                self._fingerprints[id(manager)] = now
         known = self.known.setdefault(id(manager), {})
         caches = manager.kv_cache_map
         changes = []
@@ -427,20 +437,25 @@ class Binding:
         request computing the same prefix). num_tokens = the target's prefix match found by the
         failed attempt (its BLOCKS_REUSED is not reported: the hold was released), 0 if none.
         """
-        holds = self.holds
-        causes = self.causes
+        holds, causes, waiting, streaks = self.holds, self.causes, self.waiting, self.streaks
+        deferred = EventKind.ADMISSION_DEFERRED
+        no_cause = (PoolRole.NONE, None, 0, None)
         for req in candidates:
             rid = req.py_request_id
-            if rid not in self.waiting:
+            if rid not in waiting:
                 continue
+            pool, reason, short, manager = causes.get(rid) or no_cause
+            key = (rid, pool, deferred)
+            if key in streaks:  # the usual case: still waiting, for the same pool
+                continue
+            streaks.add(key)
             matched = 0
             for args in holds.get(rid, ()):
                 if args[0] is EventKind.BLOCKS_REUSED and args[2] is PoolRole.TARGET:
                     matched = args[4]
-            pool, reason, short, manager = causes.get(rid) or (PoolRole.NONE, None, 0, None)
             if not reason:
                 reason = _budget_reason(scheduler, num_scheduled, num_tokens, prepared=reason == "")
-            self.emit_once(EventKind.ADMISSION_DEFERRED, rid, pool, short, matched, manager, reason)
+            self.emit(deferred, rid, pool, short, matched, manager=manager, reason=reason)
         holds.clear()
         causes.clear()
 

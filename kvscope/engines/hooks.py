@@ -139,6 +139,7 @@ def _prepare_draft(b: Binding) -> Wrapper:
         try:
             batch = _first(args, kwargs, "scheduled_batch")
             before = b.reader.state(instance)
+            fingerprint = b.reader.fingerprint(instance)
         except Exception:
             b.hook_failed()
             return wrapped(*args, **kwargs)
@@ -154,7 +155,7 @@ def _prepare_draft(b: Binding) -> Wrapper:
                 b.hook_failed()
             raise
         try:
-            b.sweep_batch(instance, batch, before)
+            b.sweep_batch(instance, batch, before, fingerprint)
         except Exception:
             b.hook_failed()
         return result
