@@ -5,7 +5,11 @@ so the state comes from the core's storage statistics at the GPU level, as ``get
 computes it (``kv_cache/kv_cache_manager_v2.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412):
 ``total``, ``available`` and ``evictable`` per pool group, summed. ``available`` counts evictable
 pages too, so ``free = available - evictable``. Reading statistics walks every pool group, so it is
-done once per iteration (POOL_SNAPSHOT), not on every event.
+done once per iteration (POOL_SNAPSHOT), not on every event (events carry -1, unknown), with one
+exception, the cheapest faithful read for the draft pool: one more read right before
+``_prepare_draft_resources``, from which, with the read after it, the binding derives the state
+after each mirror's sizing (:meth:`kvscope.engines.binding.Binding.sweep_batch`; exact when the call
+only took free pages, else the state after the call). Two reads per iteration instead of one.
 """
 
 from __future__ import annotations

@@ -116,3 +116,72 @@ def test_waiting_request_is_deferred_for_the_token_budget_when_its_prepared_chun
     # (31 tokens) does not fit, and its prepared cache is released, not reported.
     assert rows == [(0, 3, N, K.ADMISSION_DEFERRED,
                      "token budget: the chunk did not fit (60 of max_num_tokens=64 tokens scheduled)")]
+
+
+class _Cache:
+    def __init__(self, num_blocks: int, capacity: int) -> None:
+        self.num_blocks, self.capacity, self.is_active, self.num_committed_tokens = num_blocks, capacity, True, 0
+
+
+class _DraftManager:
+    """Stand-in for a real draft manager: statistics only once per read, no per-event state."""
+
+    is_draft = True
+    tokens_per_block = 4
+
+    def __init__(self, state) -> None:
+        self.kv_cache_map: dict[int, _Cache] = {}
+        self.state = state
+
+
+class _StatsReader:
+    state_on_every_event = False  # like TrtllmPoolReader
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def state(self, manager):
+        self.reads += 1
+        return manager.state
+
+    def fingerprint(self, manager):
+        return None
+
+
+class _Req:
+    def __init__(self, rid: int) -> None:
+        self.py_request_id = rid
+
+
+class _Batch:
+    def __init__(self, ctx, gen) -> None:
+        self.context_requests, self.generation_requests = ctx, gen
+
+
+def _sized(before, after, evictable_after=0):
+    from kvscope.engines.binding import Binding
+
+    reader = _StatsReader()
+    rec = Recorder(capacity=64)
+    b = Binding(rec, reader)
+    m = _DraftManager(before)
+    m.kv_cache_map[1] = _Cache(2, 8)
+    b.sweep(m)
+    rec.drain()
+    m.kv_cache_map[1].num_blocks, m.kv_cache_map[1].capacity = 3, 12  # generation growth: +1
+    m.kv_cache_map[2] = _Cache(5, 20)  # a new context mirror: +5
+    m.state = after
+    b.sweep_batch(m, _Batch([_Req(2)], [_Req(1)]), before)
+    return [(e.request_id, e.num_blocks, e.free_blocks) for e in rec.drain()], reader.reads
+
+
+def test_mirror_sizing_states_are_derived_from_two_reads_when_the_reader_has_no_per_event_state():
+    rows, reads = _sized((32, 20, 0, 0), (32, 14, 0, 0))
+    # In processing order (context, then generation): 20 - 5 = 15 free after request 2, 14 after 1.
+    assert rows == [(2, 5, 15), (1, 1, 14)]
+    assert reads == 1  # one read after the call (the hook reads the one before); none per event
+
+
+def test_mirror_sizing_events_get_the_state_after_the_call_when_the_pool_also_evicted():
+    rows, _ = _sized((32, 20, 3, 0), (32, 16, 1, 0))
+    assert rows == [(2, 5, 16), (1, 1, 16)]
