@@ -196,7 +196,7 @@ DEFERRALS = MetricName(
     "kvscope.admission.deferrals",
     "{deferral}",
     C,
-    "Request-iterations deferred, by blocking pool.",
+    "Waiting requests deferred: once per blocking pool until admitted, by blocking pool.",
     _P,
 )
 REJECTIONS = MetricName(
