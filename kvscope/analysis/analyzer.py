@@ -47,14 +47,18 @@ class Analysis:
     timeline: pd.DataFrame
     debt: DebtResult
     exhaustion_arrays: dict = field(default_factory=dict)
-    """:func:`~kvscope.analysis.detectors.exhaustion_arrays` (``exhaustion`` is their frame)."""
+    """:func:`~kvscope.analysis.detectors.exhaustion_arrays` of the pools outside admission (the
+    ones the detector reads); ``exhaustion`` has every pool."""
     meta: dict = field(default_factory=dict)
     num_events: int = 0
+    config: DetectorConfig = field(default_factory=DetectorConfig)
 
     @property
     def exhaustion(self) -> pd.DataFrame:
         """Time to exhaustion per iteration and pool (:func:`exhaustion_frame`; built on demand)."""
-        return exhaustion_frame(None, self.debt, DetectorConfig(), arrays=self.exhaustion_arrays)
+        missing = [r for r in self.debt.full if r not in self.exhaustion_arrays]
+        arrays = {**self.exhaustion_arrays, **exhaustion_arrays(None, self.debt, self.config, missing)}
+        return exhaustion_frame(None, self.debt, self.config, arrays=arrays)
 
     def findings_frame(self) -> pd.DataFrame:
         """Findings as a DataFrame (one row each, evidence as a dict column)."""
@@ -81,7 +85,8 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     configs = pool_configs(ev)
     timeline = request_timeline(ev)
     debt = compute_debt(ev, configs)
-    ex = exhaustion_arrays(ev, debt, cfg)
+    outside = [r for r in debt.full if r in configs.index and not bool(configs.loc[r, "in_admission"])]
+    ex = exhaustion_arrays(ev, debt, cfg, outside)
     findings: list[Finding] = []
     findings += find_admission_gaps(ev, debt, configs, cfg)
     findings += estimate_time_to_exhaustion(ev, debt, configs, cfg, ex, timeline)
@@ -91,7 +96,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += find_engine_fatal(ev, debt, findings)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
-        exhaustion_arrays=ex, meta=meta, num_events=len(ev),
+        exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg,
     )
 
 

@@ -20,6 +20,7 @@ for it. A positive debt in a pool outside admission is a certain raise unless re
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,7 @@ class DebtResult:
             position of each run); ``tpb``.
         points: positions of the consistent evaluation points (:func:`eval_points`).
         ts_ns, iteration: the stream's time and iteration columns (for :attr:`series`).
+        q_below: see :meth:`index_of`.
     """
 
     track_arrays: list[dict[str, np.ndarray]]
@@ -63,6 +65,9 @@ class DebtResult:
     points: np.ndarray
     ts_ns: np.ndarray
     iteration: np.ndarray
+    q_below: np.ndarray
+    """Per event position p, how many evaluation positions (``full[...]["pos"]``) are < p: the
+    index into ``full`` arrays of a position that is an evaluation position."""
 
     @property
     def series(self) -> pd.DataFrame:
@@ -72,7 +77,7 @@ class DebtResult:
         queued requests would need), projected_debt_blocks. Built on demand (it is large)."""
         parts = []
         for role, f in self.full.items():
-            qi = np.searchsorted(f["pos"], self.points)
+            qi = self.index_of(self.points)
             qi = qi[~np.isnan(f["available"][qi])]
             idx = f["pos"][qi]
             ts = self.ts_ns[idx]
@@ -84,6 +89,10 @@ class DebtResult:
                 "projected_debt_blocks": f["projected"][qi],
             }))
         return pd.concat(parts, ignore_index=True) if parts else _empty_series()
+
+    def index_of(self, positions) -> np.ndarray:
+        """Index into the ``full`` arrays of event positions that are evaluation points."""
+        return self.q_below[positions]
 
     def at(self, role: str, key: str, positions) -> np.ndarray:
         """Values of ``full[role][key]`` at event positions that are evaluation points."""
@@ -109,6 +118,14 @@ class DebtResult:
             return []
         lo, hi, r = self.owing[role]
         return [int(x) for x in np.unique(r[(lo <= pos) & (hi > pos)])]
+
+
+def _step(values: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Change from the previous row of the same group (the value itself on a group's first row)."""
+    out = values.copy()
+    out[1:] -= values[:-1]
+    out[start] = values[start]
+    return out
 
 
 def _sum_upto(bucket: np.ndarray, w: np.ndarray, num_q: int) -> np.ndarray:
@@ -212,17 +229,27 @@ def compute_debt(
     ends = ev.iteration_ends()
     # Iteration ends are query positions, so a row's iteration run follows from its bucket: the
     # number of ends at or before the last query below it.
-    run_after_q = np.concatenate([[0], np.searchsorted(ends, q_pos, side="right")])
+    is_end = np.zeros(nq + 1, dtype=np.int64)
+    is_end[q_below[ends] + 1] = 1
+    run_after_q = np.cumsum(is_end)
     cap_kinds = ev.positions(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
     freed_all = ev.positions(EventKind.BLOCKS_FREED)
     susp_kinds = ev.positions(EventKind.SUSPENDED, EventKind.RESUMED)
     reuse_all = ev.positions(EventKind.BLOCKS_REUSED)
-    tracks, full, owing = [], {}, {}
-    for role in pools:
+    # The own rows of every pool come from the same kinds: their pool codes are read once.
+    own_kinds = []
+    for x in (cap_kinds, freed_all, susp_kinds, reuse_all):
+        x = x[rid[x] >= 0]
+        own_kinds.append((x, pool[x]))
+    for role in pools:  # fill the shared caches before the pools run side by side
+        _state_positions(ev, P[role])
+    _prompt_table(ev)
+
+    def one_pool(role: PoolRole) -> tuple[dict, tuple, dict]:
         cfg = configs.loc[role.value]
         tpb = int(cfg["tokens_per_block"])
         pc = P[role]
-        parts = [x[(pool[x] == pc) & (rid[x] >= 0)] for x in (cap_kinds, freed_all, susp_kinds, reuse_all)]
+        parts = [x[p == pc] for x, p in own_kinds]
         own_cat = np.concatenate(parts)
         own_type = np.repeat(np.array([_ALLOC, _FREED, _SUSP, _REUSE], dtype=np.int8), [len(x) for x in parts])
         own_type[own_type == _SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, _SUSP, _RESUME)
@@ -257,31 +284,44 @@ def compute_debt(
         final = np.where(np.isnan(prompt)[group_id], held, final_r[group_id]) if len(r) else np.zeros(0)
         rem = np.where(counted, np.maximum(final - held, 0.0), 0.0)
         bucket = q_below[pos]
-        need = _sum_upto(bucket, rem - np.where(start, 0.0, np.roll(rem, 1)), nq)
+        need = _sum_upto(bucket, _step(rem, start), nq)
         decoding = np.where(counted & done, held, 0.0)
-        decode_held = _sum_upto(bucket, decoding - np.where(start, 0.0, np.roll(decoding, 1)), nq)
-        grew = np.where(susp, 0.0, np.maximum(held - np.where(start, 0.0, np.roll(held, 1)), 0.0))
+        decode_held = _sum_upto(bucket, _step(decoding, start), nq)
+        grew = np.maximum(_step(held, start), 0.0)
+        grew[susp] = 0.0
         alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
-        nxt = np.where(np.roll(start, -1), np.iinfo(np.int64).max, np.roll(pos, -1))
-        if len(nxt):
-            nxt[-1] = np.iinfo(np.int64).max
+        nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
+        nxt[:-1] = np.where(start[1:], nxt[:-1], pos[1:])
         pos_rem = rem > 0
-        owing[role.value] = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
-        tracks.append({"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
-                       "final_blocks": final, "remaining_blocks": rem, "is_counted": counted})
+        owing_p = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
+        track = {"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
+                 "final_blocks": final, "remaining_blocks": rem, "is_counted": counted}
         spos = _state_positions(ev, pc)
         # last state at or before each query: states counted per query bucket, accumulated
         at = np.cumsum(np.bincount(q_below[spos], minlength=nq + 1)[:nq]) - 1
         ok = at >= 0
         sp = spos[np.maximum(at, 0)] if len(spos) else np.zeros(len(q_pos), np.int64)
         avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
-        full[role.value] = {
+        return track, owing_p, {
             "pos": q_pos, "need": need, "decode_held": decode_held,
             "available": np.where(ok, avail_s, np.nan) if len(spos) else np.full(len(q_pos), np.nan),
             "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if len(spos)
                          else np.full(len(q_pos), np.nan)),
             "alloc_by_run": alloc, "run_ends": ends, "tpb": tpb,
         }
+
+    # The pools are independent and numpy releases the GIL in its loops: on a large stream
+    # they run side by side (same results; a small stream is not worth a thread).
+    if len(pools) > 1 and n >= _PARALLEL_MIN_EVENTS:
+        with ThreadPoolExecutor(max_workers=len(pools)) as pool_ex:
+            results = list(pool_ex.map(one_pool, pools))
+    else:
+        results = [one_pool(role) for role in pools]
+    tracks, full, owing = [], {}, {}
+    for role, (track, owing_p, full_p) in zip(pools, results):
+        tracks.append(track)
+        owing[role.value] = owing_p
+        full[role.value] = full_p
 
     for role in pools:
         full[role.value]["queued"] = _queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
@@ -301,10 +341,11 @@ def compute_debt(
         # queue is admitted, so only a queue that cannot fit even then is flagged.
         f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
-                      iteration=ev.iteration)
+                      iteration=ev.iteration, q_below=q_below)
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)
+_PARALLEL_MIN_EVENTS = 200_000
 # Row types of the per-pool track: own events of the pool, then the shared status rows.
 _ALLOC, _FREED, _SUSP, _RESUME, _REUSE, _ON, _OFF, _DONE = range(8)
 

@@ -41,7 +41,7 @@ def find_admission_gaps(
     for role, f in debt.full.items():
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
-        qi = np.searchsorted(f["pos"], ev_pos)
+        qi = debt.index_of(ev_pos)
         d_ev = f["debt"][qi]
         mask = np.nan_to_num(d_ev, nan=-np.inf) > cfg.min_debt_blocks
         for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
@@ -88,15 +88,20 @@ _BASIS = np.array(["", "trend", "queue", "debt"], dtype=object)
 
 
 def exhaustion_arrays(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, cfg: DetectorConfig
+    events: pd.DataFrame | EventColumns | None, debt: DebtResult, cfg: DetectorConfig,
+    pools: list[str] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """:func:`exhaustion_frame` as arrays: pool role -> column -> array (one value per
-    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt) instead of ``basis``."""
-    ev = as_columns(events)
-    if len(ev) == 0 or not debt.full:
+    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt) instead of ``basis``.
+
+    Args:
+        events: unused (the debt carries the columns it needs); kept for symmetry.
+        pools: the pool roles to compute (default: every pool of the debt).
+    """
+    if len(debt.ts_ns) == 0 or not debt.full:
         return {}
-    it, ts = ev.iteration, ev.ts_ns
-    ends = ev.iteration_ends()
+    it, ts = debt.iteration, debt.ts_ns
+    ends = next(iter(debt.full.values()))["run_ends"]
     w = cfg.rate_window_iterations
     out = {}
     tgt = debt.full.get("target")
@@ -104,8 +109,10 @@ def exhaustion_arrays(
     back = np.maximum(np.arange(len(t)) - w, 0)  # window (back, i]: w iterations, fewer at the start
     span_t = t - t[back]
     span_i = (np.arange(len(t)) - back).astype(float)
+    qi = debt.index_of(ends)
     for role, f in debt.full.items():
-        qi = np.searchsorted(f["pos"], ends)
+        if pools is not None and role not in pools:
+            continue
         if tgt is not None and role != "target":
             tgt_room = (tgt["available"][qi] - tgt["need"][qi]) * tgt["tpb"] / f["tpb"]
         else:
@@ -163,6 +170,8 @@ def exhaustion_frame(
         arrays: :func:`exhaustion_arrays` of the same inputs, when already computed.
     """
     ex = arrays if arrays is not None else exhaustion_arrays(events, debt, cfg)
+    order = list(debt.full)
+    ex = {r: ex[r] for r in sorted(ex, key=order.index)}
     if not ex:
         return pd.DataFrame()
     frames = []
