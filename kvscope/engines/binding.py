@@ -408,7 +408,7 @@ class Binding:
 
     def admit(self, req: Any) -> None:
         """The attempt for ``req``'s chunk was admitted: its held-back block events, then (first
-        time) ADMITTED with the tokens reused in the target."""
+        time, or again after a recompute pause) ADMITTED with the tokens reused in the target."""
         rid = req.py_request_id
         held = self.holds.pop(rid, None)
         if held:
@@ -421,6 +421,16 @@ class Binding:
             self.causes.pop(rid, None)
             self.end_streaks(rid)
             self.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
+
+    def wait_again(self, requests: Any) -> None:
+        """Recompute-paused requests (their caches freed, to be prefilled again) wait for admission
+        again: deferred while they wait, ADMITTED again when the scheduler takes them back."""
+        for req in requests:
+            rid = req.py_request_id
+            if rid in self.pending:
+                self.admitted.discard(rid)
+                self.waiting.add(rid)
+                self.end_streaks(rid)
 
     def defer_cause(self, rid: int, pool: PoolRole, reason: str, num_blocks: int = 0, manager: Any = None) -> None:
         """Why a waiting request's attempt failed in this pass (reported by :meth:`defer_waiting`)."""

@@ -267,6 +267,9 @@ def schedule_request(b: Binding) -> Wrapper:
                 num_tokens += 1 + len(req.py_draft_tokens or ())
             if waiting or b.holds:
                 b.defer_waiting(instance, waiting, len(ctx) + len(gen), num_tokens)
+            paused = getattr(out, "recompute_paused_requests", None)
+            if paused:
+                b.wait_again(paused)
             rec.record(EventKind.ITERATION_SCHEDULED, -1, PoolRole.NONE, len(ctx), num_tokens, len(ctx) + len(gen))
         except Exception:
             b.hook_failed()

@@ -185,3 +185,27 @@ def test_mirror_sizing_states_are_derived_from_two_reads_when_the_reader_has_no_
 def test_mirror_sizing_events_get_the_state_after_the_call_when_the_pool_also_evicted():
     rows, _ = _sized((32, 20, 3, 0), (32, 16, 1, 0))
     assert rows == [(2, 5, 16), (1, 1, 16)]
+
+
+def test_request_is_admitted_again_when_it_was_recompute_paused(make_engine):
+    engine = make_engine(num_target_blocks=7, num_draft_blocks=32)
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 8, (11, 12)))
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 8, (21, 22)))
+    for _ in range(8):
+        engine.step()
+    assert engine.stats.requests_completed == 2
+    rows = [(e.iteration, e.pool, e.kind, e.num_blocks, e.num_tokens) for e in rec.drain()
+            if e.request_id == 2 and e.kind in (K.ADMITTED, K.ADMISSION_DEFERRED, K.BLOCKS_FREED, K.BLOCKS_REUSED)]
+    # Suspended at iteration 2, recompute-paused (freed) at 4, prefilled again from its reused
+    # prefix at 5: admitted twice, the second time with the 7 reused tokens.
+    assert rows == [
+        (0, N, K.ADMITTED, 0, 0),
+        (4, T, K.BLOCKS_FREED, 3, 12),
+        (4, D, K.BLOCKS_FREED, 3, 12),
+        (5, T, K.BLOCKS_REUSED, 2, 7),
+        (5, N, K.ADMITTED, 0, 7),
+        (7, T, K.BLOCKS_FREED, 5, 17),
+        (7, D, K.BLOCKS_FREED, 5, 17),
+    ]
