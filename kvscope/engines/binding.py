@@ -3,7 +3,8 @@
 The wrappers in :mod:`kvscope.engines.hooks` only observe; everything they learn goes through a
 :class:`Binding`, which
 
-* keeps per-request bookkeeping (arrived, admitted, pending, deferral streaks),
+* keeps per-request bookkeeping (arrived, admitted, pending, deferral streaks; admission attempts
+  in :mod:`kvscope.engines.admission`),
 * turns a before/after view of a request's cache in one pool into block events
   (:meth:`Binding.emit_cache_diff`), so every manager method is observed the same way,
 * reads pool state through a :class:`PoolReader` (one for the engine model, one for TensorRT-LLM),
@@ -21,6 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kvscope.engines.admission import AdmissionAttempts
 from kvscope.events import UNKNOWN, EventKind, PoolRole, format_kv
 from kvscope.recording import Recorder
 
@@ -101,7 +103,7 @@ _HOLD_KINDS = frozenset((EventKind.BLOCKS_REUSED, EventKind.BLOCKS_ALLOCATED, Ev
 """Block events of a first-chunk admission attempt's hold: kept back until the attempt is admitted."""
 
 
-class Binding:
+class Binding(AdmissionAttempts):
     """Shared state of one instrumentation (see module docstring).
 
     Args:
@@ -397,78 +399,6 @@ class Binding:
         self.waiting.discard(rid)
         self.end_streaks(rid)
 
-    # ---- admission attempts -------------------------------------------------------------------
-    def start_hold(self, req: Any) -> None:
-        """A first-chunk admission attempt begins (``_prepare_context_pair``). The scheduler tries a
-        queued request every iteration and, when the attempt fails, frees the caches it prepared in
-        the same pass; those holds are kept back so that a prefix hit (BLOCKS_REUSED) and its
-        blocks are reported once, by the attempt that is admitted."""
-        if req.is_first_context_chunk:
-            self.holds[req.py_request_id] = []
-
-    def admit(self, req: Any) -> None:
-        """The attempt for ``req``'s chunk was admitted: its held-back block events, then (first
-        time, or again after a recompute pause) ADMITTED with the tokens reused in the target."""
-        rid = req.py_request_id
-        held = self.holds.pop(rid, None)
-        if held:
-            record = self.rec.record
-            for args in held:
-                record(*args)
-        if rid not in self.admitted:
-            self.admitted.add(rid)
-            self.waiting.discard(rid)
-            self.causes.pop(rid, None)
-            self.end_streaks(rid)
-            self.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
-
-    def wait_again(self, requests: Any) -> None:
-        """Recompute-paused requests (their caches freed, to be prefilled again) wait for admission
-        again: deferred while they wait, ADMITTED again when the scheduler takes them back."""
-        for req in requests:
-            rid = req.py_request_id
-            if rid in self.pending:
-                self.admitted.discard(rid)
-                self.waiting.add(rid)
-                self.end_streaks(rid)
-
-    def defer_cause(self, rid: int, pool: PoolRole, reason: str, num_blocks: int = 0, manager: Any = None) -> None:
-        """Why a waiting request's attempt failed in this pass (reported by :meth:`defer_waiting`)."""
-        if rid in self.waiting:
-            self.causes[rid] = (pool, reason, num_blocks, manager)
-
-    def defer_waiting(self, scheduler: Any, candidates: list[Any], num_scheduled: int, num_tokens: int) -> None:
-        """End of a scheduling pass: ADMISSION_DEFERRED (once per streak and blocking pool) for
-        every waiting request the pass saw and did not admit; drop the holds of failed attempts.
-
-        The blocking pool and reason come from the failed attempt (target resize or preparation,
-        draft mirror refused); a request the pass did not try was stopped by the batch size, the
-        token budget, or queue order (an earlier request stopped the pass, or it waits behind a
-        request computing the same prefix). num_tokens = the target's prefix match found by the
-        failed attempt (its BLOCKS_REUSED is not reported: the hold was released), 0 if none.
-        """
-        holds, causes, waiting, streaks = self.holds, self.causes, self.waiting, self.streaks
-        deferred = EventKind.ADMISSION_DEFERRED
-        no_cause = (PoolRole.NONE, None, 0, None)
-        for req in candidates:
-            rid = req.py_request_id
-            if rid not in waiting:
-                continue
-            pool, reason, short, manager = causes.get(rid) or no_cause
-            key = (rid, pool, deferred)
-            if key in streaks:  # the usual case: still waiting, for the same pool
-                continue
-            streaks.add(key)
-            matched = 0
-            for args in holds.get(rid, ()):
-                if args[0] is EventKind.BLOCKS_REUSED and args[2] is PoolRole.TARGET:
-                    matched = args[4]
-            if not reason:
-                reason = _budget_reason(scheduler, num_scheduled, num_tokens, prepared=reason == "")
-            self.emit(deferred, rid, pool, short, matched, manager=manager, reason=reason)
-        holds.clear()
-        causes.clear()
-
     def next_iteration(self) -> int:
         self.num_iterations += 1
         if self.iteration_hint is not None:
@@ -499,21 +429,6 @@ class Binding:
             self.emit(EventKind.REQUEST_FAILED, pending, PoolRole.NONE, reason=short)
         self.pending.clear()
         self.raising_pool = PoolRole.NONE
-
-
-def _budget_reason(scheduler: Any, num_scheduled: int, num_tokens: int, prepared: bool = False) -> str:
-    """Why the pass did not try a waiting request, or (``prepared``) did not size the chunk it
-    prepared (scheduler limits read by their real names)."""
-    max_requests = getattr(scheduler, "max_num_requests", None)
-    if max_requests is not None and num_scheduled >= max_requests:
-        return f"batch full: {num_scheduled} of max_num_requests={max_requests} scheduled"
-    max_tokens = getattr(scheduler, "max_num_tokens", None)
-    unit = max(int(getattr(scheduler, "chunk_unit_size", 0) or 0), 1)
-    if max_tokens is not None and max_tokens - num_tokens < unit:
-        return f"token budget: {num_tokens} of max_num_tokens={max_tokens} tokens scheduled"
-    if prepared or (max_tokens is not None and num_tokens >= max_tokens):
-        return f"token budget: the chunk did not fit ({num_tokens} of max_num_tokens={max_tokens} tokens scheduled)"
-    return "not tried: queue stopped at an earlier request, or waiting behind one computing the same prefix"
 
 
 def parse_asked_tokens(message: str) -> int:
