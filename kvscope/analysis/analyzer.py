@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.debt import DebtResult, compute_debt
+from kvscope.analysis.debt import _PARALLEL_MIN_EVENTS, DebtResult, compute_debt
 from kvscope.analysis.detectors import (
     estimate_time_to_exhaustion,
     exhaustion_arrays,
@@ -27,6 +28,7 @@ from kvscope.analysis.frame import (
     iteration_view,
     pool_configs,
     pool_series,
+    request_ids,
     request_timeline,
 )
 from kvscope.analysis.loader import load_events, read_columns
@@ -83,8 +85,17 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     ev = as_columns(events)
     meta = header_meta(ev)
     configs = pool_configs(ev)
-    timeline = request_timeline(ev)
-    debt = compute_debt(ev, configs)
+    if len(ev) >= _PARALLEL_MIN_EVENTS:
+        # The request timeline and the debt are independent: on a large stream the timeline is
+        # built beside the debt (numpy releases the GIL in its loops). Shared caches first.
+        request_ids(ev)
+        with ThreadPoolExecutor(max_workers=1) as side:
+            pending = side.submit(request_timeline, ev)
+            debt = compute_debt(ev, configs)
+            timeline = pending.result()
+    else:
+        timeline = request_timeline(ev)
+        debt = compute_debt(ev, configs)
     outside = [r for r in debt.full if r in configs.index and not bool(configs.loc[r, "in_admission"])]
     ex = exhaustion_arrays(ev, debt, cfg, outside)
     findings: list[Finding] = []

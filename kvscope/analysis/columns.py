@@ -172,8 +172,12 @@ class EventColumns:
 
     def request_positions(self, *kinds: EventKind | int) -> np.ndarray:
         """:meth:`positions` restricted to events that name a request (``request_id >= 0``)."""
-        p = self.positions(*kinds)
-        return p[self.request_id[p] >= 0]
+        key = ("request_positions", *(_K[k] if isinstance(k, EventKind) else int(k) for k in kinds))
+        got = self._cache.get(key)
+        if got is None:
+            p = self.positions(*kinds)
+            got = self._cache[key] = p[self.request_id[p] >= 0]
+        return got
 
     # ---- iteration runs --------------------------------------------------------------------
     def iteration_ends(self) -> np.ndarray:
@@ -191,7 +195,7 @@ class EventColumns:
         """Index (into :meth:`iteration_ends`) of the iteration run holding each position."""
         return self.cached("run_of", lambda: count_below(self.iteration_ends(), len(self)))[positions]
 
-    def cached(self, key: str, make):
+    def cached(self, key, make):
         """``make()`` once per key (derived results several detectors share)."""
         if key not in self._cache:
             self._cache[key] = make()

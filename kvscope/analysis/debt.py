@@ -242,8 +242,11 @@ def compute_debt(
         x = x[rid[x] >= 0]
         own_kinds.append((x, pool[x]))
     for role in pools:  # fill the shared caches before the pools run side by side
-        _state_positions(ev, P[role])
+        _last_state(ev, P[role])
     _prompt_table(ev)
+    status_rid = rid[status_pos]
+    status_g = request_index(ev, status_rid)
+    status_tok = ntok[status_pos]
 
     def one_pool(role: PoolRole) -> tuple[dict, tuple, dict]:
         cfg = configs.loc[role.value]
@@ -257,13 +260,14 @@ def compute_debt(
         typ = np.concatenate([own_type, status_type])
         # Rows grouped by request, in position order within a request; at the same position (the
         # target's free is also a status row) the pool's own row first. One sort of a unique key.
-        g = request_index(ev, rid[pos]).astype(np.int64)
+        # Gather before sorting: the positions are in kind order, so these reads are sequential.
+        r = np.concatenate([rid[own_cat], status_rid])
+        g = np.concatenate([request_index(ev, r[: len(own_cat)]), status_g]).astype(np.int64)
         key = (g * (n + 1) + pos) * 2
         key[len(own_cat):] += 1
         order = np.argsort(key)
-        pos, typ = pos[order], typ[order]
-        r = rid[pos]
-        tok = ntok[pos].astype(np.float64)
+        pos, typ, r = pos[order], typ[order], r[order]
+        tok = np.concatenate([ntok[own_cat], status_tok])[order].astype(np.float64)
         start = np.ones(len(r), dtype=bool)
         start[1:] = r[1:] != r[:-1]
         # Each state is the value of the request's latest row of the kinds that set it.
@@ -296,16 +300,15 @@ def compute_debt(
         owing_p = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
         track = {"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
                  "final_blocks": final, "remaining_blocks": rem, "is_counted": counted}
-        spos = _state_positions(ev, pc)
-        # last state at or before each query: states counted per query bucket, accumulated
-        at = np.cumsum(np.bincount(q_below[spos], minlength=nq + 1)[:nq]) - 1
-        ok = at >= 0
-        sp = spos[np.maximum(at, 0)] if len(spos) else np.zeros(len(q_pos), np.int64)
+        sp = _last_state(ev, pc)[q_pos]  # the pool's last state at or before each query
+        ok = sp >= 0
+        sp = np.maximum(sp, 0)
+        has_state = bool(ok.any()) if len(ok) else False
         avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
         return track, owing_p, {
             "pos": q_pos, "need": need, "decode_held": decode_held,
-            "available": np.where(ok, avail_s, np.nan) if len(spos) else np.full(len(q_pos), np.nan),
-            "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if len(spos)
+            "available": np.where(ok, avail_s, np.nan) if has_state else np.full(len(q_pos), np.nan),
+            "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if has_state
                          else np.full(len(q_pos), np.nan)),
             "alloc_by_run": alloc, "run_ends": ends, "tpb": tpb,
         }
@@ -370,10 +373,11 @@ class _LastOfType:
 
     def __init__(self, typ: np.ndarray, start: np.ndarray) -> None:
         self.typ, self.start = typ, start
-        self.idx = np.arange(len(typ))
+        self.idx = np.arange(len(typ), dtype=np.int32 if len(typ) < 2**31 else np.int64)
+        self._zero = self.idx.dtype.type(0)
 
     def _src(self, setters: np.ndarray) -> np.ndarray:
-        src = np.where(setters[self.typ] | self.start, self.idx, 0)
+        src = np.where(setters[self.typ] | self.start, self.idx, self._zero)
         if len(src):
             np.maximum.accumulate(src, out=src)
         return src  # a group's first row when no setter row precedes: its type tells
@@ -388,11 +392,17 @@ class _LastOfType:
         return np.where(self.typ[src] == value_type, values[src], 0.0)
 
 
-def _state_positions(ev: EventColumns, pc: int) -> np.ndarray:
-    """Ascending positions of the events that carry the state of pool code ``pc``."""
+def _last_state(ev: EventColumns, pc: int) -> np.ndarray:
+    """Per event position, the position of the latest event at or before it that carries the
+    state of pool code ``pc`` (-1 before the first)."""
     def make() -> np.ndarray:
-        return np.flatnonzero((ev.pool == pc) & (ev.capacity_blocks >= 0))
-    return ev.cached(f"state_positions_{pc}", make)
+        n = len(ev)
+        idx = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
+        last = np.where((ev.pool == pc) & (ev.capacity_blocks >= 0), idx, idx.dtype.type(-1))
+        if n:
+            np.maximum.accumulate(last, out=last)
+        return last
+    return ev.cached(("last_state", pc), make)
 
 
 def _queued_need(
