@@ -90,7 +90,8 @@ class _KVCacheModel:
         # The reuse backoff can end the match inside the last block: that block is copied into a
         # private page on the first resume (real: deferred copy of a partial block).
         self._partial_reuse = num_reused_tokens % manager.tokens_per_block != 0
-        manager.pool.pin_runs(self._path())
+        if last_run is not None:  # a cache with no matched prefix holds no run
+            manager.pool.pin_runs(self._path())
         manager._num_live_caches += 1
 
     def _path(self) -> list[Run]:
@@ -315,7 +316,8 @@ class _KVCacheModel:
         self._num_private_gpu = self._num_private_host = 0
         # NOTE: released deepest run first so it joins the LRU queue first and is evicted before the
         # prefix it extends (a leaf before its parent); within a run eviction takes the tail first.
-        pool.unpin_runs(self._path(), was_active)
+        if self._last_run is not None:  # nothing to unpin for a cache that never matched or committed
+            pool.unpin_runs(self._path(), was_active)
         self._last_run = None
         self._num_committed_blocks = 0
         self._commit_state = CommitState.USER_STOP

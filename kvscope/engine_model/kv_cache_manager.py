@@ -50,6 +50,15 @@ from .request import LlmRequestModel, LlmRequestState
 logger = logging.getLogger(__name__)
 
 
+_BASE_SCOPE = ReuseScope()
+
+
+def _reuse_scope(lora_id: int | None, salt: int | None = None) -> ReuseScope:
+    """The reuse scope for (LoRA id, salt). The base model's, by far the most common, is built once
+    (scopes are frozen and compared by value, so sharing one changes nothing)."""
+    return _BASE_SCOPE if lora_id is None and salt is None else ReuseScope(lora_id=lora_id, salt=salt)
+
+
 def get_draft_token_length(req: LlmRequestModel) -> int:
     """Real helper (``llm_request.py``): number of draft tokens proposed for the next step."""
     return len(req.py_draft_tokens) if req.py_draft_tokens is not None else 0
@@ -255,7 +264,7 @@ class KVCacheManagerV2Model:
         if self.index_mapper.num_free_slots() == 0:
             return None  # real: warning, retry next iteration
         kv_cache = self.impl.create_kv_cache(
-            ReuseScope(lora_id=lora_task_id, salt=None if cache_salt is None else hash(cache_salt)),
+            _reuse_scope(lora_task_id, None if cache_salt is None else hash(cache_salt)),
             input_tokens, id=request_id, expected_prompt_length=expected_prompt_length,
             match_memo=match_memo)
         self.kv_cache_map[request_id] = kv_cache
@@ -274,7 +283,7 @@ class KVCacheManagerV2Model:
     def probe_context_reuse(self, req: LlmRequestModel) -> int | None:
         if not self.enable_block_reuse or req.py_request_id in self.kv_cache_map:
             return None
-        return self.impl.probe_reuse(ReuseScope(lora_id=req.py_lora_task_id), self._context_reuse_tokens(req),
+        return self.impl.probe_reuse(_reuse_scope(req.py_lora_task_id), self._context_reuse_tokens(req),
                                      req.py_reuse_probe_memo)
 
     def probe_first_new_block_key(self, req: LlmRequestModel) -> tuple[int | None, int] | None:
@@ -284,7 +293,7 @@ class KVCacheManagerV2Model:
         tokens = self._context_reuse_tokens(req)
         if tokens.num_tokens == 0:
             return None
-        num_reusable = self.impl.probe_reuse(ReuseScope(lora_id=req.py_lora_task_id), tokens,
+        num_reusable = self.impl.probe_reuse(_reuse_scope(req.py_lora_task_id), tokens,
                                              req.py_reuse_probe_memo)
         block_index = num_reusable // self.tokens_per_block
         if (block_index + 1) * self.tokens_per_block > tokens.num_tokens or block_index >= len(req.block_keys):
