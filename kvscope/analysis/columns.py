@@ -146,29 +146,25 @@ class EventColumns:
         return pd.array(vals, dtype="string")
 
     # ---- positions by kind -----------------------------------------------------------------
-    def _kind_index(self) -> tuple[np.ndarray, np.ndarray]:
-        got = self._cache.get("kind_index")
+    def _kind_positions(self, code: int) -> np.ndarray:
+        key = ("kind", code)
+        got = self._cache.get(key)
         if got is None:
-            # A stable sort of int8 codes is a radix sort: positions of each kind come out ascending.
-            k = self.kind
-            if len(k) and k.min() < 0:  # missing kind (code -1): after every real kind
-                k = np.where(k < 0, np.int8(len(EVENT_KINDS)), k)
-            order = np.argsort(k, kind="stable")
-            bounds = np.concatenate([[0], np.cumsum(np.bincount(k, minlength=len(EVENT_KINDS) + 1))])
-            got = self._cache["kind_index"] = (order, bounds)
+            # One compare + nonzero per kind actually asked for (a handful): cheaper than sorting
+            # every event by kind.
+            got = self._cache[key] = np.flatnonzero(self.kind == code)
         return got
 
     def positions(self, *kinds: EventKind | int) -> np.ndarray:
         """Ascending positions (int64) of the events whose kind is one of ``kinds``."""
-        order, bounds = self._kind_index()
         parts = []
         for k in kinds:
-            c = _K[k] if isinstance(k, EventKind) else int(k)
-            if bounds[c + 1] > bounds[c]:
-                parts.append(order[bounds[c]:bounds[c + 1]])
+            p = self._kind_positions(_K[k] if isinstance(k, EventKind) else int(k))
+            if len(p):
+                parts.append(p)
         if len(parts) <= 1:
-            return parts[0].astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
-        return np.sort(np.concatenate(parts).astype(np.int64, copy=False))
+            return parts[0] if parts else np.zeros(0, np.int64)
+        return np.sort(np.concatenate(parts))
 
     def request_positions(self, *kinds: EventKind | int) -> np.ndarray:
         """:meth:`positions` restricted to events that name a request (``request_id >= 0``)."""

@@ -375,6 +375,10 @@ class _LastOfType:
         self.typ, self.start = typ, start
         self.idx = np.arange(len(typ), dtype=np.int32 if len(typ) < 2**31 else np.int64)
         self._zero = self.idx.dtype.type(0)
+        self._present = np.bincount(typ, minlength=8) > 0
+
+    def _none(self, setters: np.ndarray) -> bool:
+        return not (self._present & setters).any()  # no row sets it: the default everywhere
 
     def _src(self, setters: np.ndarray) -> np.ndarray:
         src = np.where(setters[self.typ] | self.start, self.idx, self._zero)
@@ -384,10 +388,14 @@ class _LastOfType:
 
     def flag(self, setters: np.ndarray, on_type: int) -> np.ndarray:
         """True where the latest setter row has type ``on_type`` (False when there is none)."""
+        if self._none(setters):
+            return np.zeros(len(self.typ), dtype=bool)
         return self.typ[self._src(setters)] == on_type
 
     def value(self, setters: np.ndarray, value_type: int, values: np.ndarray) -> np.ndarray:
         """``values`` of the latest setter row when its type is ``value_type``, else 0."""
+        if self._none(setters):
+            return np.zeros(len(self.typ))
         src = self._src(setters)
         return np.where(self.typ[src] == value_type, values[src], 0.0)
 

@@ -107,6 +107,7 @@ class _RowGroupColumn:
         self.path, self.name = path, name
         sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
         self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self._whole: pa.ChunkedArray | None = None
 
     def _read(self, row_groups: list[int] | None) -> pa.ChunkedArray:
         kw = {"read_dictionary": [self.name]} if self.name == "reason" else {}
@@ -119,10 +120,19 @@ class _RowGroupColumn:
 
     def __call__(self, positions: np.ndarray | None):
         if positions is None:
-            col = self._read(None)
+            col = self._whole if self._whole is not None else self._read(None)
             return col if self.name == "reason" else col.to_numpy()
+        if len(positions) == 0:
+            return pa.array([], pa.string()) if self.name == "reason" else np.zeros(0, dtype=np.int64)
         rg = np.searchsorted(self.starts, positions, side="right") - 1
-        groups = np.unique(rg)
+        groups = np.flatnonzero(np.bincount(rg, minlength=len(self.starts) - 1))
+        if self._whole is not None or 2 * len(groups) > len(self.starts) - 1:
+            # Most row groups asked for: read (once) and keep the whole column.
+            if self._whole is None:
+                self._whole = self._read(None)
+            if self.name == "reason":
+                return self._whole.take(pa.array(positions))
+            return self._whole.to_numpy()[positions]
         base = np.zeros(len(self.starts), dtype=np.int64)  # offset of each read group in the result
         sizes = self.starts[groups + 1] - self.starts[groups]
         base[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(groups) else []
