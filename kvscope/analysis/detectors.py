@@ -258,7 +258,7 @@ def estimate_time_to_exhaustion(
                     "eta_s": eta, "eta_iterations": float(row["eta_iterations"]),
                     "predicted_exhaustion_s": float(row["t_s"]) + eta,
                     "basis": b, "certain": is_certain,
-                    "min_eta_s": float(g["eta_s"][s : e + 1].min()),
+                    "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
                     "projected_debt_blocks": row["projected_debt_blocks"],
@@ -267,6 +267,12 @@ def estimate_time_to_exhaustion(
                 },
             ))
     return out
+
+
+def _nanmin(values: np.ndarray) -> float:
+    """Smallest non-NaN value (NaN when there is none), as pandas' ``Series.min`` gives."""
+    ok = values[~np.isnan(values)]
+    return float(ok.min()) if len(ok) else float("nan")
 
 
 class _Namer:

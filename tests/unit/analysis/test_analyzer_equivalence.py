@@ -1,9 +1,11 @@
 """The column-based analyzer gives exactly the findings of the pandas-frame analyzer it replaced.
 
 ``data/<replay>.parquet`` are event files written by ``kvscope replay --events`` (glm5-dsa with
-``max_requests=64``, qwen-hybrid-mtp, shared-prefix, oversize; engine model at commit f705fb5) and
-``data/<replay>.findings.json`` is ``analyze(load_events(path)).to_dict()`` computed on those files
-by the analyzer at commit f705fb5, before the column view (kvscope/analysis/columns.py) existed.
+``max_requests=64``, qwen-hybrid-mtp, shared-prefix, oversize; engine model at commit f705fb5;
+``qwen-hybrid-mtp-mamba``: the same scenario recorded at commit cc26c89, with its mamba pool and a
+time-to-exhaustion episode whose rates are undefined) and ``data/<replay>.findings.json`` is
+``analyze(load_events(path)).to_dict()`` computed on those files by the analyzer at commit f705fb5,
+before the column view (kvscope/analysis/columns.py) existed.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
@@ -20,7 +22,7 @@ from kvscope.analysis.loader import read_columns
 from kvscope.recording import read_frame
 
 DATA = Path(__file__).parent / "data"
-REPLAYS = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize"]
+REPLAYS = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba"]
 
 
 def _before(name: str) -> dict:
