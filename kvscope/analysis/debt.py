@@ -504,6 +504,9 @@ def _empty_series() -> pd.DataFrame:
 
 def sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Sorted unique union of two integer arrays (np.union1d hashes, which is far slower here)."""
+    for one, other in ((a, b), (b, a)):
+        if len(other) == 0 and (len(one) < 2 or bool(np.all(one[1:] > one[:-1]))):
+            return np.asarray(one, dtype=np.int64)  # already sorted and unique
     x = np.sort(np.concatenate([a, b]).astype(np.int64))
     if len(x) == 0:
         return x
@@ -521,8 +524,12 @@ def eval_points(events: pd.DataFrame | EventColumns) -> np.ndarray:
     ev = as_columns(events)
     if len(ev) == 0:
         return np.zeros(0, dtype=np.int64)
-    return ev.cached("eval_points", lambda: sorted_union(ev.iteration_ends(),
-                                                         ev.positions(EventKind.ITERATION_SCHEDULED)))
+    def make() -> np.ndarray:
+        mark = np.zeros(len(ev), dtype=bool)  # positions are < len(ev): a mask beats a sort
+        mark[ev.iteration_ends()] = True
+        mark[ev.positions(EventKind.ITERATION_SCHEDULED)] = True
+        return np.flatnonzero(mark)
+    return ev.cached("eval_points", make)
 
 
 def owing_at(debt: DebtResult, role: str, pos: int) -> list[int]:
