@@ -241,9 +241,7 @@ def compute_debt(
     for x in (cap_kinds, freed_all, susp_kinds, reuse_all):
         x = x[rid[x] >= 0]
         own_kinds.append((x, pool[x]))
-    for role in pools:  # fill the shared caches before the pools run side by side
-        _last_state(ev, P[role])
-    _prompt_table(ev)
+    _prompt_table(ev)  # a shared cache: filled before the pools run side by side
     status_rid = rid[status_pos]
     status_g = request_index(ev, status_rid)
     status_tok = ntok[status_pos]
@@ -315,19 +313,24 @@ def compute_debt(
 
     # The pools are independent and numpy releases the GIL in its loops: on a large stream
     # they run side by side (same results; a small stream is not worth a thread).
+    def queued(role: PoolRole) -> np.ndarray:
+        return _queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
+
     if len(pools) > 1 and n >= _PARALLEL_MIN_EVENTS:
-        with ThreadPoolExecutor(max_workers=len(pools)) as pool_ex:
-            results = list(pool_ex.map(one_pool, pools))
+        ev.cached("queue", lambda: _queue_spans(ev))  # shared by the queued tasks
+        with ThreadPoolExecutor(max_workers=2) as pool_ex:
+            pending = [pool_ex.submit(one_pool, role) for role in pools]
+            pending_q = [pool_ex.submit(queued, role) for role in pools]
+            results = [f.result() for f in pending]
+            queued_by_pool = [f.result() for f in pending_q]
     else:
         results = [one_pool(role) for role in pools]
+        queued_by_pool = [queued(role) for role in pools]
     tracks, full, owing = [], {}, {}
-    for role, (track, owing_p, full_p) in zip(pools, results):
+    for role, (track, owing_p, full_p), q in zip(pools, results, queued_by_pool):
         tracks.append(track)
         owing[role.value] = owing_p
-        full[role.value] = full_p
-
-    for role in pools:
-        full[role.value]["queued"] = _queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
+        full[role.value] = {**full_p, "queued": q}
     tgt = full.get(PoolRole.TARGET.value)
     for role in pools:
         f = full[role.value]

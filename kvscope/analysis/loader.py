@@ -68,14 +68,15 @@ def read_columns(path: str | os.PathLike[str]) -> EventColumns | None:
     """The analyzer's column view of one kvscope Parquet event file, or None when this fast path
     cannot take it (not Parquet, missing, damaged: use :func:`load_events`, which says why).
 
-    Reads only the columns the detectors use, straight into numpy (no DataFrame); ``reason``
-    stays an Arrow array and is materialised only for the rows a detector asks for.
+    Reads only the columns the detectors use, straight into numpy (no DataFrame). ``reason``,
+    ``num_requests`` and ``reserved_blocks`` are read on demand, only the row groups holding the
+    rows a detector asks for, so the file must stay in place until the analysis is done.
     """
     p = Path(path)
     if p.suffix != ".parquet" or not p.exists():
         return None
     try:
-        pf, header = _open(p)
+        pf, header = _open(p, memory_map=True)
         eager = [c for c in INT_COLUMNS if c not in _ON_DEMAND]
         table = pf.read(columns=["kind", "pool", *eager])
         ints: dict[str, object] = {}
@@ -111,7 +112,7 @@ class _RowGroupColumn:
 
     def _read(self, row_groups: list[int] | None) -> pa.ChunkedArray:
         kw = {"read_dictionary": [self.name]} if self.name == "reason" else {}
-        pf = pq.ParquetFile(self.path, **kw)
+        pf = pq.ParquetFile(self.path, memory_map=True, **kw)
         t = pf.read(columns=[self.name]) if row_groups is None else pf.read_row_groups(row_groups, columns=[self.name])
         col = t.column(0)
         if self.name != "reason" and col.null_count:
@@ -143,8 +144,8 @@ class _RowGroupColumn:
         return col.to_numpy()[local]
 
 
-def _open(path: Path) -> tuple[pq.ParquetFile, dict]:
-    pf = pq.ParquetFile(path)
+def _open(path: Path, *, memory_map: bool = False) -> tuple[pq.ParquetFile, dict]:
+    pf = pq.ParquetFile(path, memory_map=memory_map)
     meta = pf.schema_arrow.metadata or {}
     header = json.loads(meta[HEADER_KEY])
     if header.get("format") != FORMAT_NAME:
