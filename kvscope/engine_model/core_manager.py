@@ -105,6 +105,8 @@ class KVCacheManagerCoreModel:
         where the claim ends inside it); the reuse counters grow by the matched and missed full blocks.
         """
         scope = reuse_scope if reuse_scope is not None else ReuseScope()
+        if input_tokens is None:  # nothing offered (reuse off, a draft mirror): no walk, no counters
+            return _KVCacheModel(self, scope, None, 0, 0, id)
         path, num_reused, num_claim = self._match(scope, input_tokens, match_memo)
         last_run = None
         remaining = num_claim
