@@ -31,10 +31,29 @@ from kvscope.analysis.frame import (
     END_KINDS,
     KV_POOLS,
     P,
-    group_pick,
     pool_configs,
     request_ids,
     request_index,
+)
+from kvscope.analysis.queue import prompt_table, prompts_of, queue_spans, queued_need
+from kvscope.analysis.track import (
+    CAP_SETTERS,
+    DONE_SETTERS,
+    ON_SETTERS,
+    REUSE_SETTERS,
+    ROW_ALLOC,
+    ROW_DONE,
+    ROW_FREED,
+    ROW_OFF,
+    ROW_ON,
+    ROW_RESUME,
+    ROW_REUSE,
+    ROW_SUSP,
+    SUSP_SETTERS,
+    TGT_SETTERS,
+    LastOfType,
+    group_step,
+    sum_upto,
 )
 from kvscope.events import EVENT_KINDS, EventKind, PoolRole
 
@@ -120,23 +139,6 @@ class DebtResult:
         return [int(x) for x in np.unique(r[(lo <= pos) & (hi > pos)])]
 
 
-def _step(values: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Change from the previous row of the same group (the value itself on a group's first row)."""
-    out = values.copy()
-    out[1:] -= values[:-1]
-    out[start] = values[start]
-    return out
-
-
-def _sum_upto(bucket: np.ndarray, w: np.ndarray, num_q: int) -> np.ndarray:
-    """For each of ``num_q`` sorted query positions, the sum of the weights of rows at positions
-    <= it, where ``bucket`` is each row's count of query positions below it (:func:`count_below`:
-    the first query that sees the row). One bincount + cumsum, no sort."""
-    if num_q == 0:
-        return np.zeros(0)
-    return np.cumsum(np.bincount(bucket, weights=w, minlength=num_q + 1)[:num_q])
-
-
 def lookup(values: pd.Series, keys: np.ndarray) -> np.ndarray:
     """``values[keys]`` as float64 with NaN for missing keys (binary search; no hashing)."""
     if len(values) == 0:
@@ -148,35 +150,10 @@ def lookup(values: pd.Series, keys: np.ndarray) -> np.ndarray:
     return np.where(idx[at] == keys, vals[at], np.nan)
 
 
-def _prompt_table(ev: EventColumns) -> np.ndarray:
-    """Prompt length per request (aligned with :func:`request_ids`; NaN unknown): REQUEST_ARRIVED
-    (the first), else the furthest context chunk end."""
-    def make() -> np.ndarray:
-        ids = request_ids(ev)
-        out = np.full(len(ids), np.nan)
-        cp = ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED)
-        if len(cp):
-            lo = np.iinfo(np.int64).min
-            ends = np.full(len(ids), lo, dtype=np.int64)
-            np.maximum.at(ends, request_index(ev, ev.request_id[cp]), ev.num_tokens[cp] + ev.num_blocks[cp])
-            out = np.where(ends == lo, np.nan, ends.astype(np.float64))
-        ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
-        first = group_pick(request_index(ev, ev.request_id[ap]), len(ids))
-        has = first >= 0
-        out[has] = ev.num_tokens[ap[first[has]]]
-        return out
-    return ev.cached("prompts", make)
-
-
-def _prompts_of(ev: EventColumns, keys: np.ndarray) -> np.ndarray:
-    """Prompt length (float, NaN unknown) of request ids ``keys`` (each named by some event)."""
-    return _prompt_table(ev)[request_index(ev, keys)] if len(keys) else np.zeros(0)
-
-
 def request_prompts(events: pd.DataFrame | EventColumns) -> pd.Series:
     """Prompt length per request id: REQUEST_ARRIVED, else the furthest context chunk end."""
     ev = as_columns(events)
-    vals = _prompt_table(ev)
+    vals = prompt_table(ev)
     ok = ~np.isnan(vals)
     return pd.Series(vals[ok].astype(np.int64), index=request_ids(ev)[ok])
 def compute_debt(
@@ -213,13 +190,13 @@ def compute_debt(
     # Prefill done (a chunk reaching the prompt's end): the request is decoding and frees its
     # pages when it finishes; the at-risk projection counts on that.
     cpos = ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED)
-    prompt_c = np.nan_to_num(_prompts_of(ev, rid[cpos]), nan=np.inf)
+    prompt_c = np.nan_to_num(prompts_of(ev, rid[cpos]), nan=np.inf)
     done_pos = cpos[ntok[cpos] + ev.num_blocks[cpos] >= prompt_c]
     n_on, n_off, n_done = len(on_pos), len(off_pos), len(done_pos)
     status_pos = np.concatenate([on_pos, off_pos, done_pos])
     s_order = np.argsort(status_pos, kind="stable")
     status_pos = status_pos[s_order]
-    status_type = np.repeat(np.array([_ON, _OFF, _DONE], dtype=np.int8), [n_on, n_off, n_done])[s_order]
+    status_type = np.repeat(np.array([ROW_ON, ROW_OFF, ROW_DONE], dtype=np.int8), [n_on, n_off, n_done])[s_order]
 
     # Everything is evaluated at the consistent points (plus the fatal events), never per event.
     points = eval_points(ev)
@@ -241,7 +218,7 @@ def compute_debt(
     for x in (cap_kinds, freed_all, susp_kinds, reuse_all):
         x = x[rid[x] >= 0]
         own_kinds.append((x, pool[x]))
-    _prompt_table(ev)  # a shared cache: filled before the pools run side by side
+    prompt_table(ev)  # a shared cache: filled before the pools run side by side
     status_rid = rid[status_pos]
     status_g = request_index(ev, status_rid)
     status_tok = ntok[status_pos]
@@ -252,8 +229,8 @@ def compute_debt(
         pc = P[role]
         parts = [x[p == pc] for x, p in own_kinds]
         own_cat = np.concatenate(parts)
-        own_type = np.repeat(np.array([_ALLOC, _FREED, _SUSP, _REUSE], dtype=np.int8), [len(x) for x in parts])
-        own_type[own_type == _SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, _SUSP, _RESUME)
+        own_type = np.repeat(np.array([ROW_ALLOC, ROW_FREED, ROW_SUSP, ROW_REUSE], dtype=np.int8), [len(x) for x in parts])
+        own_type[own_type == ROW_SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, ROW_SUSP, ROW_RESUME)
         pos = np.concatenate([own_cat, status_pos])
         typ = np.concatenate([own_type, status_type])
         # Rows grouped by request, in position order within a request; at the same position (the
@@ -269,27 +246,27 @@ def compute_debt(
         start = np.ones(len(r), dtype=bool)
         start[1:] = r[1:] != r[:-1]
         # Each state is the value of the request's latest row of the kinds that set it.
-        last = _LastOfType(typ, start)
-        cap = last.value(_CAP_SETTERS, _ALLOC, tok)
-        susp = last.flag(_SUSP_SETTERS, _SUSP)
-        reused = last.value(_REUSE_SETTERS, _REUSE, tok)
-        counted = last.flag(_ON_SETTERS, _ON)
-        done = last.flag(_DONE_SETTERS, _DONE)
+        last = LastOfType(typ, start)
+        cap = last.value(CAP_SETTERS, ROW_ALLOC, tok)
+        susp = last.flag(SUSP_SETTERS, ROW_SUSP)
+        reused = last.value(REUSE_SETTERS, ROW_REUSE, tok)
+        counted = last.flag(ON_SETTERS, ROW_ON)
+        done = last.flag(DONE_SETTERS, ROW_DONE)
         if role == PoolRole.TARGET or bool(cfg["paired"]):
-            reused = np.maximum(reused, last.value(_TGT_SETTERS, _ON, tok))  # paired mirrors get the target's reuse
+            reused = np.maximum(reused, last.value(TGT_SETTERS, ROW_ON, tok))  # paired mirrors get the target's reuse
         held_tokens = np.where(susp, 0.0, np.maximum(cap, reused))
         held = np.ceil(held_tokens / tpb)
         group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
-        prompt = _prompts_of(ev, r[start]) if len(r) else np.zeros(0)
+        prompt = prompts_of(ev, r[start]) if len(r) else np.zeros(0)
         final_r = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
         # unknown prompt: assume nothing more is needed
         final = np.where(np.isnan(prompt)[group_id], held, final_r[group_id]) if len(r) else np.zeros(0)
         rem = np.where(counted, np.maximum(final - held, 0.0), 0.0)
         bucket = q_below[pos]
-        need = _sum_upto(bucket, _step(rem, start), nq)
+        need = sum_upto(bucket, group_step(rem, start), nq)
         decoding = np.where(counted & done, held, 0.0)
-        decode_held = _sum_upto(bucket, _step(decoding, start), nq)
-        grew = np.maximum(_step(held, start), 0.0)
+        decode_held = sum_upto(bucket, group_step(decoding, start), nq)
+        grew = np.maximum(group_step(held, start), 0.0)
         grew[susp] = 0.0
         alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
         nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
@@ -314,10 +291,10 @@ def compute_debt(
     # The pools are independent and numpy releases the GIL in its loops: on a large stream
     # they run side by side (same results; a small stream is not worth a thread).
     def queued(role: PoolRole) -> np.ndarray:
-        return _queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
+        return queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
 
     if len(pools) > 1 and n >= _PARALLEL_MIN_EVENTS:
-        ev.cached("queue", lambda: _queue_spans(ev))  # shared by the queued tasks
+        ev.cached("queue", lambda: queue_spans(ev))  # shared by the queued tasks
         with ThreadPoolExecutor(max_workers=2) as pool_ex:
             pending = [pool_ex.submit(one_pool, role) for role in pools]
             pending_q = [pool_ex.submit(queued, role) for role in pools]
@@ -352,57 +329,6 @@ def compute_debt(
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)
 _PARALLEL_MIN_EVENTS = 200_000
-# Row types of the per-pool track: own events of the pool, then the shared status rows.
-_ALLOC, _FREED, _SUSP, _RESUME, _REUSE, _ON, _OFF, _DONE = range(8)
-
-
-def _setters(*types: int) -> np.ndarray:
-    lut = np.zeros(8, dtype=bool)
-    lut[list(types)] = True
-    return lut
-
-
-_CAP_SETTERS = _setters(_ALLOC, _FREED)  # capacity: the allocation's size, 0 once freed
-_SUSP_SETTERS = _setters(_SUSP, _RESUME)
-_REUSE_SETTERS = _setters(_REUSE)
-_ON_SETTERS = _setters(_ON, _OFF)  # counted: admitted, until an end or the target's free
-_DONE_SETTERS = _setters(_ON, _DONE)  # prefill done: a chunk reached the prompt's end (reset on admission)
-_TGT_SETTERS = _setters(_ON)  # the target's reuse as admitted
-
-
-class _LastOfType:
-    """Forward fill over rows grouped by request: for each row, the latest row of its request
-    (itself included) whose type is in a setter set."""
-
-    def __init__(self, typ: np.ndarray, start: np.ndarray) -> None:
-        self.typ, self.start = typ, start
-        self.idx = np.arange(len(typ), dtype=np.int32 if len(typ) < 2**31 else np.int64)
-        self._zero = self.idx.dtype.type(0)
-        self._present = np.bincount(typ, minlength=8) > 0
-
-    def _none(self, setters: np.ndarray) -> bool:
-        return not (self._present & setters).any()  # no row sets it: the default everywhere
-
-    def _src(self, setters: np.ndarray) -> np.ndarray:
-        src = np.where(setters[self.typ] | self.start, self.idx, self._zero)
-        if len(src):
-            np.maximum.accumulate(src, out=src)
-        return src  # a group's first row when no setter row precedes: its type tells
-
-    def flag(self, setters: np.ndarray, on_type: int) -> np.ndarray:
-        """True where the latest setter row has type ``on_type`` (False when there is none)."""
-        if self._none(setters):
-            return np.zeros(len(self.typ), dtype=bool)
-        return self.typ[self._src(setters)] == on_type
-
-    def value(self, setters: np.ndarray, value_type: int, values: np.ndarray) -> np.ndarray:
-        """``values`` of the latest setter row when its type is ``value_type``, else 0."""
-        if self._none(setters):
-            return np.zeros(len(self.typ))
-        src = self._src(setters)
-        return np.where(self.typ[src] == value_type, values[src], 0.0)
-
-
 def _last_state(ev: EventColumns, pc: int) -> np.ndarray:
     """Per event position, the position of the latest event at or before it that carries the
     state of pool code ``pc`` (-1 before the first)."""
@@ -414,84 +340,6 @@ def _last_state(ev: EventColumns, pc: int) -> np.ndarray:
             np.maximum.accumulate(last, out=last)
         return last
     return ev.cached(("last_state", pc), make)
-
-
-def _queued_need(
-    ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_below: np.ndarray, nq: int,
-) -> np.ndarray:
-    """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
-    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them)."""
-    n = len(ev)
-    pool, rid = ev.pool, ev.request_id
-    queue = ev.cached("queue", lambda: _queue_spans(ev))
-    if queue is None:
-        return np.zeros(nq)
-    has, apos, stop, prompt = queue
-    tpb = int(cfg["tokens_per_block"])
-    total = prompt + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]
-    uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
-    if not uses_reuse:
-        q = np.ceil(total / tpb)
-        return _sum_upto(q_below[np.concatenate([apos, stop])], np.concatenate([q, -q]), nq)
-    # Recent hit rate of the target at each arrival (last hit_window admissions before it).
-    a_pos = ev.positions(EventKind.ADMITTED)
-    a_reused = ev.num_tokens[a_pos].astype(np.float64)
-    a_rid = rid[a_pos]
-    a_prompt = np.zeros(len(a_pos))
-    named = a_rid >= 0
-    a_prompt[named] = np.nan_to_num(_prompts_of(ev, a_rid[named]), nan=0.0)
-    cs_r = np.concatenate([[0.0], np.cumsum(a_reused)])
-    cs_p = np.concatenate([[0.0], np.cumsum(a_prompt)])
-    hi = np.searchsorted(a_pos, apos, side="right")
-    lo = np.maximum(hi - hit_window, 0)
-    den = cs_p[hi] - cs_p[lo]
-    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
-    q0 = np.ceil(np.maximum(total - hit * prompt, 0) / tpb)
-    # Known matches while queued (target's BLOCKS_REUSED before admission) replace the estimate.
-    rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
-    rpos = rpos[pool[rpos] == P[PoolRole.TARGET]]
-    g = request_index(ev, rid[rpos])
-    slot = np.full(len(request_ids(ev)), -1, dtype=np.int64)
-    slot[has] = np.arange(len(has))
-    idx = slot[g] if len(g) else np.zeros(0, np.int64)
-    ok = idx >= 0
-    rpos, idx = rpos[ok], idx[ok]
-    ok = (rpos >= apos[idx]) & (rpos < stop[idx])
-    rpos, idx = rpos[ok], idx[ok]
-    qk = np.ceil(np.maximum(total[idx] - ev.num_tokens[rpos], 0) / tpb)
-    k = len(has)
-    rows_pos = np.concatenate([apos, rpos, stop])
-    rows_req = np.concatenate([np.arange(k), idx, np.arange(k)])
-    rows_val = np.concatenate([q0, qk, np.zeros(k)])
-    rows_ord = np.concatenate([np.zeros(k, np.int64), np.ones(len(idx), np.int64), np.full(k, 2, np.int64)])
-    order = np.argsort((rows_req * (n + 2) + rows_pos) * 3 + rows_ord)  # by request, position, kind
-    rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
-    start = np.ones(len(rows_req), dtype=bool)
-    start[1:] = rows_req[1:] != rows_req[:-1]
-    prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    return _sum_upto(q_below[rows_pos], rows_val - prev, nq)
-
-
-def _queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:
-    """Requests that arrived (index into :func:`request_ids`), their first arrival position,
-    the position they left the queue (first admission, else first end, else ``len(ev)``) and
-    their prompt length (0 unknown); None when nothing arrived."""
-    rid = ev.request_id
-    ids_all = request_ids(ev)
-    ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
-    if len(ap) == 0:
-        return None
-
-    def first(pos: np.ndarray) -> np.ndarray:
-        at = group_pick(request_index(ev, rid[pos]), len(ids_all))
-        return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
-
-    arr = first(ap)
-    has = np.flatnonzero(arr >= 0)  # requests that arrived, by ascending id
-    adm = first(ev.request_positions(EventKind.ADMITTED))[has]
-    end = first(ev.request_positions(*END_KINDS))[has]
-    stop = np.where(adm >= 0, adm, np.where(end >= 0, end, len(ev)))
-    return has, arr[has], stop, np.nan_to_num(_prompt_table(ev)[has], nan=0.0)
 
 
 def _empty_series() -> pd.DataFrame:

@@ -1,0 +1,117 @@
+"""What queued requests would need: prompt lengths per request and the queued-need projection of
+:func:`kvscope.analysis.debt.compute_debt` (requests arrived and not yet admitted, counted as if
+admitted now), over the analyzer's column view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kvscope.analysis.columns import EventColumns
+from kvscope.analysis.frame import END_KINDS, P, group_pick, request_ids, request_index
+from kvscope.analysis.track import sum_upto
+from kvscope.events import EventKind, PoolRole
+
+
+def prompt_table(ev: EventColumns) -> np.ndarray:
+    """Prompt length per request (aligned with :func:`request_ids`; NaN unknown): REQUEST_ARRIVED
+    (the first), else the furthest context chunk end."""
+    def make() -> np.ndarray:
+        ids = request_ids(ev)
+        out = np.full(len(ids), np.nan)
+        cp = ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED)
+        if len(cp):
+            lo = np.iinfo(np.int64).min
+            ends = np.full(len(ids), lo, dtype=np.int64)
+            np.maximum.at(ends, request_index(ev, ev.request_id[cp]), ev.num_tokens[cp] + ev.num_blocks[cp])
+            out = np.where(ends == lo, np.nan, ends.astype(np.float64))
+        ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
+        first = group_pick(request_index(ev, ev.request_id[ap]), len(ids))
+        has = first >= 0
+        out[has] = ev.num_tokens[ap[first[has]]]
+        return out
+    return ev.cached("prompts", make)
+
+
+def prompts_of(ev: EventColumns, keys: np.ndarray) -> np.ndarray:
+    """Prompt length (float, NaN unknown) of request ids ``keys`` (each named by some event)."""
+    return prompt_table(ev)[request_index(ev, keys)] if len(keys) else np.zeros(0)
+
+
+def queued_need(
+    ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_below: np.ndarray, nq: int,
+) -> np.ndarray:
+    """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
+    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them)."""
+    n = len(ev)
+    pool, rid = ev.pool, ev.request_id
+    queue = ev.cached("queue", lambda: queue_spans(ev))
+    if queue is None:
+        return np.zeros(nq)
+    has, apos, stop, prompt = queue
+    tpb = int(cfg["tokens_per_block"])
+    total = prompt + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]
+    uses_reuse = role == PoolRole.TARGET or bool(cfg["paired"])
+    if not uses_reuse:
+        q = np.ceil(total / tpb)
+        return sum_upto(q_below[np.concatenate([apos, stop])], np.concatenate([q, -q]), nq)
+    # Recent hit rate of the target at each arrival (last hit_window admissions before it).
+    a_pos = ev.positions(EventKind.ADMITTED)
+    a_reused = ev.num_tokens[a_pos].astype(np.float64)
+    a_rid = rid[a_pos]
+    a_prompt = np.zeros(len(a_pos))
+    named = a_rid >= 0
+    a_prompt[named] = np.nan_to_num(prompts_of(ev, a_rid[named]), nan=0.0)
+    cs_r = np.concatenate([[0.0], np.cumsum(a_reused)])
+    cs_p = np.concatenate([[0.0], np.cumsum(a_prompt)])
+    hi = np.searchsorted(a_pos, apos, side="right")
+    lo = np.maximum(hi - hit_window, 0)
+    den = cs_p[hi] - cs_p[lo]
+    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+    q0 = np.ceil(np.maximum(total - hit * prompt, 0) / tpb)
+    # Known matches while queued (target's BLOCKS_REUSED before admission) replace the estimate.
+    rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
+    rpos = rpos[pool[rpos] == P[PoolRole.TARGET]]
+    g = request_index(ev, rid[rpos])
+    slot = np.full(len(request_ids(ev)), -1, dtype=np.int64)
+    slot[has] = np.arange(len(has))
+    idx = slot[g] if len(g) else np.zeros(0, np.int64)
+    ok = idx >= 0
+    rpos, idx = rpos[ok], idx[ok]
+    ok = (rpos >= apos[idx]) & (rpos < stop[idx])
+    rpos, idx = rpos[ok], idx[ok]
+    qk = np.ceil(np.maximum(total[idx] - ev.num_tokens[rpos], 0) / tpb)
+    k = len(has)
+    rows_pos = np.concatenate([apos, rpos, stop])
+    rows_req = np.concatenate([np.arange(k), idx, np.arange(k)])
+    rows_val = np.concatenate([q0, qk, np.zeros(k)])
+    rows_ord = np.concatenate([np.zeros(k, np.int64), np.ones(len(idx), np.int64), np.full(k, 2, np.int64)])
+    order = np.argsort((rows_req * (n + 2) + rows_pos) * 3 + rows_ord)  # by request, position, kind
+    rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
+    start = np.ones(len(rows_req), dtype=bool)
+    start[1:] = rows_req[1:] != rows_req[:-1]
+    prev = np.where(start, 0.0, np.roll(rows_val, 1))
+    return sum_upto(q_below[rows_pos], rows_val - prev, nq)
+
+
+def queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:
+    """Requests that arrived (index into :func:`request_ids`), their first arrival position,
+    the position they left the queue (first admission, else first end, else ``len(ev)``) and
+    their prompt length (0 unknown); None when nothing arrived."""
+    rid = ev.request_id
+    ids_all = request_ids(ev)
+    ap = ev.request_positions(EventKind.REQUEST_ARRIVED)
+    if len(ap) == 0:
+        return None
+
+    def first(pos: np.ndarray) -> np.ndarray:
+        at = group_pick(request_index(ev, rid[pos]), len(ids_all))
+        return np.where(at >= 0, pos[np.maximum(at, 0)] if len(pos) else 0, -1)
+
+    arr = first(ap)
+    has = np.flatnonzero(arr >= 0)  # requests that arrived, by ascending id
+    adm = first(ev.request_positions(EventKind.ADMITTED))[has]
+    end = first(ev.request_positions(*END_KINDS))[has]
+    stop = np.where(adm >= 0, adm, np.where(end >= 0, end, len(ev)))
+    return has, arr[has], stop, np.nan_to_num(prompt_table(ev)[has], nan=0.0)
