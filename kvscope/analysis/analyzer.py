@@ -15,7 +15,7 @@ import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.debt import _PARALLEL_MIN_EVENTS, DebtResult, compute_debt
+from kvscope.analysis.debt import PARALLEL_MIN_EVENTS, DebtResult, compute_debt
 from kvscope.analysis.detectors import (
     estimate_time_to_exhaustion,
     exhaustion_arrays,
@@ -85,7 +85,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     ev = as_columns(events)
     meta = header_meta(ev)
     configs = pool_configs(ev)
-    if len(ev) >= _PARALLEL_MIN_EVENTS:
+    if len(ev) >= PARALLEL_MIN_EVENTS:
         # The request timeline and the debt are independent: on a large stream the timeline is
         # built beside the debt (numpy releases the GIL in its loops). Shared caches first.
         request_ids(ev)

@@ -293,7 +293,7 @@ def compute_debt(
     def queued(role: PoolRole) -> np.ndarray:
         return queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
 
-    if len(pools) > 1 and n >= _PARALLEL_MIN_EVENTS:
+    if len(pools) > 1 and n >= PARALLEL_MIN_EVENTS:
         ev.cached("queue", lambda: queue_spans(ev))  # shared by the queued tasks
         with ThreadPoolExecutor(max_workers=2) as pool_ex:
             pending = [pool_ex.submit(one_pool, role) for role in pools]
@@ -328,7 +328,8 @@ def compute_debt(
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)
-_PARALLEL_MIN_EVENTS = 200_000
+PARALLEL_MIN_EVENTS = 200_000
+"""Streams at least this long run the pools' debt tracks (and the request timeline) in threads."""
 def _last_state(ev: EventColumns, pc: int) -> np.ndarray:
     """Per event position, the position of the latest event at or before it that carries the
     state of pool code ``pc`` (-1 before the first)."""
