@@ -75,10 +75,9 @@ def fast_forward_decode(executor: Any, horizon: int) -> int:
         accepted, new_phase = cost.accepted_drafts(phase, n)
         gains.append((request, n + accepted, new_phase))
     max_draft = executor.config.max_draft_len
+    shape_changed = False
     for manager, cache_map in managers:
-        tpb = manager.tokens_per_block
-        needed = 0
-        for request, gained, _ in gains:
+        for request, _, _ in gains:
             cache = cache_map.get(request.py_request_id)
             if cache is None:
                 continue
@@ -89,10 +88,20 @@ def fast_forward_decode(executor: Any, horizon: int) -> int:
             steady = (cache.capacity - tokens, cache.history_length - tokens)
             if offsets.get(key) != steady:
                 # First sight of this request in decode, or its shape changed: run in full and
-                # remember the shape; the next stretch may skip.
+                # remember the shape; the next stretch may skip. Every changed shape is remembered
+                # in this one pass (each is compared again at the next call, after a full
+                # iteration), so k new shapes cost one full iteration, not k.
                 offsets[key] = steady
-                return 0
-            needed += _div_up(cache.capacity + gained, tpb) - _div_up(cache.capacity, tpb)
+                shape_changed = True
+    if shape_changed:
+        return 0
+    for manager, cache_map in managers:
+        tpb = manager.tokens_per_block
+        needed = 0
+        for request, gained, _ in gains:
+            cache = cache_map.get(request.py_request_id)
+            if cache is not None:
+                needed += _div_up(cache.capacity + gained, tpb) - _div_up(cache.capacity, tpb)
         state = manager.pool_state()
         margin = len(gains) * (_div_up(1 + max_draft, tpb) + 1)
         if needed + margin > state.free_blocks + state.evictable_blocks:

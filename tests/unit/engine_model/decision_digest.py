@@ -8,7 +8,11 @@ leave both unchanged; a change to the model's decisions made on purpose regenera
 
     .venv/bin/python tests/unit/engine_model/decision_digest.py > tests/unit/engine_model/fixtures/decision_digests.json
 
-(run from the repository root) and the commit says why the decisions changed.
+(run from the repository root) and the commit says why the decisions changed. The decision hash
+covers executed iterations only, so a fast-forward that skips more also changes it (and the summary's
+``iterations_fast_forwarded``): then ``decision_rows`` shows that every executed iteration matches a
+replay that runs every iteration (``test_fast_forward_changes_no_decision_...``) before the fixture
+is regenerated.
 """
 
 from __future__ import annotations
@@ -90,3 +94,33 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def decision_rows(scenario: str, overrides: tuple[str, ...], *, fast_forward: bool = True
+                  ) -> tuple[dict[int, tuple], dict[str, Any]]:
+    """Every executed iteration's decisions by iteration number, and the summary (without
+    ``wall_seconds`` and ``config``). ``fast_forward=False`` runs every iteration in full."""
+    rows: dict[int, tuple] = {}
+
+    def observe(parts: Any) -> None:
+        scheduler, executor = parts.scheduler, parts.executor
+        if not fast_forward:
+            executor.decode_fast_forward = None
+        schedule = scheduler.schedule_request
+
+        def logged(active_requests, inflight_request_ids):
+            out = schedule(active_requests, inflight_request_ids)
+            rows[executor.iter_counter] = (
+                tuple((r.py_request_id, r.context_current_position, r.context_chunk_size)
+                      for r in out.context_requests),
+                tuple(r.py_request_id for r in out.generation_requests),
+                tuple(r.py_request_id for r in out.paused_requests),
+                tuple(r.py_request_id for r in out.recompute_paused_requests))
+            return out
+
+        scheduler.schedule_request = logged
+
+    summary = run(scenario, list(overrides), instrument=observe).to_dict()
+    summary.pop("wall_seconds")
+    summary.pop("config")
+    return rows, summary
