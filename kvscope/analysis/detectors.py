@@ -237,12 +237,19 @@ def estimate_time_to_exhaustion(
         it = g["iteration"]
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
             row = {k: v[s] for k, v in g.items()}
+            # The episode starts where the risk is first seen; the estimate comes from its first
+            # iteration with a defined consumption rate (an episode opening on the first iteration
+            # of a stream has no trailing window yet).
+            defined = np.flatnonzero(np.isfinite(g["eta_s"][s : e + 1]))
+            est = {k: v[s + int(defined[0])] for k, v in g.items()} if len(defined) else row
             b = _BASIS[row["basis_code"]]
             t_end, it_end = g["t_s"][e], g["iteration"][e]
             named = namer.during(float(row["t_s"]), float(t_end), int(row["iteration"]))
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
-            eta = float(row["eta_s"])
+            eta = float(est["eta_s"])
+            runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
+                        f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
                     "queue": f"at risk: with the queue admitted it would owe {row['projected_debt_blocks']:.0f} blocks",
                     "trend": "at the current growth"}[b]
@@ -252,11 +259,12 @@ def estimate_time_to_exhaustion(
                 t_start_s=row["t_s"], t_end_s=t_end,
                 iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
-                summary=(f"{role} pool runs out in about {eta:.2f} s ({row['eta_iterations']:.0f} iterations) "
+                summary=(f"{role} pool {runs_out} "
                          f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available ({what})."),
                 evidence={
-                    "eta_s": eta, "eta_iterations": float(row["eta_iterations"]),
-                    "predicted_exhaustion_s": float(row["t_s"]) + eta,
+                    "eta_s": eta, "eta_iterations": float(est["eta_iterations"]),
+                    "estimated_at_iteration": int(est["iteration"]),
+                    "predicted_exhaustion_s": float(est["t_s"]) + eta,
                     "basis": b, "certain": is_certain,
                     "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],

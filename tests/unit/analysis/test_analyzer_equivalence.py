@@ -5,7 +5,12 @@
 ``qwen-hybrid-mtp-mamba``: the same scenario recorded at commit cc26c89, with its mamba pool and a
 time-to-exhaustion episode whose rates are undefined) and ``data/<replay>.findings.json`` is
 ``analyze(load_events(path)).to_dict()`` computed on those files by the analyzer at commit f705fb5,
-before the column view (kvscope/analysis/columns.py) existed.
+before the column view (kvscope/analysis/columns.py) existed, then regenerated once for one deliberate
+change: a time-to-exhaustion estimate is taken at the episode's first iteration with a defined
+consumption rate (new evidence key ``estimated_at_iteration``, summary wording). The diff of that
+regeneration was checked to touch only time-to-exhaustion summaries and estimate fields, and only
+the estimate values of the one episode that opens on a stream's first iteration
+(``qwen-hybrid-mtp-mamba``).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
