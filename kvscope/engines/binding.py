@@ -131,6 +131,9 @@ class Binding(AdmissionAttempts):
         self.streaks: set[tuple[int, PoolRole, EventKind]] = set()
         self.managers: dict[int, Any] = {}
         """id(manager) -> manager, in discovery order (target and draft)."""
+        self.roles: dict[int, PoolRole] = {}
+        """id(manager) -> its role, for the managers in :attr:`managers` (held there, so an id is
+        never reused): :func:`role_of` once per manager instead of once per event."""
         self.pool_meta: dict[str, dict[str, Any]] = {}
         """role value -> POOL_CONFIGURED dict; the composition root copies it to the file header."""
         self.depth: dict[int, int] = {}
@@ -163,8 +166,10 @@ class Binding(AdmissionAttempts):
                 held.append((kind, request_id, pool, num_blocks, num_tokens, num_requests,
                              cap, free, evictable, reserved, reason))
                 return
-        self.rec.record(kind, request_id, pool, num_blocks, num_tokens, num_requests,
-                        cap, free, evictable, reserved, reason)
+        rec = self.rec
+        # The raw row Recorder.record would build, appended directly (one Python frame less per event).
+        rec.emit((rec.next_seq(), rec.clock(), rec.iteration, request_id, pool, kind, num_blocks, num_tokens,
+                  num_requests, cap, free, evictable, reserved, reason))
 
     def hook_failed(self) -> None:
         """A recording step failed: count it, never disturb the engine."""
@@ -173,12 +178,16 @@ class Binding(AdmissionAttempts):
             log.exception("kvscope hook failed (engine unaffected)")
 
     # ---- managers -----------------------------------------------------------------------------
+    def _role(self, manager: Any) -> PoolRole:
+        role = self.roles.get(id(manager))
+        return role if role is not None else role_of(manager)
+
     def discover(self, manager: Any) -> None:
         """Register a KV manager; the first time, emit POOL_CONFIGURED for its pool."""
         if manager is None or id(manager) in self.managers or not hasattr(manager, "kv_cache_map"):
             return
         self.managers[id(manager)] = manager
-        role = role_of(manager)
+        role = self.roles[id(manager)] = role_of(manager)
         if role.value in self.pool_meta:
             return
         cfg = self.reader.config(manager, self.rec.rank)
@@ -196,18 +205,26 @@ class Binding(AdmissionAttempts):
             figures = self.device_memory()
             if figures:
                 extra = format_kv(figures)
-        held = [self.sweep(manager) for manager in self.managers.values()]
-        for manager, tokens in zip(self.managers.values(), held):
-            role = role_of(manager)
-            evicted = self.reader.evicted_total(manager)
+        managers = self.managers.values()
+        held = [self.sweep(manager) for manager in managers]
+        reader, rec, roles, last_evicted = self.reader, self.rec, self.roles, self._evicted
+        snapshot = EventKind.POOL_SNAPSHOT
+        for manager, tokens in zip(managers, held):
+            key = id(manager)
+            role = roles[key]
+            evicted = reader.evicted_total(manager)
+            state = reader.state(manager)
             if evicted is not None:
-                last = self._evicted.get(id(manager), 0)
+                last = last_evicted.get(key, 0)
                 if evicted > last:
-                    self.emit(EventKind.BLOCKS_EVICTED, -1, role, evicted - last, manager=manager)
-                self._evicted[id(manager)] = evicted
-            cap, free, evictable, reserved = self.reader.state(manager)
-            self.rec.record(EventKind.POOL_SNAPSHOT, -1, role, 0, tokens, len(manager.kv_cache_map),
-                            cap, free, evictable, reserved, extra)
+                    # The sweep and the eviction read change nothing: the state read now is the one
+                    # emit would read.
+                    self.emit(EventKind.BLOCKS_EVICTED, -1, role, evicted - last, manager=manager,
+                              state=state if self.state_every else None)
+                last_evicted[key] = evicted
+            cap, free, evictable, reserved = state
+            rec.emit((rec.next_seq(), rec.clock(), rec.iteration, -1, role, snapshot, 0, tokens,
+                      len(manager.kv_cache_map), cap, free, evictable, reserved, extra))
 
     # ---- per-request cache diffs --------------------------------------------------------------
     def sweep(self, manager: Any) -> int:
@@ -225,7 +242,7 @@ class Binding(AdmissionAttempts):
             # capacities moved (within blocks).
             return sum(c.capacity for c in manager.kv_cache_map.values())
         known = self.known.setdefault(id(manager), {})
-        role = role_of(manager)
+        role = self._role(manager)
         items = manager.kv_cache_map.items()
         tokens_held = 0
         for rid, cache in items:
@@ -253,7 +270,8 @@ class Binding(AdmissionAttempts):
             for rid in [r for r in known if r not in manager.kv_cache_map]:
                 del known[rid]
         if fingerprint is not None:
-            self._fingerprints[id(manager)] = self.reader.fingerprint(manager)
+            # The sweep only reads: the pool is as fingerprinted above.
+            self._fingerprints[id(manager)] = fingerprint
         return tokens_held
 
     def sweep_batch(self, manager: Any, batch: Any, before: tuple[int, int, int, int] | None,
@@ -303,7 +321,7 @@ class Binding(AdmissionAttempts):
         for change in reversed(changes):
             states.append((after[0], free, after[2], after[3]) if exact else after)
             free += change[3]
-        role = role_of(manager)
+        role = self._role(manager)
         for (rid, cache, last, _), state in zip(changes, reversed(states)):
             nb1, active1 = cache.num_blocks, cache.is_active
             known[rid] = (nb1, active1)
@@ -329,7 +347,7 @@ class Binding(AdmissionAttempts):
             known[rid] = (after[0], after[2])
         if before == after:
             return
-        role = role_of(manager)
+        role = self._role(manager)
         if after is None:
             if before[0]:
                 self.emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
