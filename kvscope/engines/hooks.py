@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvscope.engines.binding import _REQUEST_RE, Binding, cache_view, parse_asked_tokens, role_of
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import UNKNOWN, EventKind, PoolRole
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple, dict], Any]
 OnResult = Callable[[Binding, Any, Any, tuple, dict, Any, Any], None]
@@ -227,6 +227,11 @@ def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
 
 
 # ---- scheduler -----------------------------------------------------------------------------------
+_NONE = PoolRole.NONE
+_CHUNK_SCHEDULED = EventKind.CONTEXT_CHUNK_SCHEDULED
+_ITERATION_SCHEDULED = EventKind.ITERATION_SCHEDULED
+
+
 def schedule_request(b: Binding) -> Wrapper:
     rec = b.rec
 
@@ -259,18 +264,24 @@ def schedule_request(b: Binding) -> Wrapper:
         try:
             ctx, gen = out.context_requests, out.generation_requests
             num_tokens = 0
+            emit, next_seq, clock, it = rec.emit, rec.next_seq, rec.clock, rec.iteration
             for req in ctx:
-                rec.record(EventKind.CONTEXT_CHUNK_SCHEDULED, req.py_request_id, PoolRole.NONE,
-                           req.context_current_position, req.context_chunk_size)
-                num_tokens += req.context_chunk_size
+                chunk = req.context_chunk_size
+                emit((next_seq(), clock(), it, req.py_request_id, _NONE, _CHUNK_SCHEDULED,
+                      req.context_current_position, chunk, 0, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, ""))
+                num_tokens += chunk
+            num_tokens += len(gen)
             for req in gen:
-                num_tokens += 1 + len(req.py_draft_tokens or ())
+                drafts = req.py_draft_tokens
+                if drafts:
+                    num_tokens += len(drafts)
             if waiting or b.holds:
                 b.defer_waiting(instance, waiting, len(ctx) + len(gen), num_tokens)
             paused = getattr(out, "recompute_paused_requests", None)
             if paused:
                 b.wait_again(paused)
-            rec.record(EventKind.ITERATION_SCHEDULED, -1, PoolRole.NONE, len(ctx), num_tokens, len(ctx) + len(gen))
+            emit((next_seq(), clock(), rec.iteration, -1, _NONE, _ITERATION_SCHEDULED, len(ctx), num_tokens,
+                  len(ctx) + len(gen), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, ""))
         except Exception:
             b.hook_failed()
         return out
