@@ -30,6 +30,7 @@ def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
     def factory(b: Binding, original: Callable[..., Any]) -> Callable[..., Any]:
         rec = b.rec
         depth = b.depth
+        known_by_manager = b.known
 
         @functools.wraps(original)
         def method(self, req, *args, **kwargs):
@@ -37,7 +38,11 @@ def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
                 return original(self, req, *args, **kwargs)
             try:
                 rid = req.py_request_id
-                before = cache_view(self, rid)
+                caches = self.kv_cache_map
+                cache = caches.get(rid)
+                # cache_view, inlined: this runs for every context attempt and chunk.
+                before = None if cache is None else (cache.num_blocks, cache.capacity, cache.is_active,
+                                                     cache.num_committed_tokens)
             except Exception:
                 b.hook_failed()
                 return original(self, req, *args, **kwargs)
@@ -47,7 +52,20 @@ def _fast_diff(on_result: OnResult | None = None) -> FastFactory:
             finally:
                 depth[id(self)] = 0
                 try:
-                    b.emit_cache_diff(self, rid, before)
+                    cache = caches.get(rid)
+                    after = None if cache is None else (cache.num_blocks, cache.capacity, cache.is_active,
+                                                        cache.num_committed_tokens)
+                    if after == before:
+                        # Nothing to report: only the record emit_cache_diff would have kept.
+                        known = known_by_manager.get(id(self))
+                        if known is None:
+                            known = known_by_manager[id(self)] = {}
+                        if after is None:
+                            known.pop(rid, None)
+                        else:
+                            known[rid] = (after[0], after[2])
+                    else:
+                        b.emit_cache_diff(self, rid, before)
                 except Exception:
                     b.hook_failed()
             if on_result is not None:
