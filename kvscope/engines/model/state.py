@@ -18,9 +18,21 @@ class ModelPoolReader:
 
     state_on_every_event = True
 
+    def __init__(self) -> None:
+        self._parts: dict[int, tuple[Any, Any, Any]] = {}
+        """id(manager) -> (manager, impl, core pool): read once per manager (a manager's core and
+        pool are fixed at construction); the manager is held so its id is never reused."""
+
+    def _impl_pool(self, manager: Any) -> tuple[Any, Any]:
+        parts = self._parts.get(id(manager))
+        if parts is None or parts[0] is not manager:
+            impl = getattr(manager, "impl", None)
+            parts = self._parts[id(manager)] = (manager, impl, getattr(impl, "pool", None))
+        return parts[1], parts[2]
+
     def state(self, manager: Any) -> tuple[int, int, int, int]:
         # The engine itself holds no reservations (remediation reports its own): 0, not unknown.
-        pool = getattr(getattr(manager, "impl", None), "pool", None)
+        pool = self._impl_pool(manager)[1]
         if pool is not None:
             # The core pool's O(1) counters: the same numbers pool_state() reports, without
             # building two records per event.
@@ -47,16 +59,14 @@ class ModelPoolReader:
         """(blocks ever allocated, free, evictable, active caches, live caches): any block or
         residency change of any cache moves one of them (growth bumps the allocation counter,
         shrink and close move free, suspend/resume move the active count)."""
-        impl = getattr(manager, "impl", None)
-        pool = getattr(impl, "pool", None)
+        impl, pool = self._impl_pool(manager)
         if pool is None:
             return None
         return (impl.num_allocated_blocks, pool.num_free_blocks, pool.num_evictable_blocks,
                 impl.num_active_caches, len(manager.kv_cache_map))
 
     def evicted_total(self, manager: Any) -> int | None:
-        pool = getattr(getattr(manager, "impl", None), "pool", None)
-        return getattr(pool, "num_evicted_blocks", None)
+        return getattr(self._impl_pool(manager)[1], "num_evicted_blocks", None)
 
 
 class MambaPoolView:
