@@ -52,6 +52,12 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
             first_warning = {"kind": f.kind.value, "iteration": f.iteration_start,
                              "lead_iterations": leads[i]["lead_iterations"], "request_ids": f.request_ids[:8]}
             break
+    # The fatal finding says how early a warning first named the request that then failed.
+    named = None
+    for f in analysis.findings:
+        if f.kind.value == "engine_fatal" and f.evidence.get("lead_iterations"):
+            named = {"request_id": summary.fatal_request_id, "kind": f.evidence.get("lead_kind"),
+                     "lead_iterations": f.evidence["lead_iterations"]}
     return {
         "label": label,
         "overrides": overrides,
@@ -66,6 +72,7 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
         "num_events": analysis.num_events,
         "finding_kinds": sorted(set(kinds)),
         "first_warning": first_warning,
+        "failing_request_named": named,
         "_analysis": analysis,
     }
 
@@ -108,7 +115,11 @@ def _print_run(r: dict[str, Any]) -> None:
     w = r["first_warning"]
     if w:
         print(f"    kvscope warned first at iteration {w['iteration']} ({w['kind']}), "
-              f"{w['lead_iterations']} iterations before the crash; requests {w['request_ids']}")
+              f"{w['lead_iterations']} iterations before the crash")
+    n = r["failing_request_named"]
+    if n:
+        print(f"    kvscope named request {n['request_id']} ({n['kind']}) {n['lead_iterations']} iterations "
+              "before it failed")
     print(f"    findings: {', '.join(r['finding_kinds']) or 'none'}")
 
 
