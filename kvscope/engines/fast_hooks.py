@@ -20,6 +20,7 @@ from kvscope.engines.hooks import (
     _on_context_resize,
     _on_generation,
     _on_prepare,
+    after_try_allocate_context,
 )
 from kvscope.events import PoolRole
 
@@ -120,8 +121,6 @@ def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Call
     """``_try_allocate_context``: :func:`kvscope.engines.hooks.try_allocate_context` as a plain
     closure (no per-call lambda and wrapper frame)."""
     rec = b.rec
-    causes = b.causes
-    no_cause = (None, "")
 
     @functools.wraps(original)
     def method(self, req, *args, **kwargs):
@@ -130,13 +129,7 @@ def _fast_try_allocate_context(b: Binding, original: Callable[..., Any]) -> Call
         b.failed_pool = PoolRole.NONE
         result = original(self, req, *args, **kwargs)
         try:
-            if result:
-                b.admit(req)
-            elif causes.get(req.py_request_id, no_cause)[1] == "":
-                # No resize hook named the failure (only the "prepared" mark is there).
-                pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
-                manager = self.kv_cache_manager if pool is PoolRole.TARGET else self.draft_kv_cache_manager
-                b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
+            after_try_allocate_context(b, self, req, result)
         except Exception:
             b.hook_failed()
         return result

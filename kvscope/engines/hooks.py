@@ -289,6 +289,22 @@ def schedule_request(b: Binding) -> Wrapper:
     return wrapper
 
 
+_NO_CAUSE = (None, "")
+
+
+def after_try_allocate_context(b: Binding, scheduler: Any, req: Any, result: bool) -> None:
+    """What ``_try_allocate_context`` returned, recorded: admitted, or deferred with the pool that
+    was short. Shared by the wrapt hook below and its plain-closure twin in ``fast_hooks``."""
+    if result:
+        b.admit(req)
+    elif b.causes.get(req.py_request_id, _NO_CAUSE)[1] == "":
+        # No resize hook named the failure (only the "prepared" mark is there).
+        pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
+        manager = scheduler.kv_cache_manager if pool is PoolRole.TARGET else scheduler.draft_kv_cache_manager
+        b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
+
+
+
 def try_allocate_context(b: Binding) -> Wrapper:
     rec = b.rec
 
@@ -298,14 +314,7 @@ def try_allocate_context(b: Binding) -> Wrapper:
         b.failed_pool = PoolRole.NONE
         result = wrapped(*args, **kwargs)
         try:
-            req = _first(args, kwargs, "req")
-            if result:
-                b.admit(req)
-            elif b.causes.get(req.py_request_id, (None, ""))[1] == "":
-                # No resize hook named the failure (only the "prepared" mark is there).
-                pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
-                manager = instance.kv_cache_manager if pool is PoolRole.TARGET else instance.draft_kv_cache_manager
-                b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
+            after_try_allocate_context(b, instance, _first(args, kwargs, "req"), result)
         except Exception:
             b.hook_failed()
         return result
