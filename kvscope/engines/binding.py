@@ -253,19 +253,7 @@ class Binding(AdmissionAttempts):
             if last is not None and last[0] == nb1 and last[1] == active1:
                 continue
             known[rid] = (nb1, active1)
-            if last is None:
-                if nb1:
-                    self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1, cache.capacity, manager=manager)
-                continue
-            nb0, active0 = last
-            if active1 and not active0:
-                self.emit(EventKind.RESUMED, rid, role, nb1, cache.capacity, manager=manager)
-            if nb1 > nb0:
-                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cache.capacity, manager=manager)
-            elif nb1 < nb0:
-                self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cache.capacity, manager=manager)
-            if active0 and not active1:
-                self.emit(EventKind.SUSPENDED, rid, role, nb0, cache.capacity, manager=manager)
+            self._emit_cache_change(rid, role, cache, last, nb1, active1, report_suspend=True, manager=manager)
         if len(known) > len(items):
             for rid in [r for r in known if r not in manager.kv_cache_map]:
                 del known[rid]
@@ -325,17 +313,28 @@ class Binding(AdmissionAttempts):
         for (rid, cache, last, _), state in zip(changes, reversed(states)):
             nb1, active1 = cache.num_blocks, cache.is_active
             known[rid] = (nb1, active1)
-            if last is None:
-                if nb1:
-                    self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1, cache.capacity, state=state)
-                continue
-            nb0, active0 = last
-            if active1 and not active0:
-                self.emit(EventKind.RESUMED, rid, role, nb1, cache.capacity, state=state)
-            if nb1 > nb0:
-                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cache.capacity, state=state)
-            elif nb1 < nb0:
-                self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cache.capacity, state=state)
+            self._emit_cache_change(rid, role, cache, last, nb1, active1, report_suspend=False, state=state)
+
+    def _emit_cache_change(self, rid: int, role: PoolRole, cache: Any, last: tuple[int, bool] | None,
+                           nb1: int, active1: bool, *, report_suspend: bool, manager: Any = None,
+                           state: tuple[int, int, int, int] | None = None) -> None:
+        """Events for one cache whose (blocks, active) went from ``last`` (None: first seen) to
+        (``nb1``, ``active1``); pool state from ``manager`` now, or ``state`` when the caller knows it.
+        The ordered draft sweep passes ``report_suspend=False``: sizing a mirror never suspends it."""
+        cap = cache.capacity
+        if last is None:
+            if nb1:
+                self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1, cap, manager=manager, state=state)
+            return
+        nb0, active0 = last
+        if active1 and not active0:
+            self.emit(EventKind.RESUMED, rid, role, nb1, cap, manager=manager, state=state)
+        if nb1 > nb0:
+            self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cap, manager=manager, state=state)
+        elif nb1 < nb0:
+            self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cap, manager=manager, state=state)
+        if report_suspend and active0 and not active1:
+            self.emit(EventKind.SUSPENDED, rid, role, nb0, cap, manager=manager, state=state)
 
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
