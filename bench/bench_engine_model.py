@@ -28,8 +28,8 @@ import sys
 
 _CASE = r"""
 import json, resource, sys, time
-from kvscope.engine_model import replay
-from kvscope.engine_model.scenarios import get_scenario
+from kvscope import replay
+from kvscope.replay.scenarios import get_scenario
 sessions = int(sys.argv[1])
 overrides = ["enable_block_reuse=false", f"max_sessions={sessions}"]
 scenario = get_scenario("glm5-dsa")

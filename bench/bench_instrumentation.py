@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvscope.engine_model.replay import build_engine, resolve, summarize
 from kvscope.engines.model.session import EventFileSession
+from kvscope.replay import build_engine, resolve, summarize
 
 DEFAULT_SCENARIOS = ("shared-prefix", "near-miss", "glm5-dsa", "qwen-hybrid-mtp")
 

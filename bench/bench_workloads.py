@@ -60,12 +60,12 @@ if case == "floor":
                 del doc
     out.update(requests=n)
 elif case == "mooncake":
-    from kvscope.engine_model.traces_mooncake import create_mooncake_workload
+    from kvscope.workloads.traces_mooncake import create_mooncake_workload
     w = create_mooncake_workload(traces + "/conversation_trace.jsonl", tokens_per_block=64)
     n, keys = drive(w)
     out.update(requests=n, keys=keys)
 else:
-    from kvscope.engine_model.traces_claude import ClaudeCodeTraceWorkload
+    from kvscope.workloads.traces_claude import ClaudeCodeTraceWorkload
     knobs = dict(requests_in_flight=24, max_think_time_s=60.0, recycle=False, share_system_prefix=True)
     tpb = 64
     if case == "claude-nocap":

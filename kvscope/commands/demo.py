@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvscope import replay as replay_mod
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import lead_times, render_html
-from kvscope.engine_model import replay as replay_mod
 from kvscope.engines.model import instrument_replay
 
 SCENARIO = "glm5-dsa"

@@ -20,9 +20,9 @@ import json
 import sys
 from typing import Any
 
-from kvscope.engine_model import replay as replay_mod
+from kvscope import replay as replay_mod
 from kvscope.engine_model.config import EngineConfig
-from kvscope.engine_model.scenarios import SCENARIOS, get_scenario
+from kvscope.replay.scenarios import SCENARIOS, get_scenario
 
 _INSTRUMENTATION_MODULE = "kvscope.engines.model"
 

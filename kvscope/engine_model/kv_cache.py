@@ -29,14 +29,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .block_pool import HeldSegment
+from .block_pool import BlockPoolModel, HeldSegment
 from .errors import LogicError
-from .radix_tree import BlockLevel, ReuseScope, Run, common_prefix_blocks
+from .radix_tree import BlockLevel, BlockRadixTreeModel, ReuseScope, Run, common_prefix_blocks
 
-if TYPE_CHECKING:
-    from .core_manager import KVCacheManagerCoreModel
+
+class CacheOwner(Protocol):
+    """What a cache reads and counts on the core manager that created it
+    (``core_manager.KVCacheManagerCoreModel``). Named here so this module does not import the
+    manager that imports it."""
+
+    tokens_per_block: int
+    max_util_for_resume: float
+    pool: BlockPoolModel
+    tree: BlockRadixTreeModel
+    num_allocated_blocks: int
+    num_committed_blocks_total: int
+    _num_live_caches: int
+    _num_active_caches: int
 
 
 class CacheStatus(str, Enum):
@@ -67,7 +79,7 @@ class _KVCacheModel:
         "is_active", "_tokens_per_block",
     )
 
-    def __init__(self, manager: KVCacheManagerCoreModel, reuse_scope: ReuseScope, last_run: Run | None,
+    def __init__(self, manager: CacheOwner, reuse_scope: ReuseScope, last_run: Run | None,
                  num_matched_blocks: int, num_reused_tokens: int, id: int | None) -> None:
         self.id = id
         self._manager = manager
@@ -137,7 +149,7 @@ class _KVCacheModel:
         return self._commit_state
 
     @property
-    def manager(self) -> KVCacheManagerCoreModel:
+    def manager(self) -> CacheOwner:
         return self._manager
 
     # ---- resize ---------------------------------------------------------------------------------

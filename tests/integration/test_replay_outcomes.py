@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from kvscope.engine_model import replay
+from kvscope import replay
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The engine-model side of the binding: the CPU model's classes and pool reader (same hooks).
 
 ``instrument_replay(path, label=...)`` is what ``kvscope replay --events PATH`` hands to
-``kvscope.engine_model.replay.run(..., instrument=...)``: it instruments the built engine and writes
+``kvscope.replay.run(..., instrument=...)``: it instruments the built engine and writes
 the replay's event file (see :class:`kvscope.engines.model.session.EventFileSession`).
 """
 

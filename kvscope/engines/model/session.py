@@ -1,5 +1,5 @@
 """Record a replay of the engine model to an event file: the ``instrument`` callable for
-``kvscope.engine_model.replay.run`` (its documented hook point).
+``kvscope.replay.run`` (its documented hook point).
 
 ``EventFileSession(path, label=...)`` is called with the built ``EngineParts``: it makes a recorder on
 the SIMULATED clock (anchor ``clock="simulated"``, so ``ts_ns / 1e9`` is simulated seconds),

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from kvscope.engine_model.replay import run
+from kvscope.replay import run
 
 # (case name, scenario, overrides). DSA scenarios only (no mamba pool): short, and together they
 # cover reuse on (fatal), reuse off, paired, preemption under pressure, rejections and open loop.

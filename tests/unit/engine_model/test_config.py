@@ -12,7 +12,7 @@ from kvscope.engine_model.config import (
     EngineConfig,
     split_kv_cache_budget_for_draft,
 )
-from kvscope.engine_model.scenarios import GLM5_DSA, QWEN_HYBRID_MTP
+from kvscope.replay.scenarios import GLM5_DSA, QWEN_HYBRID_MTP
 
 GIB = 1 << 30
 

@@ -9,7 +9,7 @@ common (the control needs the mirror's transient draft slot to exceed what the t
 
 from __future__ import annotations
 
-from kvscope.engine_model import replay
+from kvscope import replay
 
 OVERRIDES = ["enable_block_reuse=false", "mtp_acceptance_rate=0.5"]
 

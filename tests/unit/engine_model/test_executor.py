@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from kvscope.engine_model import replay
+from kvscope import replay
 from kvscope.engine_model.config import EngineConfig
-from kvscope.engine_model.workload import WorkloadRequest
+from kvscope.workloads.workload import WorkloadRequest
 
 
 class ListWorkload:

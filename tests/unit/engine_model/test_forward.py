@@ -15,7 +15,7 @@ import logging
 import pytest
 from test_executor import ListWorkload, make_config, make_request
 
-from kvscope.engine_model import replay
+from kvscope import replay
 from kvscope.engine_model.batch import ScheduledRequestsModel
 from kvscope.engine_model.forward import copy_block_offsets
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from kvscope.engine_model import replay
+from kvscope import replay
 from kvscope.engine_model.batch import ScheduledRequestsModel
 from kvscope.engine_model.config import EngineConfig
 from kvscope.engine_model.mamba_cache_manager import (

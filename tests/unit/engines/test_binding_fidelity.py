@@ -3,11 +3,11 @@ every waiting request, the pools' real per-token cost."""
 
 from __future__ import annotations
 
-from kvscope.engine_model.replay import build_engine, resolve
-from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.instrumentor import instrument
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import Recorder
+from kvscope.replay import build_engine, resolve
+from kvscope.workloads.workload import WorkloadRequest
 
 K = EventKind
 T, D, N = PoolRole.TARGET, PoolRole.DRAFT, PoolRole.NONE

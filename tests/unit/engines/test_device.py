@@ -4,11 +4,11 @@ import importlib.util
 
 import pytest
 
-from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.device import make_device_memory_reader
 from kvscope.engines.instrumentor import instrument
 from kvscope.events import EventKind, parse_kv
 from kvscope.recording import Recorder
+from kvscope.workloads.workload import WorkloadRequest
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")

@@ -5,10 +5,10 @@ import pytest
 from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
 from kvscope.engine_model.resource_manager import ResourceManagerModel
 from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
-from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import NullRecorder, Recorder
+from kvscope.workloads.workload import WorkloadRequest
 
 K = EventKind
 T, D, N = PoolRole.TARGET, PoolRole.DRAFT, PoolRole.NONE

@@ -20,7 +20,7 @@ CHILD = textwrap.dedent("""
     from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
     from kvscope.engine_model.resource_manager import create_resource_manager
     from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
-    from kvscope.engine_model.workload import WorkloadRequest
+    from kvscope.workloads.workload import WorkloadRequest
 
     class Arrivals:
         def __init__(self, reqs):
@@ -138,7 +138,7 @@ FORKER = textwrap.dedent("""
     boot()
     sys.path.insert(0, sys.argv[1])
     from conftest import ListWorkload, make_engine  # imports the engine model: the session starts
-    from kvscope.engine_model.workload import WorkloadRequest
+    from kvscope.workloads.workload import WorkloadRequest
 
     def work():
         engine = make_engine()

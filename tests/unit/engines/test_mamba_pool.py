@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvscope.engine_model import replay
+from kvscope import replay
 from kvscope.engine_model.config import EngineConfig
-from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.binding import role_of
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.engines.model.state import mamba_pool_view
 from kvscope.engines.port import BindingPort
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import Recorder
+from kvscope.workloads.workload import WorkloadRequest
 
 HYBRID = EngineConfig(
     max_batch_size=2, max_num_tokens=256, max_seq_len=4096, tokens_per_block=16, enable_block_reuse=True,

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from kvscope.engine_model.workload import WorkloadRequest
 from kvscope.engines.instrumentor import instrument
 from kvscope.engines.port import BindingPort
 from kvscope.events import PoolRole
 from kvscope.port import EnginePort, PoolSnapshot
 from kvscope.recording import Recorder
+from kvscope.workloads.workload import WorkloadRequest
 
 
 def test_port_reports_both_pools_when_the_engine_holds_caches(make_engine):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvscope.engine_model.replay import run
 from kvscope.engines.model import instrument_replay
 from kvscope.events import EventKind
 from kvscope.recording import read_frame
+from kvscope.replay import run
 
 
 class DecisionLog:

@@ -1,11 +1,11 @@
-"""Synthetic scenario workloads (kvscope.engine_model.synthetic)."""
+"""Synthetic scenario workloads (kvscope.workloads.synthetic)."""
 
 from __future__ import annotations
 
 import pytest
 from workload_factories import run_to_end
 
-from kvscope.engine_model.synthetic import (
+from kvscope.workloads.synthetic import (
     NearMissWorkload,
     OversizeWorkload,
     QwenFollowupWorkload,
@@ -15,7 +15,7 @@ from kvscope.engine_model.synthetic import (
     create_qwen_followup_workload,
     create_shared_prefix_workload,
 )
-from kvscope.engine_model.workload import Workload
+from kvscope.workloads.workload import Workload
 
 SCENARIO_KWARGS = {
     "tokens_per_block": 64,

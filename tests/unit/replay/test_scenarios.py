@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvscope.engine_model.config import DraftCursorSizing, DraftMode
-from kvscope.engine_model.scenarios import SCENARIOS, get_scenario
+from kvscope.replay.scenarios import SCENARIOS, get_scenario
 
 
 def test_glm5_dsa_matches_report_when_built():

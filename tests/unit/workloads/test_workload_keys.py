@@ -1,4 +1,4 @@
-"""Trace hash blocks -> chained engine-block keys (kvscope.engine_model.workload)."""
+"""Trace hash blocks -> chained engine-block keys (kvscope.workloads.workload)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kvscope.engine_model.workload import (
+from kvscope.workloads.workload import (
     SHARED_NAMESPACE,
     WorkloadRequest,
     make_block_key,

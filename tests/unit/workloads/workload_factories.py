@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvscope.engine_model.workload import Workload, WorkloadRequest
+from kvscope.workloads.workload import Workload, WorkloadRequest
 
 
 def make_request(

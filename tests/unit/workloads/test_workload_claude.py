@@ -1,4 +1,4 @@
-"""Closed-loop replay of kv-cache-tester archives (kvscope.engine_model.traces_claude)."""
+"""Closed-loop replay of kv-cache-tester archives (kvscope.workloads.traces_claude)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from workload_factories import make_request, make_session, run_to_end, write_archive
 
-from kvscope.engine_model.traces_claude import ClaudeCodeTraceWorkload
-from kvscope.engine_model.workload import (
+from kvscope.workloads.traces_claude import ClaudeCodeTraceWorkload
+from kvscope.workloads.workload import (
     SHARED_NAMESPACE,
     TraceFormatError,
     make_block_key,

@@ -1,4 +1,4 @@
-"""Open-loop replay of Mooncake traces (kvscope.engine_model.traces_mooncake)."""
+"""Open-loop replay of Mooncake traces (kvscope.workloads.traces_mooncake)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from workload_factories import run_to_end
 
-from kvscope.engine_model.traces_mooncake import MooncakeTraceWorkload, create_mooncake_workload
-from kvscope.engine_model.workload import TraceFormatError, make_block_key
+from kvscope.workloads.traces_mooncake import MooncakeTraceWorkload, create_mooncake_workload
+from kvscope.workloads.workload import TraceFormatError, make_block_key
 
 TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces"
 

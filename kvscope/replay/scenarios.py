@@ -28,8 +28,9 @@ the report is silent the choice is named as the model's own.
   pool close to, but not past, capacity; and a stream with prompts over max_seq_len (rejected per
   request, engine stays healthy).
 
-Workloads come from W's modules (``traces_claude``, ``traces_mooncake``, ``synthetic``), imported
-when a scenario is built so that this registry loads without them.
+Engine knobs come from ``kvscope.engine_model.config``; workloads from ``kvscope.workloads``
+(``traces_claude``, ``traces_mooncake``, ``synthetic``), imported when a scenario is built so that
+listing the registry loads no trace reader.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import DraftCursorSizing, EngineConfig
+from kvscope.engine_model.config import DraftCursorSizing, EngineConfig
 
 GIB = 1 << 30
 TRACES_DIR = Path(os.environ.get("KVSCOPE_TRACES_DIR")
@@ -77,7 +78,7 @@ class Scenario:
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(f"kvscope.engine_model.{name}")
+    return importlib.import_module(f"kvscope.workloads.{name}")
 
 
 def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> Any:
