@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 CacheView = tuple  # (num_blocks, capacity, is_active, num_committed_tokens)
 
-_REQUEST_RE = re.compile(r"request (\d+)")
+REQUEST_RE = re.compile(r"request (\d+)")
 _ASKED_RE = re.compile(r"resize to (\d+) tokens")
 MAX_MESSAGE_CHARS = 512
 
@@ -432,7 +432,7 @@ class Binding(AdmissionAttempts):
             return
         self._fatal_ids.add(id(exc))
         message = str(exc)
-        m = _REQUEST_RE.search(message)
+        m = REQUEST_RE.search(message)
         rid = int(m.group(1)) if m else -1
         a = _ASKED_RE.search(message)
         asked = int(a.group(1)) if a else 0

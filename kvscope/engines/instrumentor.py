@@ -10,11 +10,10 @@ Usage::
 * Before patching, the seam record for the engine is checked against the classes found
   (:func:`kvscope.engines.seams.seam_results`); a seam whose class or method is missing or whose
   parameters changed is NOT wrapped, and a warning names it in plain words.
-* Wrapping is class-level (``setattr(owner, name, wrapt.FunctionWrapper(original, hook))`` on the
-  class that defines the method), so every instance, including ones built later and subclasses such
-  as ``DSACacheManagerV2``, is observed. The per-request seams called every iteration use an
-  equivalent plain closure instead (``fast_hooks.FAST_HOOKS``: a third of wrapt's cost per call). ``uninstrument`` puts the very same function objects back
-  (``Class.method is original``).
+* Wrapping is class-level (``setattr(owner, name, factory(binding, original))`` on the class that
+  defines the method, with the factory from :data:`kvscope.engines.hooks.HOOKS`), so every
+  instance, including ones built later and subclasses such as ``DSACacheManagerV2``, is observed.
+  ``uninstrument`` puts the very same function objects back (``Class.method is original``).
 * ``instrument`` twice is a no-op with a warning and returns the active binding.
 * Handing an engine object (``PyExecutor`` / ``PyExecutorModel`` / a scheduler / a resource manager)
   also registers its KV managers at once, so POOL_CONFIGURED is recorded before anything else and
@@ -30,11 +29,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import wrapt
-
 from kvscope.engines.binding import Binding, PoolReader
-from kvscope.engines.fast_hooks import FAST_HOOKS
-from kvscope.engines.hooks import HOOKS, Wrapper
+from kvscope.engines.hooks import HOOKS, MODEL_ONLY, HookFactory
 from kvscope.engines.seams import Seam, SeamResult, seam_results
 from kvscope.recording import Recorder
 
@@ -81,19 +77,16 @@ class Instrumentor:
             for result in self.results:
                 seam = result.seam
                 factory = HOOKS.get(seam.qualname)
-                fast = FAST_HOOKS.get(seam.qualname)
-                if factory is None and fast is None:
+                if factory is None:
                     continue  # read-only seam
                 if result.mismatch is not None:
                     warnings.warn(f"kvscope: not wrapping {result.mismatch}", RuntimeWarning, stacklevel=3)
                     continue
-                if fast is not None:
-                    self._patch_fast(classes[seam.class_name], seam.method_name, fast, binding, done)
-                else:
-                    self._patch(classes[seam.class_name], seam.method_name, factory(binding), done)
-            for cls, name, factory in extras:
+                self._patch(classes[seam.class_name], seam.method_name, factory, binding, done)
+            for cls, qualname in extras:
+                name = qualname.split(".", 1)[1]
                 if hasattr(cls, name):
-                    self._patch(cls, name, factory(binding), done)
+                    self._patch(cls, name, HOOKS[qualname], binding, done)
         except BaseException:
             self._restore()
             raise
@@ -106,21 +99,14 @@ class Instrumentor:
         self.binding = None
 
     # ---- internals ----------------------------------------------------------------------------
-    def _patch(self, cls: type, name: str, wrapper: Wrapper, done: set[tuple[type, str]]) -> None:
+    def _patch(self, cls: type, name: str, factory: HookFactory, binding: Binding,
+               done: set[tuple[type, str]]) -> None:
+        """Replace ``name`` on the class of ``cls``'s MRO that defines it (once per owner)."""
         owner = next(k for k in cls.__mro__ if name in vars(k))
         if (owner, name) in done:
             return
         original = vars(owner)[name]
-        setattr(owner, name, wrapt.FunctionWrapper(original, wrapper))
-        self._patches.append((owner, name, original))
-        done.add((owner, name))
-
-    def _patch_fast(self, cls: type, name: str, fast: Any, binding: Binding, done: set[tuple[type, str]]) -> None:
-        owner = next(k for k in cls.__mro__ if name in vars(k))
-        if (owner, name) in done:
-            return
-        original = vars(owner)[name]
-        setattr(owner, name, fast(binding, original))
+        setattr(owner, name, factory(binding, original))
         self._patches.append((owner, name, original))
         done.add((owner, name))
 
@@ -131,14 +117,13 @@ class Instrumentor:
 
     def _resolve(self) -> tuple[tuple[Seam, ...], dict[str, type | None], PoolReader, list]:
         if self.kind == ENGINE_MODEL:
-            from kvscope.engines.model.hooks import MODEL_ONLY_HOOKS
             from kvscope.engines.model.seams import model_classes, model_executor_class
             from kvscope.engines.model.state import ModelPoolReader
             from kvscope.engines.trtllm.seams import MODEL_VERSION, seams_for
 
             self.version = MODEL_VERSION
             executor = model_executor_class()
-            extras = [(executor, name, f) for name, f in MODEL_ONLY_HOOKS.items()]
+            extras = [(executor, qualname) for qualname in MODEL_ONLY]
             return seams_for(MODEL_VERSION), dict(model_classes()), ModelPoolReader(), extras
         from kvscope.engines.trtllm.classes import installed_seams_and_classes
         from kvscope.engines.trtllm.state import TrtllmPoolReader

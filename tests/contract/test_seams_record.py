@@ -10,8 +10,7 @@ import pytest
 
 from kvscope.engine_model.request import LlmRequestModel
 from kvscope.engines.binding import CACHE_ATTRIBUTES_READ, REQUEST_ATTRIBUTES_READ
-from kvscope.engines.fast_hooks import FAST_HOOKS
-from kvscope.engines.hooks import HOOKS
+from kvscope.engines.hooks import HOOKS, MODEL_ONLY
 from kvscope.engines.model.seams import model_classes
 from kvscope.engines.seams import PROPERTY, check_seams, parse_parameters
 from kvscope.engines.trtllm.seams import MODEL_VERSION, SEAMS_BY_VERSION, seams_for
@@ -76,16 +75,19 @@ def test_engine_model_classes_match_the_record_when_checked():
 
 
 def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
-    unhooked = {s.qualname for s in seams_for(MODEL_VERSION) if s.qualname not in HOOKS and s.qualname not in FAST_HOOKS}
+    seams = {s.qualname for s in seams_for(MODEL_VERSION)}
+    unhooked = seams - set(HOOKS)
     assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
                         "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror"}
-    assert set(HOOKS).isdisjoint(FAST_HOOKS)
+    # Every hook wraps a recorded seam, except the engine model's own entry points.
+    assert set(HOOKS) - seams == set(MODEL_ONLY)
+    assert MODEL_ONLY == ("PyExecutorModel._fetch_and_activate_new_requests", "PyExecutorModel.add_request")
 
 
 def test_dsa_manager_overrides_no_seam_so_class_level_wrapping_reaches_it():
     dsa = _snapshots()["1.3.0rc25"]["classes"]["DSACacheManagerV2"]
     assert dsa["bases"] == ["KVCacheManagerV2"]
-    hooked = {q.split(".")[1] for q in (*HOOKS, *FAST_HOOKS) if q.startswith("KVCacheManagerV2.")}
+    hooked = {q.split(".")[1] for q in HOOKS if q.startswith("KVCacheManagerV2.")}
     assert hooked.isdisjoint(dsa["overrides"])
 
 

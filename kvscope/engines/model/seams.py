@@ -3,7 +3,7 @@
 The model follows the seams of ``main-00746ef`` (``kvscope.engines.trtllm.seams.MODEL_VERSION``);
 tests check its classes against that record, so a drift in the model fails loudly. Two seams exist
 only in the model (the real executor has no equivalent entry points worth wrapping): see
-:mod:`kvscope.engines.model.hooks`.
+:data:`kvscope.engines.hooks.MODEL_ONLY`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Hooks on the executor's side: its calls into the resource manager, and two model-only entry points.
+
+``ResourceManager.prepare_resources`` / ``update_resources`` are the executor's call sites into the
+KV managers: a raise leaving them ends the executor loop, so it is reported as fatal there.
+
+Model-only (the real executor has no entry point worth wrapping for these):
+
+* ``PyExecutorModel._fetch_and_activate_new_requests``: the iteration number. The model's decode
+  fast-forward skips iterations without scheduling them, so the event file takes the executor's
+  own ``iter_counter`` (the real loop's numbering) instead of counting schedule calls.
+* ``PyExecutorModel.add_request``: REQUEST_ARRIVED at arrival (the real binding sees a request
+  first in ``schedule_request``) and ADMISSION_REJECTED for a prompt longer than ``max_seq_len``,
+  which the executor refuses before any scheduler sees it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kvscope.engines.binding import Binding
+from kvscope.engines.hooks.base import Method, report_fatal
+from kvscope.events import EventKind, PoolRole
+
+
+def prepare_resources(b: Binding, original: Method) -> Method:
+    """Discover the managers, call, then POOL_SNAPSHOT per pool (with the sweep of what the
+    iteration's generation steps changed)."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, *args, **kwargs)
+        try:
+            for manager in self.resource_managers.values():
+                b.discover(manager)
+        except Exception:
+            b.hook_failed()
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            report_fatal(b, exc)
+            raise
+        try:
+            b.snapshot_pools()
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return method
+
+
+def update_resources(b: Binding, original: Method) -> Method:
+    """Only a raise is recorded (fatal); the managers' own hooks report the changes."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException as exc:
+            if rec.enabled:
+                report_fatal(b, exc)
+            raise
+
+    return method
+
+
+def free_resources(b: Binding, original: Method) -> Method:
+    """A pending request's resources are freed: REQUEST_FINISHED (generation complete) or
+    REQUEST_CANCELLED, and its bookkeeping ends."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, request, *args, **kwargs)
+        if rec.enabled:
+            try:
+                rid = request.py_request_id
+                if rid in b.pending:
+                    state = getattr(getattr(request, "state", None), "name", "")
+                    if state == "GENERATION_COMPLETE":
+                        generated = getattr(request, "num_generated_tokens", None)
+                        if generated is None:
+                            generated = request.max_beam_num_tokens - request.prompt_len
+                        b.emit(EventKind.REQUEST_FINISHED, rid, PoolRole.NONE, 0, int(generated))
+                    else:
+                        b.emit(EventKind.REQUEST_CANCELLED, rid, PoolRole.NONE, reason=f"freed in state {state}")
+                    b.end_request(rid)
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return method
+
+
+def fetch_and_activate(b: Binding, original: Method) -> Method:
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if rec.enabled:
+            try:
+                rec.iteration = b.iteration_hint = int(self.iter_counter)
+            except Exception:
+                b.hook_failed()
+        return original(self, *args, **kwargs)
+
+    return method
+
+
+def add_request(b: Binding, original: Method) -> Method:
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if rec.enabled:
+            try:
+                if result is not None:
+                    b.arrive(result)
+                else:
+                    arrival = args[0] if args else kwargs["arrival"]
+                    rid = int(arrival.request_id)
+                    b.arrived.add(rid)
+                    rec.record(EventKind.REQUEST_ARRIVED, rid, PoolRole.NONE, int(arrival.output_len),
+                               int(arrival.prompt_len))
+                    rec.record(EventKind.ADMISSION_REJECTED, rid, PoolRole.NONE, 0, int(arrival.prompt_len),
+                               reason=f"prompt_len {arrival.prompt_len} > max_seq_len {self.config.max_seq_len}")
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return method

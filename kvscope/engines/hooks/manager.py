@@ -1,0 +1,240 @@
+"""Hooks on the KV cache manager (``KVCacheManagerV2``): what each call did to a request's cache.
+
+Context-path methods are observed by diffing the request's cache (blocks, capacity, active,
+committed) before and after the call, so nested calls on the same manager (``prepare_context`` ->
+``prepare_context_cache``) are recorded once, by the outermost hook. Growth that happens for every
+running request every iteration (generation steps, the draft mirror's sizing) is swept once per
+iteration by :meth:`Binding.sweep`; the hooks there report refusals, and what one call changed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from kvscope.engines.binding import REQUEST_RE, Binding, cache_view, parse_asked_tokens, role_of
+from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
+from kvscope.events import EventKind, PoolRole
+
+OnResult = Callable[[Binding, Any, Any, tuple, dict, Any, Any], None]
+"""``on_result(binding, manager, req, args, kwargs, result, view_before)``, after the call: reports
+what a refusal means (``args`` / ``kwargs`` are the call's, without ``self``)."""
+
+
+def diff_request(on_result: OnResult | None = None, *, name: str = "req") -> HookFactory:
+    """A per-request method whose first argument (``name``) is the request: events for what the call
+    did to that request's cache, then ``on_result``."""
+    def factory(b: Binding, original: Method) -> Method:
+        rec = b.rec
+        depth = b.depth
+
+        @functools.wraps(original)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.enabled or depth.get(id(self)):
+                return original(self, *args, **kwargs)
+            try:
+                req = args[0] if args else kwargs[name]
+                rid = req.py_request_id
+                cache = self.kv_cache_map.get(rid)
+                # cache_view, inlined: this runs for every context attempt and chunk.
+                before = None if cache is None else (cache.num_blocks, cache.capacity, cache.is_active,
+                                                     cache.num_committed_tokens)
+            except Exception:
+                b.hook_failed()
+                return original(self, *args, **kwargs)
+            depth[id(self)] = 1
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                depth[id(self)] = 0
+                try:
+                    b.emit_cache_diff(self, rid, before)
+                except Exception:
+                    b.hook_failed()
+            if on_result is not None:
+                try:
+                    on_result(b, self, req, args, kwargs, result, before)
+                except Exception:
+                    b.hook_failed()
+            return result
+
+        return method
+
+    return factory
+
+
+def on_prepare(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+    if result is None or result is False:
+        b.failed_pool = role_of(m)
+        # "Not admitted yet" is the binding's own record (Binding.waiting): the deferral itself is
+        # reported at the end of the pass (Binding.defer_waiting).
+        b.defer_cause(req.py_request_id, role_of(m), "prepare_context refused (resume gate or no IndexMapper slot)",
+                      0, m)
+
+
+def on_context_resize(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+    if result:
+        return
+    role = role_of(m)
+    b.failed_pool = role
+    num_tokens = args[1] if len(args) > 1 else kwargs["num_tokens"]
+    asked = req.context_current_position + num_tokens + getattr(m, "num_extra_kv_tokens", 0)
+    short = b.shortfall(m, req.py_request_id, asked)
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, short, asked, m)
+    b.defer_cause(req.py_request_id, role, f"{role.value} resize to {asked} tokens failed", short, m)
+
+
+def on_resume(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+    if not result and before is not None:
+        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, role_of(m), before[0], before[1], m,
+                    "resume refused")
+
+
+def on_mirror_refused(b: Binding, draft: Any, req: Any) -> None:
+    """An unpaired draft mirror was refused at admission although the target prepared:
+    RESUME_FAILED and the attempt's deferral cause, in the draft pool."""
+    b.failed_pool = PoolRole.DRAFT
+    rid = req.py_request_id
+    why = "draft mirror resume refused" if rid in draft.kv_cache_map else "no IndexMapper slot for the mirror"
+    b.emit_once(EventKind.RESUME_FAILED, rid, PoolRole.DRAFT, 0, 0, draft, why)
+    b.defer_cause(rid, PoolRole.DRAFT, why, 0, draft)
+
+
+def try_allocate_generation(b: Binding, original: Method) -> Method:
+    """``try_allocate_generation``: a refusal is RESIZE_FAILED; a success that took blocks (or resumed
+    the cache) is reported at once, with the pool state after it. Most steps stay within the last
+    block, so a success costs a lookup, two reads before and two after."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, req, *args, **kwargs)
+        try:
+            cache = self.kv_cache_map.get(req.py_request_id)
+            if cache is not None:
+                num_blocks, is_active = cache.num_blocks, cache.is_active
+        except Exception:
+            b.hook_failed()
+            return original(self, req, *args, **kwargs)
+        result = original(self, req, *args, **kwargs)
+        try:
+            if not result:
+                _generation_refused(b, self, req, cache_view(self, req.py_request_id))
+            elif cache is not None and (cache.num_blocks != num_blocks or cache.is_active != is_active):
+                # A generation step never commits and the diff does not read the old capacity:
+                # the view before is (blocks, -, active, committed now).
+                b.emit_cache_diff(self, req.py_request_id, (num_blocks, -1, is_active, cache.num_committed_tokens))
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return method
+
+
+def _generation_refused(b: Binding, m: Any, req: Any, view: Any) -> None:
+    role = role_of(m)
+    b.failed_pool = role
+    # A failed resize leaves the capacity as it was: ask = capacity + 1 + draft slots.
+    asked = (view[1] if view else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
+    b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
+
+
+def prepare_draft_resources(b: Binding, original: Method) -> Method:
+    """``_prepare_draft_resources``, the draft mirror's context/generation sizing: allocations are
+    reported after the call (or before a raise is passed on) in the order the call made them, each
+    with the pool state after it (:meth:`Binding.sweep_batch`); the raise site's request gets
+    RESIZE_FAILED / RESUME_FAILED. The raise itself is reported as fatal by the executor-side hook
+    it leaves through, if it does."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, *args, **kwargs)
+        try:
+            batch = args[0] if args else kwargs["scheduled_batch"]
+            before = b.reader.state(self)
+            fingerprint = b.reader.fingerprint(self)
+        except Exception:
+            b.hook_failed()
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            try:
+                b.raising_pool = role_of(self)
+                b.sweep_batch(self, batch, before)
+                b.sweep(self)
+                _record_raise(b, self, exc)
+            except Exception:
+                b.hook_failed()
+            raise
+        try:
+            b.sweep_batch(self, batch, before, fingerprint)
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return method
+
+
+def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
+    """RESIZE_FAILED / RESUME_FAILED for the request a raise site names, before the raise goes on."""
+    message = str(exc)
+    lowered = message.lower()
+    m = REQUEST_RE.search(message)
+    rid = int(m.group(1)) if m else -1
+    role = role_of(manager)
+    if "resume" in lowered:
+        cache = manager.kv_cache_map.get(rid)
+        b.emit(EventKind.RESUME_FAILED, rid, role, cache.num_blocks if cache else 0,
+               cache.capacity if cache else 0, manager=manager, reason=message[:512])
+    elif "resize" in lowered:
+        asked = parse_asked_tokens(message)
+        b.emit(EventKind.RESIZE_FAILED, rid, role, b.shortfall(manager, rid, asked), asked, manager=manager,
+               reason=message[:512])
+
+
+def diff_batch(kinds: tuple[str, ...]) -> HookFactory:
+    """A batch method (``scheduled_batch`` first): events for every request of the batch lists
+    ``kinds``; a raise is reported as fatal, with this manager's pool as the raising one."""
+    def factory(b: Binding, original: Method) -> Method:
+        rec = b.rec
+        depth = b.depth
+
+        @functools.wraps(original)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.enabled or depth.get(id(self)):
+                return original(self, *args, **kwargs)
+            try:
+                batch = args[0] if args else kwargs["scheduled_batch"]
+                reqs = [r for k in kinds for r in getattr(batch, k)]
+                befores = [(r.py_request_id, cache_view(self, r.py_request_id)) for r in reqs]
+            except Exception:
+                b.hook_failed()
+                return original(self, *args, **kwargs)
+            depth[id(self)] = 1
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException as exc:
+                depth[id(self)] = 0
+                _record_batch(b, self, befores)
+                report_fatal(b, exc, role_of(self))
+                raise
+            depth[id(self)] = 0
+            _record_batch(b, self, befores)
+            return result
+
+        return method
+
+    return factory
+
+
+def _record_batch(b: Binding, manager: Any, befores: list[tuple[int, Any]]) -> None:
+    try:
+        for rid, before in befores:
+            b.emit_cache_diff(manager, rid, before)
+    except Exception:
+        b.hook_failed()

@@ -1,0 +1,150 @@
+"""Hooks on the capacity scheduler (``KVCacheV2Scheduler``): the scheduling pass and its admission
+attempts.
+
+A pass is bracketed by :func:`schedule_request` (iteration number, arrivals, then the scheduled
+chunks and the deferrals of the pass). Inside it, each context attempt goes through
+:func:`prepare_context_pair` (preparation of the target cache and the draft mirror) and then
+``_try_allocate_context`` (:func:`try_allocate_context`: sizing; admitted or deferred).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kvscope.engines.binding import Binding
+from kvscope.engines.hooks.base import Method, report_fatal
+from kvscope.engines.hooks.manager import on_mirror_refused
+from kvscope.events import UNKNOWN, EventKind, PoolRole
+
+_NONE = PoolRole.NONE
+_CHUNK_SCHEDULED = EventKind.CONTEXT_CHUNK_SCHEDULED
+_ITERATION_SCHEDULED = EventKind.ITERATION_SCHEDULED
+_NO_CAUSE = (None, "")
+
+
+def schedule_request(b: Binding, original: Method) -> Method:
+    """One scheduling pass: the iteration number and arrivals before it; after it, one
+    CONTEXT_CHUNK_SCHEDULED per context chunk, the pass's deferrals and ITERATION_SCHEDULED. A raise
+    out of the pass is fatal (the executor loop ends)."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, active_requests: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, active_requests, *args, **kwargs)
+        waiting: list[Any] = []
+        try:
+            if b.holds:
+                b.holds.clear()  # a previous pass ended without its report (a failed hook)
+            b.next_iteration()
+            b.discover(getattr(self, "kv_cache_manager", None))
+            b.discover(getattr(self, "draft_kv_cache_manager", None))
+            for req in active_requests:
+                if req.py_request_id not in b.arrived:
+                    b.arrive(req)
+            if b.waiting:
+                waiting = [r for r in active_requests if r.py_request_id in b.waiting]
+        except Exception:
+            b.hook_failed()
+        try:
+            out = original(self, active_requests, *args, **kwargs)
+        except BaseException as exc:
+            report_fatal(b, exc)
+            raise
+        try:
+            ctx, gen = out.context_requests, out.generation_requests
+            num_tokens = 0
+            emit, next_seq, clock, it = rec.emit, rec.next_seq, rec.clock, rec.iteration
+            for req in ctx:
+                chunk = req.context_chunk_size
+                emit((next_seq(), clock(), it, req.py_request_id, _NONE, _CHUNK_SCHEDULED,
+                      req.context_current_position, chunk, 0, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, ""))
+                num_tokens += chunk
+            num_tokens += len(gen)
+            for req in gen:
+                drafts = req.py_draft_tokens
+                if drafts:
+                    num_tokens += len(drafts)
+            if waiting or b.holds:
+                b.defer_waiting(self, waiting, len(ctx) + len(gen), num_tokens)
+            paused = getattr(out, "recompute_paused_requests", None)
+            if paused:
+                b.wait_again(paused)
+            emit((next_seq(), clock(), rec.iteration, -1, _NONE, _ITERATION_SCHEDULED, len(ctx), num_tokens,
+                  len(ctx) + len(gen), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, ""))
+        except Exception:
+            b.hook_failed()
+        return out
+
+    return method
+
+
+def prepare_context_pair(b: Binding, original: Method) -> Method:
+    """``_prepare_context_pair(req)``: one context attempt's preparation, once per attempt, before
+    any cache of the attempt is sized.
+
+    Before the call, a first chunk's attempt opens its hold (its block events are kept back until
+    it is admitted, :meth:`Binding.start_hold`). After it: prepared -> the attempt's cause is
+    "prepared" until a resize hook names a failure; refused while the target prepared -> the
+    unpaired draft mirror was refused (``admit_mirror`` returned False): RESUME_FAILED and a
+    deferral in the draft pool. Observed here rather than on ``admit_mirror``, which the scheduler
+    also calls for every running generation request every iteration.
+
+    This is the one place an admission decision may be added: a False returned here makes the
+    chunked path skip the request and the non-chunked path stop the pass (head of line), and
+    neither path preempts a running request (``_try_allocate_context`` returning False would).
+    """
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, req, *args, **kwargs)
+        try:
+            b.start_hold(req)
+        except Exception:
+            b.hook_failed()
+        result = original(self, req, *args, **kwargs)
+        try:
+            if result:
+                # Prepared: unless a resize hook names a failure, a chunk that is not admitted now
+                # did not fit the token budget (reported at the end of the pass).
+                b.defer_cause(req.py_request_id, PoolRole.NONE, "")
+            else:
+                draft = self.draft_kv_cache_manager
+                if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
+                    target_cache = self.kv_cache_manager.kv_cache_map.get(req.py_request_id)
+                    if target_cache is not None and target_cache.is_active:
+                        on_mirror_refused(b, draft, req)
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return method
+
+
+def try_allocate_context(b: Binding, original: Method) -> Method:
+    """``_try_allocate_context(req, num_tokens)``: the attempt is admitted, or deferred with the pool
+    that was short (named by a resize hook during the call, else the target)."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, req, *args, **kwargs)
+        b.failed_pool = PoolRole.NONE
+        result = original(self, req, *args, **kwargs)
+        try:
+            if result:
+                b.admit(req)
+            elif b.causes.get(req.py_request_id, _NO_CAUSE)[1] == "":
+                # No resize hook named the failure (only the "prepared" mark is there).
+                pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
+                manager = self.kv_cache_manager if pool is PoolRole.TARGET else self.draft_kv_cache_manager
+                b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
+        except Exception:
+            b.hook_failed()
+        return result
+
+    return method
