@@ -23,9 +23,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvscope.events import EVENT_KINDS, EventKind
+from kvscope.events import KIND_CODES, EventKind
 
-_K = {k: i for i, k in enumerate(EVENT_KINDS)}
+_K = KIND_CODES
 INT_COLUMNS: tuple[str, ...] = (
     "ts_ns", "iteration", "request_id", "num_blocks", "num_tokens", "num_requests",
     "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",

@@ -6,9 +6,11 @@ For every live, admitted request r and KV pool P (vectorized over the whole even
     held(r, P)   = ceil(max(capacity(r, P), reused(r, P)) / tokens_per_block_P), 0 while suspended
     remaining    = max(0, final - held)
 
-``reused`` is the pool's own prefix hit; a *paired* draft pool also gets the target's reuse, an
-*unpaired* mirror gets none (it is created without a prefix match), so it must hold the full context
-privately. Summed over requests: ``need_P(t)``. Then
+``final`` is :func:`kvscope.events.blocks_needed` (the one scalar definition, shared with the
+streaming analyzer and remediation), evaluated for every request at once; a test checks that the
+two agree. ``reused`` is the pool's own prefix hit; a *paired* draft pool also gets the target's
+reuse, an *unpaired* mirror gets none (it is created without a prefix match), so it must hold the
+full context privately. Summed over requests: ``need_P(t)``. Then
 
     debt_P(t) = need_P(t) - available_P(t) - shortfall_target(t)   [blocks of P]
 

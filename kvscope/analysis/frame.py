@@ -16,24 +16,31 @@ import numpy as np
 import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
-from kvscope.events import EVENT_KINDS, FIELDS, POOL_ROLES, EventKind, KVEvent, PoolRole, parse_kv
+from kvscope.events import (
+    EVENT_KINDS,
+    FIELDS,
+    KIND_CODES,
+    OUTCOMES,
+    POOL_CODES,
+    POOL_ROLES,
+    REQUEST_OUTCOMES,
+    EventKind,
+    KVEvent,
+    PoolRole,
+    parse_kv,
+)
 from kvscope.recording import frame_dtypes
 
-K: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
+K: dict[EventKind, int] = KIND_CODES
 """Event kind -> categorical code in event frames."""
-P: dict[PoolRole, int] = {p: i for i, p in enumerate(POOL_ROLES)}
+P: dict[PoolRole, int] = POOL_CODES
 """Pool role -> categorical code in event frames."""
 KV_POOLS: tuple[PoolRole, ...] = (PoolRole.TARGET, PoolRole.DRAFT)
 """Pools whose per-request caches are sized in tokens (mamba slots are counted, not sized)."""
 
-END_KINDS = (
-    EventKind.REQUEST_FINISHED,
-    EventKind.REQUEST_FAILED,
-    EventKind.REQUEST_CANCELLED,
-    EventKind.ADMISSION_REJECTED,
-)
-OUTCOME_DTYPE = pd.CategoricalDtype(["running", "finished", "failed", "cancelled", "rejected"])
-POOL_DTYPE = pd.CategoricalDtype([p.value for p in POOL_ROLES])
+END_KINDS = tuple(REQUEST_OUTCOMES)
+OUTCOME_DTYPE = pd.CategoricalDtype(list(OUTCOMES))
+POOL_DTYPE = frame_dtypes()["pool"]
 
 CONFIG_COLUMNS: dict[str, str] = {
     "capacity_blocks": "int64",

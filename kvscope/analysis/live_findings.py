@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.request_detectors import fatal_leads
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import EventKind, PoolRole, blocks_needed
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 
@@ -155,7 +155,8 @@ class LiveFindings:
                 continue
             tpb = c["tokens_per_block"]
             need_tok = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
-            need = -(-need_tok // tpb)
+            need = blocks_needed(req.prompt, tpb, max_draft_len=c["max_draft_len"],
+                                 num_extra_kv_tokens=c["num_extra_kv_tokens"])
             if need <= c["capacity_blocks"]:
                 continue
             f = Finding(

@@ -21,13 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvscope.analysis.columns import INT_COLUMNS, EventColumns
-from kvscope.events import EVENT_KINDS, FIELDS, FORMAT_NAME, POOL_ROLES, WallClockAnchor
+from kvscope.events import FIELDS, FORMAT_NAME, KIND_CODES, POOL_CODES, WallClockAnchor
 from kvscope.recording import EventFileError, frame_dtypes, read_frame
 from kvscope.recording.files import HEADER_KEY
 
-_CODES = {
-    "kind": {k.value: i for i, k in enumerate(EVENT_KINDS)},
-    "pool": {p.value: i for i, p in enumerate(POOL_ROLES)},
+_CODES = {  # file values are strings: the code maps keyed by value
+    "kind": {k.value: code for k, code in KIND_CODES.items()},
+    "pool": {p.value: code for p, code in POOL_CODES.items()},
 }
 
 

@@ -43,7 +43,9 @@ def queued_need(
     ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_below: np.ndarray, nq: int,
 ) -> np.ndarray:
     """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
-    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them)."""
+    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them): per request,
+    :func:`kvscope.events.blocks_needed` with the target's reuse (estimated from the recent hit rate
+    until the request's own match is seen) where the pool gets it, vectorized."""
     n = len(ev)
     pool, rid = ev.pool, ev.request_id
     queue = ev.cached("queue", lambda: queue_spans(ev))

@@ -23,11 +23,10 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, Severity
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
-from kvscope.events import EventKind, KVEvent, PoolRole, parse_kv
+from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole, blocks_needed, parse_kv
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
-_END = {EventKind.REQUEST_FINISHED.value: "finished", EventKind.REQUEST_FAILED.value: "failed",
-        EventKind.REQUEST_CANCELLED.value: "cancelled", EventKind.ADMISSION_REJECTED.value: "rejected"}
+_END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
 _PROGRESS = {EventKind.ADMITTED.value, EventKind.CONTEXT_CHUNK_SCHEDULED.value, EventKind.RESUMED.value, *_END}
 _STALL = {EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value}
 
@@ -228,7 +227,8 @@ class StreamingAnalyzer(LiveFindings):
             dec = held if (req.counted and req.context_done) else 0
             self._decode[p] += dec - req.dec.get(p, 0)
             req.dec[p] = dec
-            final = math.ceil((req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]) / tpb) if req.prompt >= 0 else held
+            final = blocks_needed(req.prompt, tpb, max_draft_len=c["max_draft_len"],
+                                  num_extra_kv_tokens=c["num_extra_kv_tokens"]) if req.prompt >= 0 else held
             rem = max(final - held, 0) if req.counted else 0
             self._need[p] += rem - req.rem.get(p, 0)
             req.rem[p] = rem
@@ -243,9 +243,10 @@ class StreamingAnalyzer(LiveFindings):
         for p, c in self._configs.items():
             if p not in _KV or req.prompt < 0:
                 continue
-            total = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
             uses_reuse = p == PoolRole.TARGET.value or c["paired"]
-            q = math.ceil(max(total - (target_reuse_est if uses_reuse else 0.0), 0.0) / c["tokens_per_block"])
+            q = blocks_needed(req.prompt, c["tokens_per_block"], max_draft_len=c["max_draft_len"],
+                              num_extra_kv_tokens=c["num_extra_kv_tokens"],
+                              reused_tokens=target_reuse_est if uses_reuse else 0.0)
             self._queued[p] += q - req.q.get(p, 0)
             req.q[p] = q
 

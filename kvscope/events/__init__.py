@@ -1,15 +1,29 @@
 """The kvscope event core: standard library only, imports nothing else from kvscope."""
 
 from kvscope.events.event import FIELDS, UNKNOWN, Emit, KVEvent, WallClockAnchor
-from kvscope.events.kinds import EVENT_KINDS, POOL_ROLES, EventKind, PoolRole
+from kvscope.events.kinds import (
+    EVENT_KINDS,
+    KIND_CODES,
+    OUTCOMES,
+    POOL_CODES,
+    POOL_ROLES,
+    REQUEST_OUTCOMES,
+    EventKind,
+    PoolRole,
+)
 from kvscope.events.reasons import format_kv, parse_kv
 from kvscope.events.schema import FORMAT_NAME, SCHEMA_VERSION
+from kvscope.events.sizing import blocks_needed
 
 __all__ = [
     "EVENT_KINDS",
     "FIELDS",
     "FORMAT_NAME",
+    "KIND_CODES",
+    "OUTCOMES",
+    "POOL_CODES",
     "POOL_ROLES",
+    "REQUEST_OUTCOMES",
     "SCHEMA_VERSION",
     "UNKNOWN",
     "Emit",
@@ -17,6 +31,7 @@ __all__ = [
     "KVEvent",
     "PoolRole",
     "WallClockAnchor",
+    "blocks_needed",
     "format_kv",
     "parse_kv",
 ]

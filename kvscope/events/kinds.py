@@ -90,3 +90,19 @@ class EventKind(str, Enum):
 
 POOL_ROLES: tuple[PoolRole, ...] = tuple(PoolRole)
 EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)
+
+KIND_CODES: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
+"""Event kind -> its categorical code in files, frames and column arrays (the member order)."""
+POOL_CODES: dict[PoolRole, int] = {p: i for i, p in enumerate(POOL_ROLES)}
+"""Pool role -> its categorical code in files, frames and column arrays (the member order)."""
+
+REQUEST_OUTCOMES: dict[EventKind, str] = {
+    EventKind.REQUEST_FINISHED: "finished",
+    EventKind.REQUEST_FAILED: "failed",
+    EventKind.REQUEST_CANCELLED: "cancelled",
+    EventKind.ADMISSION_REJECTED: "rejected",
+}
+"""The kinds that end a request -> the request's outcome. Keyed by member: a ``(str, Enum)`` member
+hashes by its name, so a lookup by the string value needs its own ``{k.value: ...}`` view."""
+OUTCOMES: tuple[str, ...] = ("running", *REQUEST_OUTCOMES.values())
+"""Every outcome a request can have, in categorical order ("running": not ended yet)."""

@@ -35,7 +35,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
 from kvscope.otel import names as n
 
 # Canonical row positions (kvscope.events.FIELDS).
@@ -44,12 +44,6 @@ TS, ITER, RANK, PID, RID, POOL, KIND, NB, NT, NR, CAP, FREE, EVICT, RESV, REASON
 Attrs = tuple[tuple[str, str], ...]
 _NO_ATTRS: Attrs = ()
 
-_ENDED = {
-    EventKind.REQUEST_FINISHED: "finished",
-    EventKind.REQUEST_FAILED: "failed",
-    EventKind.REQUEST_CANCELLED: "cancelled",
-    EventKind.ADMISSION_REJECTED: "rejected",
-}
 _COUNTED_PER_POOL = {
     EventKind.BLOCKS_ALLOCATED: (n.BLOCKS_ALLOCATED, NB),
     EventKind.BLOCKS_REUSED: (n.BLOCKS_REUSED, NB),
@@ -158,11 +152,11 @@ class MetricState:
                 self._add(n.PREFIX_QUERIES, (n.POOL, pool.value), self._prompt_tokens[rid])
             if kind is EventKind.BLOCKS_REUSED:
                 self._add(n.PREFIX_HITS, (n.POOL, pool.value), r[NT])
-        elif kind in _ENDED:
+        elif kind in REQUEST_OUTCOMES:
             if kind is EventKind.ADMISSION_REJECTED:
                 self._add(n.REJECTIONS, None, 1)
                 self._end_wait(rid, t_ns, admitted=False)
-            self._add(n.REQUESTS_ENDED, (n.OUTCOME, _ENDED[kind]), 1)
+            self._add(n.REQUESTS_ENDED, (n.OUTCOME, REQUEST_OUTCOMES[kind]), 1)
             self._forget(rid)
 
     def _set_pool_state(self, pool: str, r: tuple) -> None:

@@ -22,17 +22,11 @@ from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
 from kvscope.otel import names as n
 from kvscope.otel.metrics import KIND, NB, NT, POOL, REASON, RID
 
 _FAILED_KINDS = (EventKind.RESIZE_FAILED, EventKind.RESUME_FAILED)
-_END = {
-    EventKind.REQUEST_FINISHED: "finished",
-    EventKind.REQUEST_FAILED: "failed",
-    EventKind.REQUEST_CANCELLED: "cancelled",
-    EventKind.ADMISSION_REJECTED: "rejected",
-}
 _SIMPLE_EVENTS = {
     EventKind.SUSPENDED: n.EV_SUSPENDED,
     EventKind.RESUMED: n.EV_RESUMED,
@@ -120,8 +114,8 @@ class RequestSpans:
             return
         if o.deferral is not None:
             self._close_deferral(o, t_ns)
-        if kind in _END:
-            self._end(rid, o, r, t_ns, _END[kind])
+        if kind in REQUEST_OUTCOMES:
+            self._end(rid, o, r, t_ns, REQUEST_OUTCOMES[kind])
         elif kind is EventKind.ADMITTED:
             self._event(o, n.EV_ADMITTED, t_ns, {n.NUM_TOKENS: r[NT]})
             o.aggregates[n.GEN_AI_CACHE_READ_TOKENS] = r[NT]
