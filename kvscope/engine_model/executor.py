@@ -25,9 +25,16 @@ Stands for ``PyExecutor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` @
 Fatal errors: an exception escaping ``step()`` ends ``run()`` like ``_event_loop_wrapper``: it is
 logged as "Error in event loop", stored (``event_loop_error``), every pending request gets an error
 response (counted failed), the engine shuts down (``is_shutdown``) and reports unhealthy
-(``is_healthy`` False). ``_handle_errors`` / ``ErrorBudget`` (the per-request path) is never reached
-from ``prepare_resources``, so neither is modelled here. Which ranks raised and which were killed
-comes from ``ranks.RankLayout``.
+(``is_healthy`` False). Which ranks raised and which were killed comes from ``ranks.RankLayout``.
+
+Per-request errors: ``_handle_errors(error_msg, *, requests=None, charge_budget=True,
+fatal_is_collective_aligned=False)`` is the real executor's own path for failing requests while the
+engine serves on (signature and body read at 0004396): the given requests (all active ones when
+``requests`` is None) are marked complete, get an error response, leave ``active_requests`` and are
+terminated (``free_resources`` in every pool); only a fatal classification (``error_budget.py``, when
+``charge_budget``) also fails every active request and shuts the engine down. ``prepare_resources``
+is not wrapped by the real loops, so its raises never reach this path; a later policy that ends one
+request (rejection, containment) calls it with ``requests=[req], charge_budget=False``.
 
 Simplifications, documented: one micro-batch in flight (``inflight_request_ids`` stays empty; with PP
 the real ``_executor_loop_pp`` keeps pp_size micro-batches in flight and excludes their requests from
@@ -53,6 +60,7 @@ from typing import Any
 
 from .batch import ScheduledRequestsModel
 from .cost_model import CostModel
+from .error_budget import ErrorBudgetModel
 from .forward import SAMPLING_FAILED, forward_step
 from .request import LlmRequestModel, LlmRequestState, prepare_draft_requests
 
@@ -105,6 +113,8 @@ class ExecutorStats:
     requests_failed: int = 0
     requests_rejected: int = 0
     rejection_reasons: dict[str, int] = field(default_factory=dict)
+    requests_errored: int = 0
+    """Requests ended one by one by ``_handle_errors(..., requests=[...])`` while the engine served on."""
     output_tokens_completed: int = 0
     prompt_tokens_admitted: int = 0
     reused_tokens_admitted: int = 0
@@ -152,6 +162,11 @@ class PyExecutorModel:
         """What the last failed forward raised (forward.py); the loop then ends on "Sampling failed"."""
         self.fatal_ranks: list[int] = []
         self.killed_ranks: list[int] = []
+        self.fatal_error: BaseException | None = None
+        """Set when ``_handle_errors`` classified an error as fatal (the loop then shuts down)."""
+        self.error_budget = ErrorBudgetModel(lambda: self.clock.now_s)
+        self.error_responses: dict[int, str] = {}
+        """Request id -> error message of every error response ``_handle_errors`` sent."""
         self.stats = ExecutorStats()
         self.records: dict[int, RequestRecord] = {}
         self._acceptance_phase: dict[int, float] = {}
@@ -166,8 +181,8 @@ class PyExecutorModel:
     # ------------------------------------------------------------------------------ health
     @property
     def is_healthy(self) -> bool:
-        """False once the event loop crashed (the engine stopped serving)."""
-        return self.event_loop_error is None
+        """False once the event loop crashed or an error was classified fatal (the engine stopped serving)."""
+        return self.event_loop_error is None and self.fatal_error is None
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current iteration (e.g. on a simulated-time limit)."""
@@ -369,6 +384,52 @@ class PyExecutorModel:
         if self._workload is not None:
             for request in finished:
                 self._workload.on_finished(request.py_request_id, now_s, failed=False)
+
+    def _handle_errors(self, error_msg: str | None = None, *, requests: list[LlmRequestModel] | None = None,
+                       charge_budget: bool = True, fatal_is_collective_aligned: bool = False) -> None:
+        """``PyExecutor._handle_errors``: fail ``requests`` (None: every active request) with an error
+        response and terminate them; the engine serves on unless the error is fatal.
+
+        Fatal (``fatal_error`` already set, or the error budget says so when ``charge_budget``): every
+        active request fails, ``fatal_error`` becomes ``RuntimeError("Fatal error: <msg>")`` and the
+        loop stops after this iteration (the real one enqueues a shutdown request). The model has no
+        waiting queue (arrivals activate at once), so the real drain of queued items has nothing to do;
+        ``fatal_is_collective_aligned`` only matters under attention DP, which the model does not run.
+
+        Counting (model): a request failed by an engine-wide error (no request list, or fatal) counts
+        in ``requests_failed``, one failed alone in ``requests_errored``.
+        """
+        error_msg = error_msg or "error"
+        budget_fatal = self.error_budget.consume(error_msg) if charge_budget else False
+        is_fatal = self.fatal_error is not None or budget_fatal
+        if is_fatal:
+            if self.fatal_error is None:
+                self.fatal_error = RuntimeError(f"Fatal error: {error_msg}")
+            self._stop_requested = True
+            requests = None
+        failed = list(self.active_requests) if requests is None else list(requests)
+        failed_ids = {r.py_request_id for r in failed}
+        for request in failed:
+            request.state = LlmRequestState.GENERATION_COMPLETE
+            self.error_responses[request.py_request_id] = error_msg
+        if requests is None:
+            self.active_requests = []
+            self.stats.requests_failed += len(failed)
+        else:
+            self.active_requests = [r for r in self.active_requests if r.py_request_id not in failed_ids]
+            self.stats.requests_errored += len(failed)
+        now_s = self.clock.now_s
+        for request in failed:
+            self._terminate_request(request)
+            if self._workload is not None:
+                self._workload.on_finished(request.py_request_id, now_s, failed=True)
+
+    def _terminate_request(self, request: LlmRequestModel) -> None:
+        """``_terminate_request`` -> ``_free_request_resources``: free the request in every manager
+        (``free_resources`` in reversed order: target, draft, ...) and drop the executor's own records."""
+        self.resource_manager.free_resources(request)
+        self._acceptance_phase.pop(request.py_request_id, None)
+        self.records.pop(request.py_request_id, None)
 
     def _account(self, batch: ScheduledRequestsModel, step_s: float, num_iterations: int = 1) -> None:
         self.stats.running_request_seconds += batch.batch_size * step_s * num_iterations

@@ -18,10 +18,9 @@ Stands for, in ``NVIDIA/TensorRT-LLM`` @ 0004396720054fd8e205cbf616f21f0b57c6b41
   the exception that reaches ``_event_loop_wrapper`` is that ``AssertionError``: the loop ends like
   every other fatal site.
 
-``_handle_errors`` charges the error budget (``ErrorBudget.consume``): an immediate-fatal pattern or
-an exhausted budget also marks the executor fatal and enqueues a shutdown. Which of the two happens
-to the IndexMapper text was not checked; it does not change the outcome modelled here, because the
-"Sampling failed" assertion ends the loop in the same iteration either way. The non-overlap
+``_handle_errors`` charges the error budget (``error_budget.py``): the IndexMapper text is a
+"transient" error (no fatal pattern), so by itself it fails the active requests without shutting
+down; the "Sampling failed" assertion then ends the loop in the same iteration. The non-overlap
 ``_executor_loop`` and ``_executor_loop_pp`` bodies were not re-read for this (the overlap loop is
 the default).
 
@@ -60,29 +59,15 @@ def copy_block_offsets(resource_manager: Any, batch: Any) -> None:
 def forward_step(executor: Any, batch: Any) -> bool:
     """``PyExecutor._forward_step``: True with outputs, False when the forward failed (error handled).
 
-    Mutates: on failure, ``executor.forward_error`` and (through ``handle_errors``) every active request.
+    Mutates: on failure, ``executor.forward_error`` and (through ``executor._handle_errors``) every
+    active request.
     """
     try:
         copy_block_offsets(executor.resource_manager, batch)
     except Exception as exc:  # noqa: BLE001 - the real _forward_step catches Exception
         logger.error("Encountered an error in forward function: %s", exc)
         executor.forward_error = exc
-        handle_errors(executor, str(exc))
+        executor._handle_errors(str(exc))
         return False
     return True
 
-
-def handle_errors(executor: Any, error_msg: str) -> None:
-    """``_handle_errors(error_msg)`` without a request list: every active request gets the error
-    (counted failed, its workload told), is terminated (resources freed in every manager), and
-    ``active_requests`` is cleared."""
-    failed = list(executor.active_requests)
-    executor.active_requests = []
-    executor.stats.requests_failed += len(failed)
-    now_s = executor.clock.now_s
-    workload = executor._workload
-    for request in failed:
-        executor.resource_manager.free_resources(request)
-        executor.records.pop(request.py_request_id, None)
-        if workload is not None:
-            workload.on_finished(request.py_request_id, now_s, failed=True)

@@ -39,7 +39,10 @@ class ReplaySummary:
     reuse blocks excluded) at the end of any iteration; ``prefix_hit_rate`` prompt tokens reused
     at admission / prompt tokens admitted; ``goodput_tokens_per_s`` output tokens of completed
     requests per simulated second; ``mean_running_requests`` time-weighted mean batch size;
-    ``queue_wait_*`` arrival to first scheduled chunk (nearest-rank percentiles, s).
+    ``queue_wait_*`` arrival to first scheduled chunk (nearest-rank percentiles, s);
+    ``requests_errored`` requests ended one by one with an error response while the engine served on
+    (the executor's per-request error path, ``PyExecutorModel._handle_errors(..., requests=[...])``).
+    ``engine_fatal`` covers a crash of the loop and an error the executor classified fatal.
     """
 
     source: str
@@ -67,6 +70,7 @@ class ReplaySummary:
     iterations_fast_forwarded: int = 0
     pool_capacity_blocks: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    requests_errored: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +127,7 @@ def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySumm
     stats = executor.stats
     sim_seconds = executor.clock.now_s
     waits = sorted(stats.queue_waits_s)
-    error = executor.event_loop_error
+    error = executor.event_loop_error or executor.fatal_error
     capacities = {name: probe().capacity_blocks for name, probe in executor.pool_probes.items()}
     return ReplaySummary(
         source=label,
@@ -152,6 +156,7 @@ def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySumm
         iterations_fast_forwarded=stats.num_iterations_fast_forwarded,
         pool_capacity_blocks=capacities,
         config=parts.config.to_dict(),
+        requests_errored=stats.requests_errored,
     )
 
 

@@ -20,6 +20,7 @@ SNAPSHOTS = Path(__file__).resolve().parents[2] / "kvscope" / "engines" / "trtll
 MANAGER = "tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py"
 SCHEDULER = "tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py"
 RESOURCES = "tensorrt_llm/_torch/pyexecutor/resource_manager.py"
+EXECUTOR = "tensorrt_llm/_torch/pyexecutor/py_executor.py"
 
 
 def _methods() -> dict[str, dict[str, str]]:
@@ -54,6 +55,7 @@ def _standin(root: Path) -> None:
         MANAGER: _class_source("KVCacheManagerV2", manager),
         SCHEDULER: _class_source("KVCacheV2Scheduler", methods["KVCacheV2Scheduler"]),
         RESOURCES: _class_source("ResourceManager", methods["ResourceManager"]),
+        EXECUTOR: _class_source("PyExecutor", methods["PyExecutor"]),
     }
     for rel, text in files.items():
         path = root / rel

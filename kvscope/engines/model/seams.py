@@ -11,6 +11,7 @@ from __future__ import annotations
 
 def model_classes() -> dict[str, type]:
     """Real class name -> engine-model class (imported on call)."""
+    from kvscope.engine_model.executor import PyExecutorModel
     from kvscope.engine_model.kv_cache_manager import DSACacheManagerV2Model, KVCacheManagerV2Model
     from kvscope.engine_model.resource_manager import ResourceManagerModel
     from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
@@ -20,6 +21,7 @@ def model_classes() -> dict[str, type]:
         "DSACacheManagerV2": DSACacheManagerV2Model,
         "KVCacheV2Scheduler": KVCacheV2SchedulerModel,
         "ResourceManager": ResourceManagerModel,
+        "PyExecutor": PyExecutorModel,
     }
 
 

@@ -33,6 +33,7 @@ MGR_NEW = "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2"
 SCHED = "tensorrt_llm._torch.pyexecutor.scheduler.scheduler_v2"
 RES = "tensorrt_llm._torch.pyexecutor.resource_manager"
 DSA = "tensorrt_llm._torch.attention_backend.sparse.dsa.cache_manager"
+PYEXEC = "tensorrt_llm._torch.pyexecutor.py_executor"
 
 _NOT_READ_RC25 = "not read at the rc25-era commit; signature from 0004396 (assumed unchanged)"
 _SCHED_RC25 = "scheduler_v2.py is not stored at an rc25-era commit; signature read at 00746ef"
@@ -65,6 +66,15 @@ def _resource_manager() -> tuple[Seam, ...]:
              "ENGINE_FAILED on the generation-update raise", note),
         Seam(RES, "ResourceManager.free_resources", "(self, request)", C_0004396,
              "REQUEST_FINISHED / REQUEST_CANCELLED when the executor terminates a request", note),
+    )
+
+
+def _executor(note: str = "") -> tuple[Seam, ...]:
+    return (
+        Seam(PYEXEC, "PyExecutor._handle_errors",
+             "(self, error_msg=None, *, requests=None, charge_budget=True, fatal_is_collective_aligned=False)",
+             C_0004396, "read-only: the per-request error path (error response, resources freed, engine serves on)",
+             note),
     )
 
 
@@ -106,10 +116,12 @@ def _manager_main(commit: str, *, late_note: str = "") -> tuple[Seam, ...]:
 SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     "1.3.0rc25": _manager_common(MGR_OLD, C_RC25_MGR, late_note=_NOT_READ_RC25)
     + _scheduler(C_00746EF, _SCHED_RC25)
-    + _resource_manager(),
+    + _resource_manager()
+    + _executor(_NOT_READ_RC25),
     "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
     + (_pair_seam("scheduler read at 00746ef only"),)
-    + _resource_manager(),
+    + _resource_manager()
+    + _executor(),
     "main-00746ef": _manager_main(C_00746EF, late_note="not re-read at 00746ef; signature from 0004396")
     + (
         Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
@@ -119,7 +131,8 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     )
     + _scheduler(C_00746EF)
     + (_pair_seam(),)
-    + _resource_manager(),
+    + _resource_manager()
+    + _executor("not re-read at 00746ef; signature from 0004396"),
 }
 """Seam tables by engine version. ``main-00746ef`` is what the engine model follows."""
 

@@ -21,4 +21,4 @@ def test_check_json_prints_one_object_when_asked(capsys):
     assert report["ok"] is True
     assert report["tensorrt_llm"] == {"installed": False, "version": None, "table": None, "results": []}
     results = report["engine_model"]["results"]
-    assert len(results) == 21 and all(r["ok"] and len(r["commit"]) == 40 for r in results)
+    assert len(results) == 22 and all(r["ok"] and len(r["commit"]) == 40 for r in results)
