@@ -1,16 +1,30 @@
 """Engine port: what policies and front ends may know about a running engine, without importing it.
 
-This is the READ side, filled by the instrumentation issue: :class:`PoolSnapshot` (one pool's live
-state) and :class:`EnginePort` (``pool_snapshots()``). Adapters in ``kvscope.engines`` implement it
+Read side: :class:`PoolSnapshot` (one pool's live state) and :class:`EnginePort`
+(``pool_snapshots()``). Adapters in ``kvscope.engines`` implement it
 (:class:`kvscope.engines.port.BindingPort` over an instrumented engine, model or TensorRT-LLM);
-remediation and notebooks depend on this module only. The WRITE side (``AdmissionPolicy``,
-``AdmissionDecision``, ``set_admission_policy``) belongs to the remediation issue and is added here
-by it.
+remediation and notebooks depend on this module only.
+
+Write side (admission): what a policy decides from and what it returns.
+
+* :class:`PoolConfig` -- one pool's fixed facts (tokens per block, capacity, the draft and extra
+  tokens it reserves, whether the scheduling rank can read it live);
+* :class:`AdmissionRequest` -- one context attempt as admission sees it;
+* :class:`PassView` -- what one scheduling pass offers: the pools' configuration and ONE snapshot
+  per pool readable from the scheduling rank (under pipeline parallelism the draft pool lives on the
+  last stage, so it has no snapshot: a policy there works from its configuration and its own ledger);
+* :class:`AdmissionDecision` -- admit, defer (pool, reason, blocks short) or reject (reason);
+* :class:`AdmissionPolicy` -- the protocol; :class:`AdmissionPort` -- ``set_admission_policy``.
+
+The engine adapter owns the only patch of each seam and consults the installed policy inside its
+existing hook (one attribute read; ``None`` is off): a policy never patches anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from kvscope.events import UNKNOWN, PoolRole
@@ -54,4 +68,144 @@ class EnginePort(Protocol):
 
     def pool_snapshots(self) -> dict[PoolRole, PoolSnapshot]:
         """The current state of every known pool (target, draft, ...). Never raises."""
+        ...
+
+
+# ---- write side: admission -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """One KV pool's fixed facts, as admission needs them (read once, at engine start)."""
+
+    pool: PoolRole
+    tokens_per_block: int
+    capacity_blocks: int
+    """GPU blocks in the pool."""
+    max_draft_len: int = 0
+    """Draft token slots a request holds in this pool per step (MTP: max_draft_len)."""
+    num_extra_kv_tokens: int = 0
+    """Extra KV tokens speculative decoding keeps per request."""
+    max_util_for_resume: float = 1.0
+    """A suspended cache resumes only while the pool's utilisation is at most this fraction."""
+    shares_prefix: bool = True
+    """Whether a request's cache in this pool reuses prefix blocks (False: an unpaired draft mirror)."""
+    is_visible: bool = True
+    """Whether the scheduling rank can read this pool live (False: the draft pool under PP)."""
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_block <= 0:
+            raise ValueError(f"tokens_per_block must be > 0, got {self.tokens_per_block}")
+        if self.capacity_blocks < 0:
+            raise ValueError(f"capacity_blocks must be >= 0, got {self.capacity_blocks}")
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """One context attempt (first chunk or a later one) as admission sees it."""
+
+    request_id: int
+    prompt_len: int
+    """Prompt tokens (after a recompute pause: prompt plus the tokens generated before it)."""
+    max_new_tokens: int
+    """Output tokens the request may still generate."""
+    context_position: int
+    """Prompt tokens already computed or reused."""
+    is_first_chunk: bool
+    """True when no chunk of this request has been scheduled yet (a new admission)."""
+    draft_len: int = 0
+    """Draft tokens the request proposes per step."""
+    arrival_iteration: int = -1
+    """Scheduler iteration at which the request was first seen (-1 unknown): age for fairness."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What one scheduling pass offers a policy: read once per pass, never per attempt."""
+
+    iteration: int
+    pools: Mapping[PoolRole, PoolConfig]
+    """Every pool's configuration (visible or not)."""
+    snapshots: Mapping[PoolRole, PoolSnapshot] = field(default_factory=dict)
+    """Live state of the pools the scheduling rank can read (none for an invisible pool)."""
+    num_running: int = 0
+    num_waiting: int = 0
+
+
+class Verdict(str, Enum):
+    """What admission does with one attempt."""
+
+    ADMIT = "admit"
+    DEFER = "defer"
+    """Wait and retry on a later pass (never preempts a started request)."""
+    REJECT = "reject"
+    """End the request now through the engine's per-request error path (it can never fit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """A policy's answer for one attempt. Build with :meth:`admit`, :meth:`defer`, :meth:`reject`."""
+
+    verdict: Verdict
+    pool: PoolRole = PoolRole.NONE
+    """The pool that decided a deferral or rejection."""
+    reason: str = ""
+    num_blocks_short: int = 0
+    """Deferral: blocks missing in ``pool``. Rejection: blocks needed beyond what the pool has."""
+    num_blocks_needed: int = 0
+    """Blocks the request needs in ``pool`` (rejection: its whole need)."""
+    num_blocks_capacity: int = 0
+    """Blocks ``pool`` has (rejection: its capacity)."""
+
+    @classmethod
+    def admit(cls) -> AdmissionDecision:
+        return _ADMIT
+
+    @classmethod
+    def defer(cls, pool: PoolRole, reason: str, num_blocks_short: int = 0) -> AdmissionDecision:
+        return cls(Verdict.DEFER, pool, reason, max(0, num_blocks_short))
+
+    @classmethod
+    def reject(cls, pool: PoolRole, reason: str, num_blocks_needed: int = 0,
+               num_blocks_capacity: int = 0) -> AdmissionDecision:
+        return cls(Verdict.REJECT, pool, reason, max(0, num_blocks_needed - num_blocks_capacity),
+                   num_blocks_needed, num_blocks_capacity)
+
+    @property
+    def is_admit(self) -> bool:
+        return self.verdict is Verdict.ADMIT
+
+
+_ADMIT = AdmissionDecision(Verdict.ADMIT)
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Decides context admission for the non-target pools (the engine admits the target itself).
+
+    Called on the engine thread only: :meth:`begin_pass` once per scheduling pass, :meth:`decide`
+    once per context attempt, :meth:`release` when a request ends. All three must be cheap and must
+    not raise (the adapter counts and swallows a raise and admits: a broken policy never stalls the
+    engine).
+    """
+
+    name: str
+
+    def begin_pass(self, view: PassView) -> None:
+        """A scheduling pass starts: the pools as readable from the scheduling rank."""
+        ...
+
+    def decide(self, request: AdmissionRequest) -> AdmissionDecision:
+        """Admit, defer or reject one context attempt; an admission secures what it needs."""
+        ...
+
+    def release(self, request_id: int) -> None:
+        """The request ended (finished, failed, cancelled, rejected): give back what it holds."""
+        ...
+
+
+@runtime_checkable
+class AdmissionPort(Protocol):
+    """Write access: install the admission policy the engine consults (None: admission as stock)."""
+
+    def set_admission_policy(self, policy: AdmissionPolicy | None) -> None:
+        """Takes effect at the next context attempt. Never raises for a valid policy or None."""
         ...
