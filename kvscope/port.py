@@ -22,12 +22,12 @@ existing hook (one attribute read; ``None`` is off): a policy never patches anyt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from kvscope.events import UNKNOWN, PoolRole
+from kvscope.events import UNKNOWN, Emit, PoolRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +128,9 @@ class PassView:
     """Live state of the pools the scheduling rank can read (none for an invisible pool)."""
     num_running: int = 0
     num_waiting: int = 0
+    started_requests: Callable[[], Sequence[AdmissionRequest]] = tuple
+    """The requests already admitted (running or mid-prompt), built on demand: a policy installed
+    mid-run calls it once to account what they hold; O(active requests), so not every pass."""
 
 
 class Verdict(str, Enum):
@@ -202,10 +205,43 @@ class AdmissionPolicy(Protocol):
         ...
 
 
+class ContainmentHandler(Protocol):
+    """Second line of defence: consulted when a draft resize/resume raises inside
+    ``prepare_resources``. The adapter does the mechanics (the request leaves the batch and ends
+    through the per-request error path, its resources freed in every pool); the handler decides and
+    records."""
+
+    def should_contain(self, request_id: int, message: str) -> bool:
+        """True: fail only this request. False: the raise goes on (fatal, as stock)."""
+        ...
+
+    def contained(self, request_id: int, pool: PoolRole, message: str) -> None:
+        """The request was failed and the engine serves on."""
+        ...
+
+
 @runtime_checkable
 class AdmissionPort(Protocol):
-    """Write access: install the admission policy the engine consults (None: admission as stock)."""
+    """Write access to a running engine's admission (what remediation plugs into)."""
 
     def set_admission_policy(self, policy: AdmissionPolicy | None) -> None:
-        """Takes effect at the next context attempt. Never raises for a valid policy or None."""
+        """Takes effect at the next context attempt (None: admission as stock). Never raises."""
+        ...
+
+    def set_containment(self, handler: ContainmentHandler | None) -> None:
+        """Install (or remove) the containment handler. Never raises."""
+        ...
+
+    def emitter(self) -> Emit:
+        """Where remediation's own events go (the engine's recorder)."""
+        ...
+
+    @property
+    def iteration(self) -> int:
+        """The scheduler iteration the engine is at."""
+        ...
+
+    @property
+    def has_error_path(self) -> bool:
+        """Whether one request can be ended on its own (rejection and containment need it)."""
         ...

@@ -1,7 +1,8 @@
 """Admission policies: what to secure in the non-target pools before a context request starts.
 
 Every policy here keeps a :class:`~remediation.ledger.ReservationLedger` and decides from the pools'
-configuration, one snapshot per pass (when the scheduling rank can read the pool) and that ledger:
+configuration and that ledger only: it never needs a live read of the pool it gates, so it works
+unchanged on the scheduling rank of a pipeline-parallel engine, where the draft pool is not resident.
 
 ========================  =========================================================================
 ``draft-reserve``         (default) the request's whole need in each gated pool: prompt + its
@@ -78,8 +79,9 @@ class ReservingPolicy:
         self.iteration = -1
         self._gated: tuple[PoolConfig, ...] = ()
         self._usable: dict[PoolRole, int] = {}
-        self._live_free: dict[PoolRole, int] = {}
         self._deferred_ids: set[int] = set()
+        self.needs_adoption = True
+        """Account the requests already running at the next pass (a policy installed mid-run)."""
 
     # ---- what subclasses choose ------------------------------------------------------------------
     def secured_tokens(self, request: AdmissionRequest) -> int:
@@ -96,13 +98,10 @@ class ReservingPolicy:
         self.iteration = view.iteration
         if len(self._gated) != sum(1 for p in view.pools.values() if _is_gated(p)):
             self._configure(view)
-        live = self._live_free
-        live.clear()
-        for pool in self._gated:
-            snap = view.snapshots.get(pool.pool)
-            if snap is not None and snap.free_blocks >= 0:
-                live[pool.pool] = snap.free_blocks + max(snap.evictable_blocks, 0)
         self.guard.begin_pass(view.iteration)
+        if self.needs_adoption:
+            self.needs_adoption = False
+            self.adopt(list(view.started_requests()))
 
     def _configure(self, view: PassView) -> None:
         self._gated = tuple(p for p in view.pools.values() if _is_gated(p))
@@ -151,6 +150,7 @@ class ReservingPolicy:
                                  r.num_tokens, reason, reserved_blocks=0)
         self.guard = StallGuard(self.guard.max_wait_passes)
         self._deferred_ids.clear()
+        self.needs_adoption = True
         return len(released)
 
     def adopt(self, requests: list[AdmissionRequest]) -> None:
@@ -246,3 +246,48 @@ class JointAdmissionPolicy(ReservingPolicy):
 
     def ceiling(self, pool: PoolConfig) -> float:
         return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A policy offered by name (``kvscope replay --list-policies``)."""
+
+    name: str
+    description: str
+    create: Callable[..., ReservingPolicy]
+    """``create(max_seq_len=..., max_wait_passes=..., emit=...)``."""
+
+
+def _create_draft_reserve(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
+    return DraftReservePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def _create_worst_case(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
+    if max_seq_len <= 0:
+        raise ValueError("the worst-case policy needs the engine's max_seq_len (> 0)")
+    return WorstCasePolicy(max_seq_len, **kwargs)
+
+
+def _create_joint(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
+    return JointAdmissionPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+POLICIES: dict[str, PolicySpec] = {
+    spec.name: spec for spec in (
+        PolicySpec(DraftReservePolicy.name, DraftReservePolicy.description, _create_draft_reserve),
+        PolicySpec(WorstCasePolicy.name, WorstCasePolicy.description, _create_worst_case),
+        PolicySpec(JointAdmissionPolicy.name, JointAdmissionPolicy.description, _create_joint),
+    )
+}
+"""Policy name -> spec, in the order ``--list-policies`` prints them (the default first)."""
+
+DEFAULT_POLICY = DraftReservePolicy.name
+
+
+def create_policy(name: str, **kwargs: object) -> ReservingPolicy:
+    """The policy called ``name``; ValueError lists the valid names."""
+    try:
+        spec = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown admission policy {name!r}; policies: {', '.join(POLICIES)}") from None
+    return spec.create(**kwargs)

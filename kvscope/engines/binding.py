@@ -142,6 +142,11 @@ class Binding(AdmissionAttempts):
         self.raising_pool = PoolRole.NONE
         self.failed_pool = PoolRole.NONE
         self.hook_errors = 0
+        self.admission_policy: Any = None
+        """The installed admission policy (``kvscope.port.AdmissionPolicy``); None: admission as stock.
+        Read once per context attempt by the ``_prepare_context_pair`` hook (one branch when None)."""
+        self.remedy: Any = None
+        """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
         self._fatal_ids: set[int] = set()
         self._evicted: dict[int, int] = {}
         self.known: dict[int, dict[int, tuple[int, bool]]] = {}

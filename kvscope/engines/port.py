@@ -1,29 +1,70 @@
-"""BindingPort: the :class:`kvscope.port.EnginePort` read side over an instrumented engine.
+"""BindingPort: the :class:`kvscope.port.EnginePort` read side and the admission write side over an
+instrumented engine.
 
 It reads the pools the binding has discovered (target and draft managers), through the same pool
-reader the hooks use, so it works for the engine model and TensorRT-LLM alike. Call it from the
-engine thread or between iterations (the managers are not thread-safe).
+reader the hooks use, so it works for the engine model and TensorRT-LLM alike. Call the read side
+from the engine thread or between iterations (the managers are not thread-safe).
+
+Write side: :meth:`BindingPort.set_admission_policy` assigns ``binding.admission_policy`` (one
+attribute store, atomic under the GIL; the engine thread reads it once per context attempt), and
+:meth:`BindingPort.set_containment` installs the second line of defence. Neither patches anything:
+the binding's hooks consult them (:mod:`kvscope.engines.gate`), so ``uninstrument()`` restores the
+original methods whatever was installed.
+
+Rank visibility: ``hidden_pools`` names the pools the scheduling rank cannot read (under pipeline
+parallelism the one-model draft pool lives on the last stage): their snapshots are withheld from
+the read side and from the policy's per-pass view (:func:`hidden_pools_for`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvscope.engines import gate
 from kvscope.engines.binding import Binding, role_of
-from kvscope.events import UNKNOWN, PoolRole
-from kvscope.port import PoolSnapshot
+from kvscope.events import UNKNOWN, Emit, PoolRole
+from kvscope.port import AdmissionPolicy, ContainmentHandler, PoolConfig, PoolSnapshot
+
+
+def hidden_pools_for(pp_size: int) -> frozenset[PoolRole]:
+    """Pools the scheduling rank (first PP stage) cannot read: the draft pool when ``pp_size`` > 1."""
+    return frozenset({PoolRole.DRAFT}) if pp_size > 1 else frozenset()
 
 
 class BindingPort:
-    """Pool snapshots from an instrumentation's :class:`Binding`."""
+    """Pool snapshots from an instrumentation's :class:`Binding`, and the admission write side.
 
-    def __init__(self, binding: Binding) -> None:
+    Args:
+        binding: the active instrumentation's binding.
+        hidden_pools: pools not resident on the scheduling rank (see :func:`hidden_pools_for`).
+        error_path: ``(request, message)`` ending ONE request through the engine's per-request error
+            path (the engine model's ``PyExecutorModel._handle_errors(msg, requests=[request])``,
+            TensorRT-LLM's ``PyExecutor._handle_errors``); None: rejections wait instead and
+            containment is unavailable.
+    """
+
+    def __init__(self, binding: Binding, *, hidden_pools: Iterable[PoolRole] = (),
+                 error_path: Callable[[Any, str], None] | None = None) -> None:
         self.binding = binding
+        remedy = gate.state_of(binding)
+        remedy.hidden_pools = frozenset(hidden_pools)
+        if error_path is not None:
+            remedy.error_path = error_path
 
+    # ---- read side --------------------------------------------------------------------------------
     def pool_snapshots(self) -> dict[PoolRole, PoolSnapshot]:
         out: dict[PoolRole, PoolSnapshot] = {}
+        hidden = gate.state_of(self.binding).hidden_pools
         for manager in list(self.binding.managers.values()):
             role = role_of(manager)
+            if role in hidden:
+                continue
             try:
                 cap, free, evictable, reserved = self.binding.reader.state(manager)
+                policy = self.binding.admission_policy
+                if policy is not None and hasattr(policy, "reserved_blocks"):
+                    reserved = int(policy.reserved_blocks(role))
                 caches = manager.kv_cache_map
                 held = sum(c.capacity for c in caches.values())
                 out[role] = PoolSnapshot(role, cap, free, evictable, reserved, len(caches), held,
@@ -31,3 +72,39 @@ class BindingPort:
             except Exception:
                 out[role] = PoolSnapshot(role, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
         return out
+
+    def pool_configs(self) -> dict[PoolRole, PoolConfig]:
+        """Every discovered KV pool's configuration (visible or not)."""
+        return dict(gate.pool_configs(self.binding, gate.state_of(self.binding)))
+
+    @property
+    def iteration(self) -> int:
+        """The scheduler iteration the engine is at (the recorder's)."""
+        return int(self.binding.rec.iteration)
+
+    # ---- write side -------------------------------------------------------------------------------
+    def set_admission_policy(self, policy: AdmissionPolicy | None) -> None:
+        """Install ``policy`` (None: admission as stock). Takes effect at the next context attempt;
+        a new policy is told about the running requests at its first pass."""
+        self.binding.admission_policy = policy
+
+    def set_containment(self, handler: ContainmentHandler | None) -> None:
+        """Install the containment handler consulted when a draft resize/resume raises (None: fatal)."""
+        gate.state_of(self.binding).containment = handler
+
+    def set_error_path(self, error_path: Callable[[Any, str], None] | None) -> None:
+        gate.state_of(self.binding).error_path = error_path
+
+    @property
+    def has_error_path(self) -> bool:
+        return gate.state_of(self.binding).error_path is not None
+
+    def emitter(self) -> Emit:
+        """An ``Emit`` that records remediation's own events on this binding's recorder."""
+        return gate.event_emitter(self.binding)
+
+    def counters(self) -> dict[str, int]:
+        """The gate's own counts: rejections ended, failures contained, policy errors swallowed."""
+        remedy = gate.state_of(self.binding)
+        return {"rejected": remedy.num_rejected, "contained": remedy.num_contained,
+                "policy_errors": remedy.num_policy_errors}

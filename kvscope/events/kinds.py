@@ -86,6 +86,13 @@ class EventKind(str, Enum):
     num_requests = IndexMapper slots."""
     FAILURE_CONTAINED = "failure_contained"
     """Remediation turned one request's resize/resume failure into that request's error."""
+    REMEDIATION_MODE_CHANGED = "remediation_mode_changed"
+    """Remediation's mode or policy changed at this iteration; reason = ``mode=... policy=...
+    previous=...`` (format_kv); num_blocks = reservations released by the change."""
+    REMEDIATION_SHADOWED = "remediation_shadowed"
+    """Shadow mode: what remediation would have done to this request (reason: ``would defer ...``
+    or ``would reject ...``; pool and num_blocks as the deferral or rejection would carry). The
+    engine admitted as stock. Once per request and kind of decision."""
 
 
 POOL_ROLES: tuple[PoolRole, ...] = tuple(PoolRole)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from kvscope.engines import gate
 from kvscope.engines.binding import Binding
 from kvscope.engines.hooks.base import Method, report_fatal
 from kvscope.events import EventKind, PoolRole
@@ -75,6 +76,9 @@ def free_resources(b: Binding, original: Method) -> Method:
     @functools.wraps(original)
     def method(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, request, *args, **kwargs)
+        policy = b.admission_policy
+        if policy is not None:
+            gate.released(b, policy, request.py_request_id)
         if rec.enabled:
             try:
                 rid = request.py_request_id

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from kvscope.engines import gate
 from kvscope.engines.binding import REQUEST_RE, Binding, cache_view, parse_asked_tokens, role_of
 from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
 from kvscope.events import EventKind, PoolRole
@@ -170,6 +171,10 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
                 _record_raise(b, self, exc)
             except Exception:
                 b.hook_failed()
+            if b.remedy is not None and isinstance(exc, Exception) and gate.contain(
+                    b, self, batch, exc, lambda rest: original(self, rest)):
+                b.raising_pool = PoolRole.NONE
+                return None  # only the failing request(s) ended; the rest of the batch is prepared
             raise
         try:
             b.sweep_batch(self, batch, before, fingerprint)

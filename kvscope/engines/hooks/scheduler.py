@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from kvscope.engines import gate
 from kvscope.engines.binding import Binding
 from kvscope.engines.hooks.base import Method, report_fatal
 from kvscope.engines.hooks.manager import on_mirror_refused
@@ -37,7 +38,7 @@ def schedule_request(b: Binding, original: Method) -> Method:
         try:
             if b.holds:
                 b.holds.clear()  # a previous pass ended without its report (a failed hook)
-            b.next_iteration()
+            it = b.next_iteration()
             b.discover(getattr(self, "kv_cache_manager", None))
             b.discover(getattr(self, "draft_kv_cache_manager", None))
             for req in active_requests:
@@ -45,6 +46,9 @@ def schedule_request(b: Binding, original: Method) -> Method:
                     b.arrive(req)
             if b.waiting:
                 waiting = [r for r in active_requests if r.py_request_id in b.waiting]
+            policy = b.admission_policy
+            if policy is not None:
+                gate.begin_pass(b, policy, active_requests, it)
         except Exception:
             b.hook_failed()
         try:
@@ -52,6 +56,8 @@ def schedule_request(b: Binding, original: Method) -> Method:
         except BaseException as exc:
             report_fatal(b, exc)
             raise
+        if b.remedy is not None:
+            gate.end_pass(b)
         try:
             ctx, gen = out.context_requests, out.generation_requests
             num_tokens = 0
@@ -91,14 +97,19 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     deferral in the draft pool. Observed here rather than on ``admit_mirror``, which the scheduler
     also calls for every running generation request every iteration.
 
-    This is the one place an admission decision may be added: a False returned here makes the
-    chunked path skip the request and the non-chunked path stop the pass (head of line), and
-    neither path preempts a running request (``_try_allocate_context`` returning False would).
+    This is the one place an admission decision is added: with a policy installed
+    (``b.admission_policy``; None = off, one branch) it decides first (:func:`kvscope.engines.gate.gate`).
+    A False returned here makes the chunked path skip the request and the non-chunked path stop the
+    pass (head of line), and neither path preempts a running request (``_try_allocate_context``
+    returning False would).
     """
     rec = b.rec
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        policy = b.admission_policy
+        if policy is not None and not gate.gate(b, policy, req):
+            return False  # deferred or rejected by the installed policy: nothing prepared
         if not rec.enabled:
             return original(self, req, *args, **kwargs)
         try:

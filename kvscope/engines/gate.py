@@ -1,0 +1,283 @@
+"""Where an admission policy and the containment step meet the engine (mechanism only).
+
+The binding owns the only patch of each seam; remediation plugs in through the port
+(:class:`kvscope.engines.port.BindingPort`), never by patching. The hooks call in here:
+
+* :func:`begin_pass` from ``schedule_request``, before the pass: ONE read of every pool the
+  scheduling rank can see (a pool held by another rank -- the draft pool under pipeline parallelism
+  -- gets no snapshot), handed to the policy as a :class:`kvscope.port.PassView`; a newly installed
+  policy is first told about the requests already running (:meth:`adopt`);
+* :func:`gate` from ``_prepare_context_pair``, before the original: the policy decides one context
+  attempt. A deferral returns False there, which makes the chunked scheduler skip the request and
+  the non-chunked one stop the pass; neither preempts a started request. A rejection also returns
+  False and queues the request for the engine's per-request error path;
+* :func:`end_pass` after the pass: queued rejections go through the error path (outside the
+  scheduler's loop, which iterates the active list);
+* :func:`released` when a request's resources are freed: the policy gives back what it holds;
+* :func:`contain` when a draft resize/resume raises inside ``prepare_resources`` and a containment
+  handler is installed: only that request fails (error path: its resources are freed in every
+  pool), it leaves the batch, and the rest of the batch is prepared. Without a handler the raise
+  goes on and stays fatal.
+
+Nothing here raises into the engine: a policy that raises is counted (``RemedyState.num_policy_errors``)
+and the attempt is admitted as stock would (a broken policy never stalls the engine).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole
+from kvscope.port import (
+    AdmissionPolicy,
+    AdmissionRequest,
+    ContainmentHandler,
+    PassView,
+    PoolConfig,
+    PoolSnapshot,
+    Verdict,
+)
+
+log = logging.getLogger(__name__)
+
+_REQUEST_RE = re.compile(r"request (\d+)")
+
+ErrorPath = Callable[[Any, str], None]
+"""``(request, message)``: end one request with an error response, freeing its resources."""
+
+
+class HiddenPools(Mapping[PoolRole, PoolSnapshot]):
+    """The snapshots of one pass: reading a pool held by another rank raises and says why."""
+
+    def __init__(self, visible: dict[PoolRole, PoolSnapshot], hidden: frozenset[PoolRole]) -> None:
+        self._visible = visible
+        self._hidden = hidden
+
+    def __getitem__(self, pool: PoolRole) -> PoolSnapshot:
+        if pool in self._hidden:
+            raise LookupError(f"the {pool.value} pool is not resident on the scheduling rank (under pipeline "
+                              f"parallelism it lives on the last stage): use its configuration and your ledger")
+        return self._visible[pool]
+
+    def __iter__(self) -> Iterator[PoolRole]:
+        return iter(self._visible)
+
+    def __len__(self) -> int:
+        return len(self._visible)
+
+
+@dataclass(slots=True)
+class RemedyState:
+    """Per-binding state of the gate (created on first install)."""
+
+    hidden_pools: frozenset[PoolRole] = frozenset()
+    """Pools the scheduling rank cannot read (the draft pool under PP)."""
+    error_path: ErrorPath | None = None
+    containment: ContainmentHandler | None = None
+    pools: dict[PoolRole, PoolConfig] = field(default_factory=dict)
+    managers: dict[PoolRole, Any] = field(default_factory=dict)
+    rejects: list[tuple[Any, str]] = field(default_factory=list)
+    num_managers_seen: int = 0
+    num_policy_errors: int = 0
+    num_rejected: int = 0
+    num_contained: int = 0
+    iteration: int = -1
+
+
+def state_of(b: Any) -> RemedyState:
+    remedy = b.remedy
+    if remedy is None:
+        remedy = b.remedy = RemedyState()
+    return remedy
+
+
+def pool_configs(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
+    """Every discovered KV pool's :class:`PoolConfig` (read from the managers once, then cached; a
+    hybrid target's mamba state pool is allocated by the target manager and is not listed)."""
+    if remedy.num_managers_seen == len(b.managers):
+        return remedy.pools
+    remedy.num_managers_seen = len(b.managers)
+    for manager in list(b.managers.values()):
+        role = b.roles.get(id(manager), PoolRole.TARGET)
+        if role in remedy.pools or role is PoolRole.MAMBA:
+            continue
+        cap = b.reader.state(manager)[0]
+        is_draft = role is PoolRole.DRAFT
+        paired = bool(getattr(manager, "enable_joint_kv_cache_reuse", False))
+        remedy.pools[role] = PoolConfig(
+            role, int(manager.tokens_per_block), max(int(cap), 0),
+            max_draft_len=int(getattr(manager, "max_draft_len", 0) or 0),
+            num_extra_kv_tokens=int(getattr(manager, "num_extra_kv_tokens", 0) or 0),
+            max_util_for_resume=float(getattr(manager, "max_util_for_resume", 1.0) or 1.0),
+            shares_prefix=bool(manager.enable_block_reuse) and (paired or not is_draft),
+            is_visible=role not in remedy.hidden_pools)
+        remedy.managers[role] = manager
+    return remedy.pools
+
+
+def admission_request(req: Any) -> AdmissionRequest:
+    drafts = req.py_draft_tokens
+    return AdmissionRequest(
+        req.py_request_id, int(req.prompt_len), int(req.max_new_tokens), int(req.context_current_position),
+        bool(req.is_first_context_chunk), len(drafts) if drafts is not None else 0)
+
+
+def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration: int) -> None:
+    """Hand ``policy`` this pass's view (and, the first time, the requests already running)."""
+    remedy = state_of(b)
+    remedy.iteration = iteration
+    try:
+        pools = pool_configs(b, remedy)
+        visible: dict[PoolRole, PoolSnapshot] = {}
+        for role, manager in remedy.managers.items():
+            if role in remedy.hidden_pools:
+                continue
+            cap, free, evictable, reserved = b.reader.state(manager)
+            visible[role] = PoolSnapshot(role, cap, free, evictable, reserved, len(manager.kv_cache_map),
+                                         UNKNOWN, int(manager.tokens_per_block))
+        waiting, pending = b.waiting, b.pending
+        num_waiting = sum(1 for r in active_requests if r.py_request_id in waiting) if waiting else 0
+
+        def started() -> list[AdmissionRequest]:
+            return [admission_request(r) for r in active_requests
+                    if r.py_request_id in pending and r.py_request_id not in waiting]
+
+        policy.begin_pass(PassView(iteration, pools, HiddenPools(visible, remedy.hidden_pools),
+                                   len(active_requests) - num_waiting, num_waiting, started))
+    except Exception:
+        remedy.num_policy_errors += 1
+        log.exception("kvscope: admission policy failed in begin_pass (admission continues as stock)")
+
+
+def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
+    """The policy's verdict on one context attempt: True = go on (prepare as stock)."""
+    try:
+        decision = policy.decide(admission_request(req))
+    except Exception:
+        remedy = state_of(b)
+        remedy.num_policy_errors += 1
+        if remedy.num_policy_errors <= 3:
+            log.exception("kvscope: admission policy failed in decide (attempt admitted as stock)")
+        return True
+    verdict = decision.verdict
+    if verdict is Verdict.ADMIT:
+        return True
+    rid = req.py_request_id
+    manager = state_of(b).managers.get(decision.pool)
+    if verdict is Verdict.DEFER:
+        b.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short, manager)
+        return False
+    remedy = state_of(b)
+    if remedy.error_path is None:
+        # No per-request error path to end it through: it waits (never fails the engine).
+        b.defer_cause(rid, decision.pool, decision.reason + " (no per-request error path: waiting)",
+                      decision.num_blocks_short, manager)
+        return False
+    if all(r is not req for r, _ in remedy.rejects):
+        remedy.rejects.append((req, decision.reason))
+        b.defer_cause(rid, decision.pool, "rejected: " + decision.reason, decision.num_blocks_short, manager)
+    return False
+
+
+def end_pass(b: Any) -> None:
+    """End every request rejected in this pass through the engine's per-request error path."""
+    remedy = b.remedy
+    if remedy is None or not remedy.rejects:
+        return
+    rejects, remedy.rejects = remedy.rejects, []
+    for req, reason in rejects:
+        rid = req.py_request_id
+        try:
+            b.emit(EventKind.ADMISSION_REJECTED, rid, PoolRole.NONE, 0, int(req.prompt_len), reason=reason[:512])
+            remedy.num_rejected += 1
+            remedy.error_path(req, reason)  # type: ignore[misc]
+        except Exception:
+            b.hook_failed()
+
+
+def released(b: Any, policy: AdmissionPolicy | None, request_id: int) -> None:
+    if policy is None:
+        return
+    try:
+        policy.release(request_id)
+    except Exception:
+        state_of(b).num_policy_errors += 1
+
+
+def failing_request(batch: Any, message: str) -> tuple[Any, list[Any], list[Any]] | None:
+    """The request a raise names, and the requests of ``batch`` the raising call had not reached
+    (context requests after it then every generation request, or the generation requests after it)."""
+    m = _REQUEST_RE.search(message)
+    if m is None:
+        return None
+    rid = int(m.group(1))
+    ctx, gen = list(batch.context_requests), list(batch.generation_requests)
+    for i, r in enumerate(ctx):
+        if r.py_request_id == rid:
+            return r, ctx[i + 1:], gen
+    for i, r in enumerate(gen):
+        if r.py_request_id == rid:
+            return r, [], gen[i + 1:]
+    return None
+
+
+@dataclass(slots=True)
+class _Rest:
+    """What remains of a batch after a contained failure (the draft call reads these two lists)."""
+
+    context_requests: list[Any]
+    generation_requests: list[Any]
+
+
+def contain(b: Any, manager: Any, batch: Any, exc: BaseException, call: Callable[[Any], Any]) -> bool:
+    """Turn one request's draft failure into that request's error and prepare the rest of the batch.
+
+    Returns False (the caller re-raises) when no handler is installed, the handler declines, the
+    raise names no request of the batch, or there is no per-request error path. ``call(sub_batch)``
+    runs the original ``_prepare_draft_resources`` on what remains; a further failure there is
+    contained the same way.
+    """
+    remedy = b.remedy
+    if remedy is None or remedy.containment is None or remedy.error_path is None:
+        return False
+    while True:
+        message = str(exc)
+        found = failing_request(batch, message)
+        if found is None or not remedy.containment.should_contain(found[0].py_request_id, message):
+            return False
+        req, rest_ctx, rest_gen = found
+        # The request leaves the batch the executor goes on with (in place: the executor holds it).
+        for name in ("context_requests", "generation_requests"):
+            requests = getattr(batch, name)
+            if any(r is req for r in requests):
+                requests[:] = [r for r in requests if r is not req]
+        remedy.error_path(req, message)
+        remedy.num_contained += 1
+        remedy.containment.contained(req.py_request_id, b.roles.get(id(manager), PoolRole.DRAFT), message)
+        try:
+            call(_Rest(rest_ctx, rest_gen))
+            return True
+        except Exception as again:  # noqa: BLE001 - the next failing request of the same call
+            exc = again
+
+
+def event_emitter(b: Any) -> Callable[[KVEvent], None]:
+    """An ``Emit`` for remediation's own events: time, iteration, rank and pid are the recorder's;
+    the pool state is read now (decisions are rare: a few per request)."""
+
+    def emit(event: KVEvent) -> None:
+        try:
+            manager = state_of(b).managers.get(event.pool)
+            state = b.reader.state(manager) if manager is not None else None
+            if state is not None and event.reserved_blocks != UNKNOWN:
+                state = (state[0], state[1], state[2], event.reserved_blocks)
+            b.emit(event.kind, event.request_id, event.pool, event.num_blocks, event.num_tokens,
+                   event.num_requests, reason=event.reason, state=state)
+        except Exception:
+            b.hook_failed()
+
+    return emit
