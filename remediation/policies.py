@@ -33,10 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import EventKind, PoolRole, blocks_needed
 from kvscope.port import AdmissionDecision, AdmissionRequest, PassView, PoolConfig
 from remediation.ledger import Reservation, ReservationLedger
-from remediation.need import blocks_for_tokens
 from remediation.reporting import Reporter
 from remediation.stall import StallGuard
 
@@ -200,6 +199,13 @@ class ReservingPolicy:
             f"request {request.request_id} can never fit the {pool.pool.value} pool: it needs {need} blocks "
             f"({request.prompt_len} prompt + {request.max_new_tokens} output tokens), the pool has "
             f"{pool.capacity_blocks}", need, pool.capacity_blocks)
+
+
+def blocks_for_tokens(num_tokens: int, pool: PoolConfig) -> int:
+    """Blocks a cache of ``num_tokens`` tokens takes in ``pool`` (its draft slots and extra tokens
+    included; nothing reused: gated pools do not share prefixes)."""
+    return blocks_needed(num_tokens, pool.tokens_per_block, max_draft_len=pool.max_draft_len,
+                         num_extra_kv_tokens=pool.num_extra_kv_tokens)
 
 
 def _is_gated(pool: PoolConfig) -> bool:

@@ -1,0 +1,295 @@
+"""Remediation composed with an engine: the composition root ``kvscope replay --remediation``,
+``kvscope demo``, the benchmarks, the notebooks and ``kvscope-instrument`` share.
+
+``remediation`` sees only the port; the adapters never import remediation; this module wires the
+two (and, for ``auto``, the streaming analyzer), so it may import all of them and nothing in
+kvscope's layers imports it.
+
+Replays::
+
+    session = RemediatedSession(mode="on", policy="draft-reserve", events_path="run.parquet")
+    summary = replay.run("glm5-dsa", instrument=session)
+    session.summary_keys()     # remediation, sizing, reservations_leaked, requests_contained, ...
+
+Notebooks (a replay's ``EngineParts`` from an ``instrument=`` callable, or any running binding)::
+
+    ctl = attach_to_parts(parts, binding, mode="shadow")      # -> remediation.Controller
+    ctl.set_mode("on"); ctl.stats().to_dict()
+
+``kvscope-instrument``: ``KVSCOPE_REMEDIATION=on[:POLICY]`` (or ``off``/``shadow``/``auto``, or a
+policy name) and optionally ``KVSCOPE_REMEDIATION_CHANNEL=/shared/path/control.json`` attach a
+controller at start (:func:`attach_from_env`); every rank reading the same channel switches on the
+same iteration.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from kvscope.engines.binding import Binding
+from kvscope.engines.model.session import EventFileSession
+from kvscope.engines.port import BindingPort, hidden_pools_for
+from remediation import DEFAULT_POLICY, MODES, POLICIES, Controller, FileControlChannel, attach
+from remediation.sizing import SizingPlan, parse_sizing, plan_split, ratio_from_observation
+
+AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion")
+"""Streaming-analyzer finding kinds that switch ``auto`` on."""
+
+
+def parse_remediation(value: str) -> tuple[str, str]:
+    """``--remediation`` value -> (mode, policy): a mode (default policy) or a policy name (mode on)."""
+    if value in MODES:
+        return value, DEFAULT_POLICY
+    if value in POLICIES:
+        return "on", value
+    raise ValueError(f"--remediation expects one of {', '.join(MODES)} or a policy ({', '.join(POLICIES)}); "
+                     f"got {value!r}")
+
+
+def model_error_path(executor: Any) -> Callable[[Any, str], None] | None:
+    """The engine model's per-request error path, when this build has it
+    (``PyExecutorModel._handle_errors(error_msg, *, requests=[...])``)."""
+    handle = getattr(executor, "_handle_errors", None)
+    if handle is None:
+        return None
+    try:
+        if "requests" not in inspect.signature(handle).parameters:
+            return None
+    except (TypeError, ValueError):
+        return None
+
+    def error_path(request: Any, message: str) -> None:
+        handle(message, requests=[request])
+
+    return error_path
+
+
+def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: str = DEFAULT_POLICY,
+                    channel: Any = None, max_wait_passes: int = 256, lead_passes: int = 8) -> Controller:
+    """Attach a controller to an instrumented engine-model replay (``EngineParts`` + its binding)."""
+    config = parts.config
+    port = BindingPort(binding, hidden_pools=hidden_pools_for(int(getattr(config, "pp_size", 1))),
+                       error_path=model_error_path(parts.executor))
+    return attach(port, mode=mode, policy=policy, max_seq_len=int(config.max_seq_len), channel=channel,
+                  max_wait_passes=max_wait_passes, lead_passes=lead_passes)
+
+
+class _FindingTrigger:
+    """A sink feeding the streaming analyzer; its first gap/exhaustion finding triggers ``auto``."""
+
+    def __init__(self, controller: Controller) -> None:
+        from kvscope.analysis.streaming import StreamingAnalyzer
+
+        self.controller = controller
+        self.analyzer = StreamingAnalyzer()
+        self.first_finding: str | None = None
+
+    def export(self, batch: Any) -> None:
+        ctl = self.controller
+        if ctl.mode != "auto" or ctl.stats().auto_triggered or self.first_finding is not None:
+            return
+        for finding in self.analyzer.feed(batch.rows):
+            kind = getattr(finding.kind, "value", str(finding.kind))
+            if kind in AUTO_TRIGGER_KINDS:
+                self.first_finding = kind
+                ctl.trigger(f"{kind} finding")
+                return
+
+    def flush(self) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+class RemediatedSession:
+    """``instrument=`` callable for ``replay.run``: records the replay (optionally to a file) and
+    attaches remediation before the loop starts.
+
+    Args:
+        mode: off | shadow | on | auto.
+        policy: admission policy name.
+        events_path: event file to write (None: events are recorded but not kept).
+        label: scenario name for the file header.
+        channel: a shared control channel (multi-rank runs); None: in-process.
+        rank: global rank stamped on the events.
+        switch_at: ``(iteration, mode)`` changes to apply during the run (live-toggle tests, demo).
+    """
+
+    def __init__(self, *, mode: str = "on", policy: str = DEFAULT_POLICY, events_path: str | None = None,
+                 label: str = "", channel: Any = None, rank: int = 0,
+                 switch_at: list[tuple[int, str]] | None = None, max_wait_passes: int = 256) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        self.mode = mode
+        self.policy = policy
+        self.events_path = events_path
+        self.label = label
+        self.channel = channel
+        self.rank = rank
+        self.switch_at = sorted(switch_at or [])
+        self.max_wait_passes = max_wait_passes
+        self.session: EventFileSession | None = None
+        self.controller: Controller | None = None
+        self.trigger: _FindingTrigger | None = None
+        self.final_stats: dict[str, Any] = {}
+        self.sizing: SizingPlan | None = None
+
+    def __call__(self, parts: Any) -> RemediatedSession:
+        self.session = EventFileSession(self.events_path, label=self.label, rank=self.rank)
+        self.session(parts)
+        binding = self.session.binding
+        assert binding is not None
+        self.controller = ctl = attach_to_parts(parts, binding, mode=self.mode, policy=self.policy,
+                                                channel=self.channel, max_wait_passes=self.max_wait_passes)
+        pump = self.session.pump
+        if self.mode == "auto" or any(m == "auto" for _, m in self.switch_at):
+            self.trigger = _FindingTrigger(ctl)
+            if pump is not None:
+                pump.sinks.append(self.trigger)
+
+                def feed_analyzer(_iteration: int) -> None:
+                    # In step with the engine: the analyzer sees every event up to this pass, so an
+                    # auto switch lands at the same iteration however busy the machine is.
+                    if ctl.mode == "auto" and not ctl.enforcing:
+                        pump.pump_once()
+
+                ctl.pass_hooks.append(feed_analyzer)
+        if self.switch_at:
+            for iteration, _ in self.switch_at:
+                if iteration < 0:
+                    raise ValueError(f"switch iteration must be >= 0, got {iteration}")
+            schedule = list(self.switch_at)
+
+            def switch(iteration: int) -> None:
+                while schedule and iteration + 1 >= schedule[0][0]:
+                    at, mode = schedule.pop(0)
+                    ctl.set_mode(mode, at_iteration=at)
+
+            ctl.pass_hooks.insert(0, switch)
+        return self
+
+    def close(self) -> None:
+        try:
+            if self.controller is not None:
+                self.final_stats = self.controller.stats().to_dict()
+                self.controller.detach()
+        finally:
+            if self.session is not None:
+                self.session.close()
+
+    def summary_keys(self, summary: Any = None) -> dict[str, Any]:
+        """The ``replay --json`` keys remediation adds (see :func:`summary_keys`)."""
+        return summary_keys(self.final_stats, summary, sizing=self.sizing, mode=self.mode, policy=self.policy)
+
+
+def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing: SizingPlan | None = None,
+                 mode: str = "off", policy: str = DEFAULT_POLICY) -> dict[str, Any]:
+    """``remediation``, ``sizing``, ``reservations_leaked``, ``requests_contained``,
+    ``rejected_by_reason`` (every rejection: the engine's at arrival and remediation's never-fitting
+    ones) and ``deferrals`` (requests remediation deferred at least once)."""
+    stats = dict(stats or {})
+    by_reason: dict[str, int] = dict(getattr(summary, "rejection_reasons", {}) or {})
+    for reason, n in (stats.get("rejected_by_reason") or {}).items():
+        by_reason[reason] = by_reason.get(reason, 0) + int(n)
+    return {
+        "remediation": {"mode": mode, "policy": policy if mode != "off" else None,
+                        **{k: stats[k] for k in ("enforcing", "auto_triggered", "deferral_decisions", "rejected",
+                                                 "contained", "reservations_made", "reservations_released",
+                                                 "shadow_would_defer", "shadow_would_reject", "mode_changes",
+                                                 "late_changes", "policy_errors") if k in stats}},
+        "sizing": sizing.to_dict() if sizing is not None else None,
+        "reservations_leaked": int(stats.get("live_reservations", 0)),
+        "requests_contained": int(stats.get("contained", 0)),
+        "rejected_by_reason": by_reason,
+        "deferrals": int(stats.get("requests_deferred", 0)),
+    }
+
+
+def apply_rejections(summary: Any, stats: Mapping[str, Any]) -> None:
+    """Remediation's rejections went through the per-request error path, which counts them failed:
+    count them rejected instead (a rejection is a request refused for good, not an engine error)."""
+    rejected = int(stats.get("rejected", 0) or 0)
+    if rejected:
+        summary.requests_failed -= rejected
+        summary.requests_rejected += rejected
+        reasons = dict(summary.rejection_reasons)
+        for reason, n in (stats.get("rejected_by_reason") or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + int(n)
+        summary.rejection_reasons = reasons
+
+
+# ---- sizing ----------------------------------------------------------------------------------------
+def sized_config(config: Any, sizing: str, *, observed: tuple[float, float] | None = None) -> tuple[Any, SizingPlan]:
+    """``config`` with its two pools re-split by ``--sizing`` (the engine model's budget-split knob:
+    the pool sizes the split produces), and the plan.
+
+    ``sizing``: ``auto`` (needs ``observed`` = peak draft and target tokens in use from a recorded
+    run or probe), a draft byte share such as ``0.09``, or a token ratio such as ``4x``.
+
+    Raises:
+        ValueError: the config's pools are given in blocks (no byte budget to split), or a bad value.
+    """
+    if int(getattr(config, "max_gpu_total_bytes", 0) or 0) <= 0:
+        raise ValueError("--sizing needs a KV byte budget to split (max_gpu_total_bytes > 0); this "
+                         "configuration gives its pools in blocks")
+    kind, value = parse_sizing(sizing)
+    common = dict(target_bytes_per_token=int(config.target_bytes_per_token),
+                  draft_bytes_per_token=int(config.draft_bytes_per_token),
+                  tokens_per_block=int(config.tokens_per_block),
+                  target_fixed_bytes=int(getattr(config, "target_fixed_bytes", 0) or 0),
+                  draft_fixed_bytes=int(getattr(config, "draft_fixed_bytes", 0) or 0))
+    if kind == "auto":
+        if observed is None:
+            raise ValueError("--sizing auto needs observed usage (a probe replay or a recorded run)")
+        ratio = ratio_from_observation(*observed)
+        plan = plan_split(int(config.max_gpu_total_bytes), draft_token_ratio=ratio,
+                          basis=f"observed: peak draft {observed[0]:.0f} / target {observed[1]:.0f} tokens",
+                          **common)
+    elif kind == "ratio":
+        plan = plan_split(int(config.max_gpu_total_bytes), draft_token_ratio=value, **common)
+    else:
+        plan = plan_split(int(config.max_gpu_total_bytes), draft_byte_share=value, **common)
+    return replace(config, num_target_blocks=plan.target_blocks, num_draft_blocks=plan.draft_blocks), plan
+
+
+def observe_for_sizing(source: str, overrides: list[str], *, probe_requests: int = 0) -> tuple[float, float]:
+    """Peak draft and target tokens in use on ``source`` with the draft pool out of the way (a probe
+    replay with a draft pool 16x the target's tokens, remediation off): what the traffic needs."""
+    from kvscope import replay
+
+    base, _, _ = replay.resolve(source)
+    config = base.with_overrides(overrides)
+    target_blocks, draft_blocks = config.pool_blocks()
+    probe = [*overrides, f"num_target_blocks={target_blocks}", f"num_draft_blocks={target_blocks * 16}"]
+    if probe_requests:
+        probe.append(f"max_requests={probe_requests}")
+    summary = replay.run(source, probe)
+    peak = summary.peak_utilization
+    tpb = config.tokens_per_block
+    return (peak.get("draft", 0.0) * target_blocks * 16 * tpb, peak.get("target", 0.0) * target_blocks * tpb)
+
+
+def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None) -> Controller | None:
+    """``kvscope-instrument``: attach remediation when ``KVSCOPE_REMEDIATION`` is set (see module
+    docstring). Returns the controller, or None when the variable is unset or ``off`` without a
+    channel. Raises ValueError on a bad value (the launcher reports it in one line)."""
+    env = os.environ if env is None else env
+    value = env.get("KVSCOPE_REMEDIATION", "").strip()
+    channel_path = env.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
+    if not value and not channel_path:
+        return None
+    head, _, tail = value.partition(":")
+    mode, policy = parse_remediation(head or "off")
+    if tail:
+        parse_remediation(tail)  # a policy name, or ValueError naming the valid ones
+        policy = tail
+    channel = FileControlChannel(channel_path) if channel_path else None
+    pp_size = int(env.get("KVSCOPE_PP_SIZE", "1") or 1)
+    port = BindingPort(binding, hidden_pools=hidden_pools_for(pp_size))
+    return attach(port, mode=mode, policy=policy, max_seq_len=int(env.get("KVSCOPE_MAX_SEQ_LEN", "0") or 0),
+                  channel=channel)
