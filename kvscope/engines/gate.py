@@ -50,6 +50,13 @@ ErrorPath = Callable[[Any, str], None]
 """``(request, message)``: end one request with an error response, freeing its resources."""
 
 
+class PoolNotVisibleError(KeyError):
+    """A policy read the live state of a pool that is not resident on the scheduling rank."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class HiddenPools(Mapping[PoolRole, PoolSnapshot]):
     """The snapshots of one pass: reading a pool held by another rank raises and says why."""
 
@@ -57,9 +64,12 @@ class HiddenPools(Mapping[PoolRole, PoolSnapshot]):
         self._visible = visible
         self._hidden = hidden
 
+    def get(self, pool: PoolRole, default: PoolSnapshot | None = None) -> PoolSnapshot | None:  # type: ignore[override]
+        return self._visible.get(pool, default)
+
     def __getitem__(self, pool: PoolRole) -> PoolSnapshot:
         if pool in self._hidden:
-            raise LookupError(f"the {pool.value} pool is not resident on the scheduling rank (under pipeline "
+            raise PoolNotVisibleError(f"the {pool.value} pool is not resident on the scheduling rank (under pipeline "
                               f"parallelism it lives on the last stage): use its configuration and your ledger")
         return self._visible[pool]
 

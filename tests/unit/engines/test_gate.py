@@ -1,0 +1,131 @@
+"""The admission gate inside the binding's ``_prepare_context_pair`` hook, on the engine model."""
+
+from __future__ import annotations
+
+from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
+from kvscope.engines.instrumentor import instrument, uninstrument
+from kvscope.engines.port import BindingPort, hidden_pools_for
+from kvscope.events import EventKind as K
+from kvscope.events import PoolRole
+from kvscope.port import AdmissionDecision, AdmissionPort, PassView
+from kvscope.recording import Recorder
+from kvscope.workloads.workload import WorkloadRequest
+
+
+class DeferDraft:
+    """Trivial policy: every new request waits on the draft pool; records what it saw."""
+
+    name = "defer-draft"
+
+    def __init__(self) -> None:
+        self.views: list[PassView] = []
+        self.decided: list[tuple[int, bool]] = []
+        self.released: list[int] = []
+
+    def begin_pass(self, view: PassView) -> None:
+        self.views.append(view)
+
+    def decide(self, request):
+        self.decided.append((request.request_id, request.is_first_chunk))
+        if request.is_first_chunk:
+            return AdmissionDecision.defer(PoolRole.DRAFT, "defer-draft: test", 3)
+        return AdmissionDecision.admit()
+
+    def release(self, request_id: int) -> None:
+        self.released.append(request_id)
+
+
+def _run(engine, steps: int) -> None:
+    for _ in range(steps):
+        engine.step()
+
+
+def test_deferred_requests_wait_without_preparing_anything_and_are_admitted_once_the_policy_is_removed(
+        make_engine):
+    engine = make_engine(num_target_blocks=32, num_draft_blocks=32)
+    rec = Recorder(capacity=1 << 12)
+    port = BindingPort(instrument(recorder=rec, engine=engine))
+    assert isinstance(port, AdmissionPort)
+    policy = DeferDraft()
+    port.set_admission_policy(policy)
+    engine.add_request(WorkloadRequest(1, 0.0, 10, 2, (11, 12)))
+    engine.add_request(WorkloadRequest(2, 0.0, 6, 2, (11,)))
+    _run(engine, 3)
+    assert engine.scheduler.kv_cache_manager.kv_cache_map == {}
+    assert engine.scheduler.draft_kv_cache_manager.kv_cache_map == {}
+    # Not chunked: a refusal stops the pass (head of line), so request 2 is never tried.
+    assert policy.decided == [(1, True)] * 3
+    assert [v.iteration for v in policy.views] == [0, 1, 2]
+    assert set(policy.views[0].pools) == {PoolRole.TARGET, PoolRole.DRAFT}
+    assert policy.views[0].snapshots[PoolRole.DRAFT].free_blocks == 32
+    port.set_admission_policy(None)
+    _run(engine, 8)
+    events = rec.drain()
+    deferred = [(e.iteration, e.request_id, e.pool, e.num_blocks, e.reason) for e in events
+                if e.kind is K.ADMISSION_DEFERRED]
+    assert deferred[0] == (0, 1, PoolRole.DRAFT, 3, "defer-draft: test")
+    assert deferred[1][:3] == (0, 2, PoolRole.NONE) and deferred[1][4].startswith("not tried")
+    assert len(deferred) == 2
+    assert [e.request_id for e in events if e.kind is K.ADMITTED] == [1, 2]
+    assert [e.iteration for e in events if e.kind is K.ADMITTED][0] == 3  # the first pass without the policy
+    assert policy.released == []  # removed before anything ended: not told
+
+
+def test_policy_is_told_when_a_request_ends(make_engine):
+    engine = make_engine()
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine))
+
+    class AdmitAll(DeferDraft):
+        def decide(self, request):
+            return AdmissionDecision.admit()
+
+    policy = AdmitAll()
+    port.set_admission_policy(policy)
+    engine.add_request(WorkloadRequest(1, 0.0, 6, 2, (11,)))
+    _run(engine, 6)
+    assert policy.released == [1]
+
+
+def test_a_policy_that_raises_is_counted_and_the_attempt_admitted_as_stock(make_engine):
+    engine = make_engine()
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine))
+
+    class Broken(DeferDraft):
+        def decide(self, request):
+            raise RuntimeError("bug")
+
+    port.set_admission_policy(Broken())
+    engine.add_request(WorkloadRequest(1, 0.0, 6, 20, (11,)))
+    _run(engine, 2)
+    assert engine.scheduler.kv_cache_manager.kv_cache_map.keys() == {1}
+    assert port.counters()["policy_errors"] >= 1
+
+
+def test_the_draft_pool_cannot_be_read_from_the_scheduling_rank_under_pipeline_parallelism(make_engine):
+    engine = make_engine()
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine), hidden_pools=hidden_pools_for(2))
+    seen: list[str] = []
+
+    class ReadsDraft(DeferDraft):
+        def begin_pass(self, view):
+            assert view.pools[PoolRole.DRAFT].is_visible is False
+            assert view.snapshots.get(PoolRole.DRAFT) is None
+            try:
+                view.snapshots[PoolRole.DRAFT]
+            except LookupError as exc:
+                seen.append(str(exc))
+
+    port.set_admission_policy(ReadsDraft())
+    engine.add_request(WorkloadRequest(1, 0.0, 6, 2, (11,)))
+    engine.step()
+    assert seen and "not resident on the scheduling rank" in seen[0]
+    assert PoolRole.DRAFT not in port.pool_snapshots()
+
+
+def test_uninstrument_restores_the_originals_whatever_policy_is_installed(make_engine):
+    original = vars(KVCacheV2SchedulerModel)["_prepare_context_pair"]
+    port = BindingPort(instrument(recorder=Recorder(), engine=make_engine()))
+    port.set_admission_policy(DeferDraft())
+    assert vars(KVCacheV2SchedulerModel)["_prepare_context_pair"] is not original
+    uninstrument()
+    assert vars(KVCacheV2SchedulerModel)["_prepare_context_pair"] is original
