@@ -17,10 +17,10 @@ import sys
 RUNS: list[tuple[str, list[str]]] = [
     ("glm5-dsa", []),
     ("glm5-dsa", ["enable_block_reuse=false"]),
-    ("glm5-dsa", ["draft_mode=paired"]),
+    ("glm5-dsa", ["draft_mode=paired", "engine_version=main"]),
     ("shared-prefix", []),
     ("shared-prefix", ["enable_block_reuse=false"]),
-    ("shared-prefix", ["draft_mode=paired"]),
+    ("shared-prefix", ["draft_mode=paired", "engine_version=main"]),
     ("qwen-hybrid-mtp", []),
     ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"]),
     ("qwen-hybrid-mtp", ["enable_block_reuse=false"]),

@@ -25,10 +25,12 @@ from kvscope.engines.model import instrument_replay
 SCENARIO = "glm5-dsa"
 RUNS: tuple[tuple[str, list[str]], ...] = (
     ("unpaired, reuse on (today's default)", []),
-    ("paired draft (upstream joint reuse)", ["draft_mode=paired", "max_sim_seconds=150"]),
+    ("paired draft (upstream joint reuse)", ["draft_mode=paired", "engine_version=main-00746ef",
+                                             "max_sim_seconds=150"]),
     ("block reuse off (today's workaround)", ["enable_block_reuse=false", "max_sim_seconds=150"]),
 )
-"""The healthy runs stop after 150 simulated seconds: several times past the unpaired crash (about
+"""Joint reuse exists only in builds after the GLM report's 1.3.0rc25, so the paired run names the
+newest build read. The healthy runs stop after 150 simulated seconds: several times past the unpaired crash (about
 40 s in), enough to show the same traffic survives, short enough for a demo."""
 
 

@@ -45,6 +45,7 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
     from .scheduler import KVCacheV2SchedulerModel
 
     target_blocks, draft_blocks = config.pool_blocks()
+    build = config.engine_build
     joint = config.draft_mode == DraftMode.PAIRED and config.enable_block_reuse and config.has_draft_pool
     common = dict(
         tokens_per_block=config.tokens_per_block, max_seq_len=config.max_seq_len,
@@ -52,7 +53,7 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         pp_size=config.pp_size, max_draft_len=config.max_draft_len,
         max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.num_extra_kv_tokens,
         num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
-        enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint,
+        enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint, engine_build=build,
     )
     # DSA scenarios (no mamba state) use DSACacheManagerV2 for both managers, as the real creator
     # does for GLM-5 / DeepSeek V3.2 (the draft config is the target's); hybrid models the plain V2 class.
@@ -87,7 +88,8 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         ctx_chunk_config = (ContextChunkingPolicy.FORCE_CHUNK, config.tokens_per_block)
     scheduler = KVCacheV2SchedulerModel(
         config.max_batch_size, config.max_num_tokens, target, draft_kv_cache_manager=draft,
-        ctx_chunk_config=ctx_chunk_config, enable_chunked_prefill=config.enable_chunked_prefill)
+        ctx_chunk_config=ctx_chunk_config, enable_chunked_prefill=config.enable_chunked_prefill,
+        engine_build=build)
     clock = clock or SimClock()
     layout = RankLayout(config.pp_size, config.tp_size)
     probes = {"target": target.pool_state}

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from .versions import ENGINE_BUILDS, NEWEST, EngineBuild, get_engine_build
+
 _GIB = 1 << 30
 
 
@@ -77,6 +79,8 @@ class EngineConfig:
     pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
     tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
     max_gpu_total_bytes: int = _knob(64_972_117_770, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
+    engine_version: str = _knob(
+        NEWEST.version, f"TensorRT-LLM build the model follows: {' | '.join(ENGINE_BUILDS)} (alias: main)")
     # --- pools (model) ---
     num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
     num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")
@@ -111,6 +115,7 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, enum_cls):
                 object.__setattr__(self, name, _coerce_enum(name, enum_cls, value))
+        object.__setattr__(self, "engine_version", get_engine_build(self.engine_version).version)
         self._validate()
 
     # ------------------------------------------------------------------------------------------
@@ -150,8 +155,18 @@ class EngineConfig:
             raise ValueError("without enable_chunked_prefill, max_num_tokens must be >= max_seq_len")
         if self.draft_mode == DraftMode.PAIRED and self.max_draft_len == 0:
             raise ValueError("draft_mode=paired needs a draft pool: max_draft_len must be > 0")
+        if self.draft_mode == DraftMode.PAIRED and not self.engine_build.joint_reuse:
+            raise ValueError(
+                f"draft_mode=paired needs joint KV cache reuse (#18093), which engine_version "
+                f"{self.engine_version} does not have; set engine_version to "
+                f"{' or '.join(b.version for b in ENGINE_BUILDS.values() if b.joint_reuse)}")
 
     # ------------------------------------------------------------------------------------------
+    @property
+    def engine_build(self) -> EngineBuild:
+        """The feature record of ``engine_version`` (versions.py)."""
+        return get_engine_build(self.engine_version)
+
     @property
     def has_draft_pool(self) -> bool:
         """True when MTP runs a separate one-model draft manager (max_draft_len > 0)."""

@@ -104,3 +104,27 @@ def scheduler_deadlock(num_gen: int, num_ctx: int, num_stalled: int) -> str:
         f"none could be scheduled, suspended or preempted in {num_stalled} consecutive attempts. "
         f"The KV cache pool is likely exhausted. {DEADLOCK_REMEDY}"
     )
+
+
+# ---- older build (1.3.0rc25: stored kv_cache_manager_v2.py of 140,614 chars, scheduler_v2.py of
+# 46,253 chars; see versions.py) --------------------------------------------------------------------
+
+
+def draft_gen_mirror_missing(request_id: int) -> str:
+    """The older ``_prepare_draft_resources``: a generation request without a mirror (no creation)."""
+    return f"Missing draft KV cache for generation request {request_id}"
+
+
+# The older ``_prepare_draft_resources`` calls ``stop_committing()`` on the cache ``_create_kv_cache``
+# returned without checking it for None (a full draft IndexMapper): Python's own AttributeError text.
+CONTEXT_MIRROR_NONE = "'NoneType' object has no attribute 'stop_committing'"
+
+
+def scheduler_deadlock_first_pass(num_gen: int) -> str:
+    """The older ``_schedule_loop`` check: raised on the first pass that schedules nothing while
+    generation requests wait and none was evicted."""
+    return (
+        f"V2 scheduler deadlock: {num_gen} generation request(s) active but none could be scheduled "
+        f"or evicted. KV cache pool is likely exhausted with no host cache tier for suspend/resume "
+        f"offload. Configure kv_cache_config.host_cache_size or increase kv_cache_config.max_tokens."
+    )

@@ -46,6 +46,7 @@ from .core_manager import KVCacheManagerCoreModel, ReuseInputModel
 from .kv_cache import _KVCacheModel
 from .radix_tree import ReuseScope
 from .request import LlmRequestModel, LlmRequestState
+from .versions import NEWEST, EngineBuild, MissingGenMirror
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,11 @@ class KVCacheManagerV2Model:
         gpu_max_tokens: real ``kv_cache_config.max_tokens`` shown in the draft diagnostic
             (None: the pool's tokens).
         reuse_match_backoff: None -> max_draft_len when the class supports backoff, else 0.
-        draft_len_on_every_chunk, draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
+        engine_build: the build whose behaviour the manager follows (``versions.py``): the draft
+            resize messages' diagnostic suffix, draft tokens on every chunk, a missing or
+            uncreatable mirror.
+        draft_len_on_every_chunk: None -> the build's; a bool overrides it (tests).
+        draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
     """
 
     _supports_reuse_match_backoff = True
@@ -180,8 +185,9 @@ class KVCacheManagerV2Model:
                  num_reserved_index_slots: int = 1, is_disagg: bool = False,
                  max_util_for_resume: float = 0.95, num_host_blocks: int = 0,
                  reuse_match_backoff: int | None = None, bytes_per_token: int = 0,
-                 draft_len_on_every_chunk: bool = False, draft_cursor_sizing: str = "chunk",
-                 target_reserves_draft_slots: bool = True, gpu_max_tokens: int | None = None) -> None:
+                 draft_len_on_every_chunk: bool | None = None, draft_cursor_sizing: str = "chunk",
+                 target_reserves_draft_slots: bool = True, gpu_max_tokens: int | None = None,
+                 engine_build: EngineBuild = NEWEST) -> None:
         if num_reserved_index_slots < 0:
             raise ValueError("num_reserved_index_slots must be non-negative")
         if draft_cursor_sizing not in ("chunk", "prompt"):
@@ -204,7 +210,9 @@ class KVCacheManagerV2Model:
         self.reuse_match_backoff = reuse_match_backoff
         self.max_util_for_resume = max_util_for_resume
         self.bytes_per_token = bytes_per_token
-        self.draft_len_on_every_chunk = draft_len_on_every_chunk
+        self.engine_build = engine_build
+        self.draft_len_on_every_chunk = (engine_build.draft_len_on_every_chunk
+                                         if draft_len_on_every_chunk is None else draft_len_on_every_chunk)
         self.draft_cursor_sizing = draft_cursor_sizing
         self.target_reserves_draft_slots = target_reserves_draft_slots
         self.block_reuse_policy = "all_reusable"
@@ -465,6 +473,8 @@ class KVCacheManagerV2Model:
         return self._resume_gate_refuses()
 
     def _draft_pool_diagnostic(self) -> str:
+        if not self.engine_build.draft_pool_diagnostic:
+            return ""  # the suffix exists only on the newest build read
         live = sum(c.capacity for c in self.kv_cache_map.values())
         return (f" [draft pool: {len(self.kv_cache_map)} live caches holding {live} tokens, "
                 f"gpu_max_tokens={self._gpu_max_tokens}]")
@@ -480,6 +490,9 @@ class KVCacheManagerV2Model:
         for req in scheduled_batch.context_requests:
             kv_cache = self._mirror_draft_kv_cache(req)
             if kv_cache is None:
+                if self.engine_build.context_mirror_unchecked:
+                    # Older build: the None is used at once (stop_committing on it).
+                    raise AttributeError(errors.CONTEXT_MIRROR_NONE)
                 # Real: a warning and the request is skipped; copy_batch_block_offsets fails later.
                 logger.warning(errors.draft_mirror_skipped_warning(req.py_request_id))
                 continue
@@ -502,6 +515,8 @@ class KVCacheManagerV2Model:
             request_id = req.py_request_id
             kv_cache = cache_map.get(request_id)  # hot path: the mirror exists (same as _mirror's lookup)
             if kv_cache is None:
+                if self.engine_build.missing_gen_mirror is MissingGenMirror.RAISE_MISSING:
+                    raise RuntimeError(errors.draft_gen_mirror_missing(request_id))
                 kv_cache = self._mirror_draft_kv_cache(req)
                 if kv_cache is None:
                     raise RuntimeError(errors.draft_index_mapper_exhausted(request_id))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .errors import scheduler_deadlock
+from .errors import scheduler_deadlock, scheduler_deadlock_first_pass
 from .kv_cache_manager import (
     KVCacheManagerV2Model,
     _settle_context_cursor,
@@ -45,6 +45,7 @@ from .kv_cache_manager import (
 from .mamba_cache_manager import get_forced_context_chunk_size, is_forced_context_chunk_boundary
 from .request import LlmRequestModel, LlmRequestState
 from .scheduler_eviction import EvictionLadderMixin
+from .versions import EngineBuild
 from .scheduler_types import (  # noqa: F401  (re-exported: the real names live in scheduler_v2)
     BudgetTracker,
     CapacitySchedulerPolicy,
@@ -82,7 +83,8 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         enable_recompute_pause: bool = True,
         *,
         enable_chunked_prefill: bool | None = None,
-        admit_unpaired_mirror: bool = True,
+        admit_unpaired_mirror: bool | None = None,
+        engine_build: EngineBuild | None = None,
     ) -> None:
         if not isinstance(kv_cache_manager, KVCacheManagerV2Model):
             raise TypeError(
@@ -99,10 +101,17 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             draft_kv_cache_manager if self.enable_joint_kv_cache_reuse else None
         )
         self.cross_kv_cache_manager = cross_kv_cache_manager
+        # The build decides which of the newer admission steps exist at all (versions.py); the
+        # real constructor arguments can only turn an existing step off.
+        build = engine_build if engine_build is not None else kv_cache_manager.engine_build
+        self.engine_build = build
         self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
-        self.enable_recompute_pause = enable_recompute_pause
+        self.enable_recompute_pause = enable_recompute_pause and build.recompute_pause
+        self._preempt_for_pages_exists = build.has_cache_tier_below_gpu
+        self._free_failed_first_chunk = build.free_failed_first_chunk
         self._prefix_skip_enabled = (
             enable_prefix_aware_scheduling
+            and build.prefix_aware_skip
             and kv_cache_manager.enable_block_reuse
             and kv_cache_manager.block_reuse_policy == "all_reusable"
         )
@@ -112,9 +121,12 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             )
         self.policy = CapacitySchedulerPolicy.MAX_UTILIZATION
         self.peft_cache_manager = peft_cache_manager
-        # Model-only: False reproduces 0004396, where the unpaired mirror was only created and
-        # resumed in the draft manager's prepare_resources (no admit_mirror at scheduling).
-        self.admit_unpaired_mirror = admit_unpaired_mirror
+        # Without scheduler-side admission (builds before 00746ef) the unpaired mirror is born and
+        # first resumed in the draft manager's prepare_resources; None follows the build.
+        self.admit_unpaired_mirror = (
+            build.scheduler_admits_mirror if admit_unpaired_mirror is None else admit_unpaired_mirror
+        )
+        self._DEADLOCK_STALL_ITERS = build.deadlock_stall_passes
         if ctx_chunk_config is None and enable_chunked_prefill:
             # Model-only convenience: what create_py_executor_instance builds when chunked prefill is
             # on (default policy, chunk unit = tokens_per_block).
@@ -262,19 +274,24 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             if first_new_block is not None:
                 contributed_blocks.add(first_new_block)
 
-        self._detect_deadlock(
-            active_requests,
-            inflight_request_ids,
-            pending_ctx,
-            preempted_ids,
-            made_progress=bool(
-                scheduled_gen
-                or scheduled_ctx
-                or evicted
-                or recompute_paused
-                or deferred_behind_contributor
-            ),
-        )
+        if self._DEADLOCK_STALL_ITERS == 1:
+            self._detect_deadlock_first_pass(
+                active_requests, inflight_request_ids, bool(scheduled_gen or scheduled_ctx), evicted
+            )
+        else:
+            self._detect_deadlock(
+                active_requests,
+                inflight_request_ids,
+                pending_ctx,
+                preempted_ids,
+                made_progress=bool(
+                    scheduled_gen
+                    or scheduled_ctx
+                    or evicted
+                    or recompute_paused
+                    or deferred_behind_contributor
+                ),
+            )
         return scheduled_ctx, scheduled_gen, evicted, recompute_paused, has_chunking
 
     # ---- prefix-aware deferral --------------------------------------------------------------------
@@ -310,6 +327,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             not self.chunking_enabled
             or draft_manager is None
             or self._joint_draft_manager is not None
+            or not self.admit_unpaired_mirror
         ):
             return False
         if req.state != LlmRequestState.CONTEXT_INIT or not self.kv_cache_manager.has_active_cache(
@@ -345,7 +363,11 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             result = self._try_schedule_context_chunked(req, budget, preempt_for_pages)
         else:
             result = self._try_schedule_context_full(req, budget, preempt_for_pages)
-        if first_chunk and result[0] is not ScheduleAction.SCHEDULED:
+        if (
+            first_chunk
+            and result[0] is not ScheduleAction.SCHEDULED
+            and self._free_failed_first_chunk
+        ):
             # A failed admission must not keep its prefix-reuse holds.
             for manager in (self.kv_cache_manager, self.draft_kv_cache_manager):
                 if manager is not None and req.py_request_id in manager.kv_cache_map:
@@ -538,6 +560,22 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             self.draft_kv_cache_manager.free_resources(req)
 
     # ---- deadlock / sorting -----------------------------------------------------------------------
+    def _detect_deadlock_first_pass(
+        self, active_requests, inflight_request_ids, scheduled_any: bool, evicted
+    ) -> None:
+        """The older build's check: nothing scheduled, generation requests waiting, none evicted."""
+        if scheduled_any or evicted:
+            return
+        num_gen = sum(
+            1
+            for r in active_requests
+            if r.is_generation_in_progress_state
+            and r.state != LlmRequestState.GENERATION_TO_COMPLETE
+            and r.request_id not in inflight_request_ids
+        )
+        if num_gen > 0:
+            raise RuntimeError(scheduler_deadlock_first_pass(num_gen))
+
     def _detect_deadlock(
         self, active_requests, inflight_request_ids, pending_ctx, preempted_ids, made_progress: bool
     ) -> None:

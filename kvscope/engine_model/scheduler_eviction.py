@@ -122,7 +122,11 @@ class EvictionLadderMixin:
         self, requests_list, protected_ids, inflight_request_ids, recompute_paused, preempted_ids
     ) -> bool:
         """Without a tier below the GPU, give up the newest started request so a context can allocate."""
-        if self.kv_cache_manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
+        if (
+            not self._preempt_for_pages_exists  # builds before 00746ef have no such fallback
+            or self.kv_cache_manager.has_cache_tier_below_gpu
+            or not self.enable_recompute_pause
+        ):
             return False
         for victim in reversed(requests_list):
             if victim.py_request_id in protected_ids:

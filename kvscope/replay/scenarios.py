@@ -54,7 +54,8 @@ GLM5_DSA = EngineConfig(
     max_batch_size=64, max_num_tokens=8192, max_seq_len=262144, tokens_per_block=64,
     enable_block_reuse=True, enable_chunked_prefill=True, max_draft_len=1, pp_size=2, tp_size=4,
     max_gpu_total_bytes=int(60.51 * GIB), target_bytes_per_token=49968, draft_bytes_per_token=1284,
-    requests_in_flight=24, share_system_prefix=True, max_sessions=48,
+    requests_in_flight=24, share_system_prefix=True, max_sessions=48, engine_version="1.3.0rc25",
+    num_host_blocks=19807,
 )
 
 QWEN_HYBRID_MTP = EngineConfig(
@@ -63,6 +64,7 @@ QWEN_HYBRID_MTP = EngineConfig(
     max_gpu_total_bytes=0, num_target_blocks=35936, num_draft_blocks=22848,
     num_mamba_slots=71, mamba_snapshot_interval=2048,
     draft_cursor_sizing=DraftCursorSizing.PROMPT, requests_in_flight=12, share_system_prefix=False,
+    engine_version="1.3.0rc27",
 )
 
 

@@ -29,12 +29,17 @@ from kvscope.recording import read_frame
 
 pytestmark = pytest.mark.slow
 
-GLM5 = ("glm5-dsa", ("max_requests=64",))
+# The 10-iteration lead is pinned on the newest build read (main-00746ef), where the failing request
+# is one the scheduler already admitted. On the GLM report's own build (1.3.0rc25, the scenario's
+# default) the burst ends at the first resume of a mirror born in prepare_resources: the failing
+# request is a fresh arrival, so no warning can name it ten iterations ahead ("glm5-rc25" below).
+GLM5 = ("glm5-dsa", ("max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0"))
 REPLAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "glm5": GLM5,
+    "glm5-rc25": ("glm5-dsa", ("max_requests=64",)),
     "shared-prefix": ("shared-prefix", ()),
     "qwen": ("qwen-hybrid-mtp", ()),
-    "glm5-reuse-off": ("glm5-dsa", (*GLM5[1], "enable_block_reuse=false")),
+    "glm5-reuse-off": ("glm5-dsa", ("max_requests=64", "enable_block_reuse=false")),
     "glm5-paired": ("glm5-dsa", (*GLM5[1], "draft_mode=paired")),
     "near-miss": ("near-miss", ()),
     "small-draft": ("shared-prefix", ("num_draft_blocks=1800",)),
@@ -90,6 +95,21 @@ def test_warns_ten_iterations_before_fatal_naming_failing_request_when_unpaired_
     # the fatal finding reports the lead
     assert fatal.evidence["lead_iterations"] >= MIN_LEAD_ITERATIONS
     assert fatal.evidence["lead_iterations"] == max(fatal_it - it for _, it in early)
+
+
+def test_warns_before_the_mirror_resume_fails_on_rc25(replays):
+    summary, a, _ = replays["glm5-rc25"]
+    assert summary["engine_fatal"] is True
+    assert summary["fatal_message"] == f"Failed to resume draft KV cache for request {summary['fatal_request_id']}"
+    failing = summary["fatal_request_id"]
+    (fatal,) = [f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL]
+    assert fatal.request_ids == (failing,)
+    assert fatal.pools == ("draft",)
+    # The pool-level warning comes first; the failing request is named once it has arrived.
+    warnings = [f for f in a.findings if f.kind in (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION)]
+    assert warnings and min(f.iteration_start for f in warnings) < fatal.iteration_start
+    named = [it for it in (_named_at(f, failing) for f in warnings) if it is not None]
+    assert named and min(named) < fatal.iteration_start
 
 
 @pytest.mark.parametrize("name", ["glm5-reuse-off", "glm5-paired"])

@@ -1,16 +1,25 @@
-"""Pinned replay outcomes of issue 3 (the acceptance that matters), through ``replay.run`` and the CLI.
+"""Pinned replay outcomes per engine version, through ``replay.run`` and the CLI.
 
-- glm5-dsa, shared-prefix, qwen-hybrid-mtp with block reuse ON and the unpaired draft: the engine dies
-  with the real message ("Draft KV cache context resize failed for request N: could not resize to X
-  tokens", plus the 00746ef pool diagnostic).
-- glm5-dsa and shared-prefix (equal-token pools): reuse OFF and paired mode finish the same traffic.
-- qwen-hybrid-mtp with ``draft_cursor_sizing=chunk`` is still fatal (its draft pool is smaller).
+Each built-in scenario runs the build its report ran by default (glm5-dsa family: 1.3.0rc25;
+qwen-hybrid-mtp: 1.3.0rc27; ``versions.py``); the newest build read (main-00746ef) is one
+``engine_version=main`` away.
+
+- Block reuse ON, unpaired draft: fatal on every build, through the raise site the build reaches,
+  with the build's message. On 1.3.0rc25 the glm5-dsa burst ends at the draft mirror's first resume
+  (the mirror is born in ``_prepare_draft_resources`` and refused above ``max_util_for_resume``:
+  "Failed to resume draft KV cache for request N"); shared-prefix ends at the mirror's context
+  resize (no ``[draft pool: ...]`` suffix on that build). main-00746ef creates and resumes the
+  mirror at scheduling (``admit_mirror``), so it dies at the context resize, with the suffix.
+- glm5-dsa and shared-prefix (equal-token pools) with reuse OFF finish the same traffic on their
+  default build (the GLM report's fact); paired mode exists from 1.3.0rc27 and finishes too;
+  ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
+- qwen-hybrid-mtp (1.3.0rc27) is fatal with either cursor sizing; with reuse off on main its smaller
+  draft pool fails the generation resize.
 
 Shortened but faithful workloads, to keep this file to about a minute on 2 cores:
 - glm5-dsa replays the first 64 requests of the Claude Code traces (``max_requests=64``, 24 in flight,
-  shared tools+system prefix on): the crash comes from the start-up burst of 24 sessions (request 25 in
-  the full replay too), and 64 requests cover it. The engine, the pools and the traffic are otherwise
-  the scenario's.
+  shared tools+system prefix on): the crash comes from the start-up burst of 24 sessions, and 64
+  requests cover it. The engine, the pools and the traffic are otherwise the scenario's.
 - shared-prefix and qwen-hybrid-mtp run in full; mooncake-conversation replays its first 400 requests.
 """
 
@@ -27,9 +36,15 @@ from kvscope import replay
 
 pytestmark = pytest.mark.slow
 
-RESIZE_FAILED = re.compile(
-    r"^Draft KV cache context resize failed for request (\d+): could not resize to (\d+) tokens"
-    r" \[draft pool: \d+ live caches holding \d+ tokens, gpu_max_tokens=\d+\]$")
+MAIN = "engine_version=main-00746ef"
+DIAGNOSTIC = r" \[draft pool: \d+ live caches holding \d+ tokens, gpu_max_tokens=\d+\]"
+CONTEXT_RESIZE = r"^Draft KV cache context resize failed for request (\d+): could not resize to (\d+) tokens"
+RESIZE_FAILED_NEWEST = re.compile(CONTEXT_RESIZE + DIAGNOSTIC + "$")
+RESIZE_FAILED_RELEASED = re.compile(CONTEXT_RESIZE + "$")
+RESUME_FAILED = re.compile(r"^Failed to resume draft KV cache for request (\d+)$")
+GENERATION_RESIZE_NEWEST = re.compile(
+    r"^Draft KV cache generation resize failed for request (\d+): could not resize to (\d+) tokens"
+    + DIAGNOSTIC + "$")
 GLM5_SHORT = ["max_requests=64"]
 
 _cache: dict[tuple[str, tuple[str, ...]], replay.ReplaySummary] = {}
@@ -42,16 +57,17 @@ def run(source: str, *overrides: str) -> replay.ReplaySummary:
     return _cache[key]
 
 
-def assert_fatal_draft_resize(summary: replay.ReplaySummary) -> None:
+def assert_fatal(summary: replay.ReplaySummary, message: re.Pattern[str]) -> re.Match[str]:
     assert summary.engine_fatal is True
     assert summary.healthy is False
     assert summary.fatal_error_type == "RuntimeError"
-    match = RESIZE_FAILED.match(summary.fatal_message or "")
+    match = message.match(summary.fatal_message or "")
     assert match, summary.fatal_message
     assert int(match.group(1)) == summary.fatal_request_id
     assert summary.requests_failed > 0
     assert summary.requests_completed + summary.requests_failed + summary.requests_rejected == summary.requests_total
     assert summary.peak_utilization["draft"] > summary.peak_utilization["target"]
+    return match
 
 
 def assert_finished(summary: replay.ReplaySummary, requests_total: int) -> None:
@@ -63,48 +79,90 @@ def assert_finished(summary: replay.ReplaySummary, requests_total: int) -> None:
 
 
 # ---- glm5-dsa -------------------------------------------------------------------------------------
-def test_glm5_dsa_is_fatal_when_reuse_on_and_unpaired():
+def test_glm5_dsa_dies_at_the_mirror_resume_when_reuse_on_and_unpaired_on_rc25():
     summary = run("glm5-dsa", *GLM5_SHORT)
-    assert_fatal_draft_resize(summary)
+    assert summary.config["engine_version"] == "1.3.0rc25"
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.fatal_request_id == 27
     assert summary.fatal_ranks == [4, 5, 6, 7]  # the draft manager lives on the last PP stage
     assert summary.killed_ranks == list(range(8))
     assert summary.prefix_hit_rate > 0
+    # The draft pool was over the resume gate (max_util_for_resume 0.95) when request 27 arrived.
+    assert summary.peak_utilization["draft"] > 0.95
 
 
-@pytest.mark.parametrize("mode", ["enable_block_reuse=false", "draft_mode=paired"])
+def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_main():
+    summary = run("glm5-dsa", *GLM5_SHORT, MAIN)
+    assert_fatal(summary, RESIZE_FAILED_NEWEST)
+    assert summary.fatal_request_id == 25
+    assert summary.fatal_ranks == [4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("enable_block_reuse=false", "max_batch_size=8"),
+                                  ("draft_mode=paired", MAIN), ("enable_block_reuse=false", MAIN)],
+                         ids=["rc25-reuse-off", "rc25-reuse-off-batch-8", "main-paired", "main-reuse-off"])
 def test_glm5_dsa_finishes_same_traffic_when_reuse_off_or_paired(mode):
-    summary = run("glm5-dsa", *GLM5_SHORT, mode)
+    summary = run("glm5-dsa", *GLM5_SHORT, *mode)
     assert_finished(summary, 64)
     assert summary.rejection_reasons == {"prompt_len > max_seq_len": summary.requests_rejected}
 
 
+def test_paired_is_refused_when_the_build_has_no_joint_reuse():
+    with pytest.raises(ValueError, match=r"draft_mode=paired needs joint KV cache reuse \(#18093\), "
+                                         r"which engine_version 1\.3\.0rc25 does not have"):
+        replay.run("glm5-dsa", ["draft_mode=paired"])
+
+
 # ---- shared-prefix --------------------------------------------------------------------------------
-def test_shared_prefix_is_fatal_when_reuse_on_and_unpaired():
+def test_shared_prefix_is_fatal_when_reuse_on_and_unpaired_on_rc25():
     summary = run("shared-prefix")
-    assert_fatal_draft_resize(summary)
+    match = assert_fatal(summary, RESIZE_FAILED_RELEASED)
+    assert (summary.fatal_request_id, int(match.group(2))) == (11, 106239)
     assert summary.prefix_hit_rate > 0.5
 
 
-@pytest.mark.parametrize("mode", ["enable_block_reuse=false", "draft_mode=paired"])
+def test_shared_prefix_is_fatal_with_the_pool_diagnostic_when_reuse_on_and_unpaired_on_main():
+    summary = run("shared-prefix", MAIN)
+    match = assert_fatal(summary, RESIZE_FAILED_NEWEST)
+    assert (summary.fatal_request_id, int(match.group(2))) == (11, 106239)
+
+
+@pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("draft_mode=paired", MAIN)],
+                         ids=["rc25-reuse-off", "main-paired"])
 def test_shared_prefix_finishes_same_traffic_when_reuse_off_or_paired(mode):
-    summary = run("shared-prefix", mode)
+    summary = run("shared-prefix", *mode)
     assert_finished(summary, 96)
     assert summary.requests_rejected == 0
 
 
 def test_paired_pools_stay_equal_when_shared_prefix():
-    summary = run("shared-prefix", "draft_mode=paired")
+    summary = run("shared-prefix", "draft_mode=paired", MAIN)
     assert summary.peak_utilization["draft"] == summary.peak_utilization["target"]
 
 
 # ---- qwen-hybrid-mtp ------------------------------------------------------------------------------
-@pytest.mark.parametrize("sizing", ["draft_cursor_sizing=prompt", "draft_cursor_sizing=chunk"])
-def test_qwen_hybrid_is_fatal_when_reuse_on_whatever_cursor_sizing(sizing):
-    summary = run("qwen-hybrid-mtp", sizing)
-    assert_fatal_draft_resize(summary)
+def test_qwen_hybrid_dies_at_the_mirror_resume_when_reuse_on_on_rc27():
+    summary = run("qwen-hybrid-mtp")
+    assert summary.config["engine_version"] == "1.3.0rc27"
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.fatal_request_id == 10
     # The hybrid target's mamba state pool (71 slots) is reported beside the two KV pools.
     assert summary.pool_capacity_blocks == {"target": 35936, "draft": 22848, "mamba": 71}
     assert 0 < summary.peak_utilization["mamba"] <= 1
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (("draft_cursor_sizing=chunk",), RESIZE_FAILED_RELEASED),
+    (("draft_cursor_sizing=chunk", MAIN), RESIZE_FAILED_NEWEST),
+    ((MAIN,), RESIZE_FAILED_NEWEST),
+], ids=["rc27-chunk", "main-chunk", "main-prompt"])
+def test_qwen_hybrid_is_fatal_at_the_context_resize_when_reuse_on(overrides, message):
+    assert_fatal(run("qwen-hybrid-mtp", *overrides), message)
+
+
+def test_qwen_hybrid_fails_the_generation_resize_when_reuse_off_on_main():
+    summary = run("qwen-hybrid-mtp", "enable_block_reuse=false", MAIN)
+    assert_fatal(summary, GENERATION_RESIZE_NEWEST)
 
 
 # ---- healthy baseline and determinism -------------------------------------------------------------

@@ -25,28 +25,44 @@ from kvscope.replay import run
 
 # (case name, scenario, overrides). DSA scenarios only (no mamba pool): short, and together they
 # cover reuse on (fatal), reuse off, paired, preemption under pressure, rejections and open loop.
+# The first cases pin the newest build read (main-00746ef) on the scenarios as they were before the
+# engine_version knob and the GLM deployment's host tier (num_host_blocks=0): their digests are the
+# ones the fixture held before, so those decisions did not move. The rc25 cases pin the scenarios'
+# default build (1.3.0rc25, host tier on).
+_MAIN = "engine_version=main-00746ef"
+_NO_HOST = "num_host_blocks=0"
 CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("glm5-dsa-64", "glm5-dsa", ("max_requests=64",)),
-    ("glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false")),
-    ("glm5-dsa-64-paired", "glm5-dsa", ("max_requests=64", "draft_mode=paired")),
+    ("glm5-dsa-64", "glm5-dsa", ("max_requests=64", _MAIN, _NO_HOST)),
+    ("glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", _MAIN, _NO_HOST)),
+    ("glm5-dsa-64-paired", "glm5-dsa", ("max_requests=64", "draft_mode=paired", _MAIN, _NO_HOST)),
     # Tight pools: suspension, recompute pause, preemption, eviction of reusable blocks, host tier.
     ("glm5-dsa-tight-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
-                                              "num_target_blocks=5000", "num_draft_blocks=5000")),
+                                              "num_target_blocks=5000", "num_draft_blocks=5000",
+                                              _MAIN, _NO_HOST)),
     ("glm5-dsa-tight-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired",
-                                           "num_target_blocks=5000", "num_draft_blocks=5000")),
+                                           "num_target_blocks=5000", "num_draft_blocks=5000", _MAIN, _NO_HOST)),
     ("glm5-dsa-tight-host-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired", "num_target_blocks=5000",
-                                                "num_draft_blocks=5000", "num_host_blocks=20000")),
+                                                "num_draft_blocks=5000", "num_host_blocks=20000", _MAIN)),
     ("glm5-dsa-tight-host-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
                                                    "num_target_blocks=5000", "num_draft_blocks=5000",
-                                                   "num_host_blocks=20000")),
+                                                   "num_host_blocks=20000", _MAIN)),
     ("glm5-dsa-tight-target-reuse-on", "glm5-dsa", ("max_requests=120", "num_target_blocks=8000",
-                                                    "num_draft_blocks=30000")),
-    ("shared-prefix", "shared-prefix", ()),
-    ("shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false",)),
-    ("shared-prefix-paired", "shared-prefix", ("draft_mode=paired",)),
-    ("mooncake-300", "mooncake-conversation", ("max_requests=300",)),
-    ("near-miss", "near-miss", ()),
-    ("oversize", "oversize", ()),
+                                                    "num_draft_blocks=30000", _MAIN, _NO_HOST)),
+    ("shared-prefix", "shared-prefix", (_MAIN, _NO_HOST)),
+    ("shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false", _MAIN, _NO_HOST)),
+    ("shared-prefix-paired", "shared-prefix", ("draft_mode=paired", _MAIN, _NO_HOST)),
+    ("mooncake-300", "mooncake-conversation", ("max_requests=300", _MAIN, _NO_HOST)),
+    ("near-miss", "near-miss", (_MAIN, _NO_HOST)),
+    ("oversize", "oversize", (_MAIN, _NO_HOST)),
+    # The scenarios' own build (1.3.0rc25) and deployment (host tier).
+    ("rc25-glm5-dsa-64", "glm5-dsa", ("max_requests=64",)),
+    ("rc25-glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false")),
+    ("rc25-glm5-dsa-tight-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
+                                                   "num_target_blocks=5000", "num_draft_blocks=5000")),
+    ("rc25-shared-prefix", "shared-prefix", ()),
+    ("rc25-shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false",)),
+    ("rc25-mooncake-300", "mooncake-conversation", ("max_requests=300",)),
+    ("rc25-near-miss", "near-miss", ()),
 )
 
 

@@ -57,7 +57,8 @@ def test_given_block_counts_win_when_set():
 
 
 def test_set_pairs_coerce_types_when_overriding():
-    config = GLM5_DSA.with_overrides(["enable_block_reuse=off", "draft_mode=paired", "max_batch_size=16",
+    config = GLM5_DSA.with_overrides(["enable_block_reuse=off", "draft_mode=paired", "engine_version=main",
+                                      "max_batch_size=16",
                                       "pace=1.5", "max_gpu_total_bytes=6.4e10", "draft_cursor_sizing=prompt"])
     assert config.enable_block_reuse is False
     assert config.draft_mode is DraftMode.PAIRED
@@ -95,3 +96,29 @@ def test_no_draft_pool_when_max_draft_len_zero():
     target_blocks, draft_blocks = config.pool_blocks()
     assert draft_blocks == 0
     assert target_blocks == int(60.51 * GIB) // 49968 // 64
+
+
+def test_engine_version_defaults_to_the_build_each_report_ran():
+    assert GLM5_DSA.engine_version == "1.3.0rc25"
+    assert QWEN_HYBRID_MTP.engine_version == "1.3.0rc27"
+    assert EngineConfig().engine_version == "main-00746ef"
+
+
+def test_engine_version_alias_resolves_to_the_newest_build_when_main():
+    config = GLM5_DSA.with_overrides(["engine_version=main"])
+    assert config.engine_version == "main-00746ef"
+    assert config.engine_build.scheduler_admits_mirror is True
+    assert GLM5_DSA.engine_build.scheduler_admits_mirror is False
+
+
+def test_engine_version_rejects_an_unknown_build():
+    with pytest.raises(ValueError, match=r"unknown engine_version '1\.2\.0'; known: 1\.3\.0rc25, 1\.3\.0rc27"):
+        GLM5_DSA.with_overrides(["engine_version=1.2.0"])
+
+
+def test_paired_is_refused_on_a_build_without_joint_reuse():
+    with pytest.raises(ValueError, match=r"needs joint KV cache reuse \(#18093\), which engine_version "
+                                         r"1\.3\.0rc25 does not have; set engine_version to 1\.3\.0rc27 or "
+                                         r"main-00746ef"):
+        GLM5_DSA.with_overrides(["draft_mode=paired"])
+    assert GLM5_DSA.with_overrides(["draft_mode=paired", "engine_version=1.3.0rc27"]).draft_mode is DraftMode.PAIRED
