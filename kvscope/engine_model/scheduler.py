@@ -45,7 +45,6 @@ from .kv_cache_manager import (
 from .mamba_cache_manager import get_forced_context_chunk_size, is_forced_context_chunk_boundary
 from .request import LlmRequestModel, LlmRequestState
 from .scheduler_eviction import EvictionLadderMixin
-from .versions import EngineBuild
 from .scheduler_types import (  # noqa: F401  (re-exported: the real names live in scheduler_v2)
     BudgetTracker,
     CapacitySchedulerPolicy,
@@ -54,6 +53,7 @@ from .scheduler_types import (  # noqa: F401  (re-exported: the real names live 
     SchedulerOutputModel,
     _RecomputePauseState,
 )
+from .versions import EngineBuild
 
 logger = logging.getLogger(__name__)
 
