@@ -23,14 +23,17 @@ from kvscope.analysis.report import lead_times, render_html
 from kvscope.engines.model import instrument_replay
 
 SCENARIO = "glm5-dsa"
+ENGINE = "engine_version=main-00746ef"
+"""The demo runs the newest build read, where joint reuse exists and the failing request is one the
+scheduler already admitted (so the analyzer names it well ahead). The scenario's own default is the
+GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
+first resume instead."""
 RUNS: tuple[tuple[str, list[str]], ...] = (
-    ("unpaired, reuse on (today's default)", []),
-    ("paired draft (upstream joint reuse)", ["draft_mode=paired", "engine_version=main-00746ef",
-                                             "max_sim_seconds=150"]),
-    ("block reuse off (today's workaround)", ["enable_block_reuse=false", "max_sim_seconds=150"]),
+    ("unpaired, reuse on (today's default)", [ENGINE]),
+    ("paired draft (upstream joint reuse)", [ENGINE, "draft_mode=paired", "max_sim_seconds=150"]),
+    ("block reuse off (today's workaround)", [ENGINE, "enable_block_reuse=false", "max_sim_seconds=150"]),
 )
-"""Joint reuse exists only in builds after the GLM report's 1.3.0rc25, so the paired run names the
-newest build read. The healthy runs stop after 150 simulated seconds: several times past the unpaired crash (about
+"""The healthy runs stop after 150 simulated seconds: several times past the unpaired crash (about
 40 s in), enough to show the same traffic survives, short enough for a demo."""
 
 
