@@ -127,6 +127,7 @@ class StreamingAnalyzer(LiveFindings):
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple) -> None:
+        # A canonical row, unpacked in kvscope.events.FIELDS order (COL_* in events/schema.py).
         ts, it, _rank, _pid, rid, pool, kind = row[:7]
         nb, nt, _nr, cap, free, evict, _res, reason = row[7:15]
         kind = getattr(kind, "value", kind)

@@ -1,4 +1,4 @@
-"""Admission attempts as the binding sees them (a mixin of :class:`kvscope.engines.binding.Binding`).
+"""Admission attempts as the binding sees them (an object the :class:`kvscope.engines.binding.Binding` holds).
 
 The V2 scheduler admits by trying: every iteration it prepares a queued request's caches (prefix
 match included), sizes the chunk, and on failure frees what it prepared in the same pass. Reported
@@ -17,27 +17,58 @@ Threading: the engine thread only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+from kvscope.engines.ledger import RequestLedger
 from kvscope.events import EventKind, PoolRole
 
 
+class HeldEvent(NamedTuple):
+    """A block event of a first-chunk attempt, kept back until the attempt is admitted: the
+    arguments of :meth:`kvscope.recording.Recorder.record`, in its parameter order."""
+
+    kind: EventKind
+    request_id: int
+    pool: PoolRole
+    num_blocks: int
+    num_tokens: int
+    num_requests: int
+    capacity_blocks: int
+    free_blocks: int
+    evictable_blocks: int
+    reserved_blocks: int
+    reason: str
+
+
+Cause = tuple[PoolRole, str, int, Any]
+"""Why an attempt failed: (blocking pool, reason, shortfall in blocks, the pool's manager)."""
+
+
 class AdmissionAttempts:
-    """Bookkeeping of admission attempts; the state lives on the binding (``holds``, ``causes``,
-    ``waiting``, ``admitted``, ``pending``, ``streaks``)."""
+    """Admission attempts of the current scheduling pass (see module docstring).
 
-    holds: dict[int, list[tuple]]
-    causes: dict[int, tuple[PoolRole, str, int, Any]]
-    waiting: set[int]
-    admitted: set[int]
-    pending: set[int]
-    streaks: set[tuple[int, PoolRole, EventKind]]
-    rec: Any
+    Args:
+        ledger: the binding's request ledger (read: waiting, pending; updated on admission).
+        emit: the binding's ``emit`` (pool state stamped from the manager).
+        record: the recorder's ``record`` (held events are recorded as they were kept).
 
-    if TYPE_CHECKING:  # provided by Binding
-        def emit(self, *args: Any, **kwargs: Any) -> None: ...
+    Attributes:
+        holds: request id -> the events its first-chunk attempt made in this pass, kept back.
+        causes: request id -> :data:`Cause` of its failed attempt in this pass.
+        failed_pool: the pool a resize or preparation hook saw refuse during the current
+            ``_try_allocate_context`` call (NONE: none did).
+    """
 
-        def end_streaks(self, rid: int) -> None: ...
+    __slots__ = ("ledger", "emit", "record", "holds", "causes", "failed_pool")
+
+    def __init__(self, ledger: RequestLedger, emit: Callable[..., None], record: Callable[..., None]) -> None:
+        self.ledger = ledger
+        self.emit = emit
+        self.record = record
+        self.holds: dict[int, list[HeldEvent]] = {}
+        self.causes: dict[int, Cause] = {}
+        self.failed_pool = PoolRole.NONE
 
     def start_hold(self, req: Any) -> None:
         """A first-chunk admission attempt begins (``_prepare_context_pair``). The scheduler tries a
@@ -53,29 +84,31 @@ class AdmissionAttempts:
         rid = req.py_request_id
         held = self.holds.pop(rid, None)
         if held:
-            record = self.rec.record
-            for args in held:
-                record(*args)
-        if rid not in self.admitted:
-            self.admitted.add(rid)
-            self.waiting.discard(rid)
+            record = self.record
+            for event in held:
+                record(*event)
+        ledger = self.ledger
+        if rid not in ledger.admitted:
+            ledger.admitted.add(rid)
+            ledger.waiting.discard(rid)
             self.causes.pop(rid, None)
-            self.end_streaks(rid)
+            ledger.end_streaks(rid)
             self.emit(EventKind.ADMITTED, rid, PoolRole.NONE, 0, req.context_current_position)
 
     def wait_again(self, requests: Any) -> None:
         """Recompute-paused requests (their caches freed, to be prefilled again) wait for admission
         again: deferred while they wait, ADMITTED again when the scheduler takes them back."""
+        ledger = self.ledger
         for req in requests:
             rid = req.py_request_id
-            if rid in self.pending:
-                self.admitted.discard(rid)
-                self.waiting.add(rid)
-                self.end_streaks(rid)
+            if rid in ledger.pending:
+                ledger.admitted.discard(rid)
+                ledger.waiting.add(rid)
+                ledger.end_streaks(rid)
 
     def defer_cause(self, rid: int, pool: PoolRole, reason: str, num_blocks: int = 0, manager: Any = None) -> None:
         """Why a waiting request's attempt failed in this pass (reported by :meth:`defer_waiting`)."""
-        if rid in self.waiting:
+        if rid in self.ledger.waiting:
             self.causes[rid] = (pool, reason, num_blocks, manager)
 
     def defer_waiting(self, scheduler: Any, candidates: list[Any], num_scheduled: int, num_tokens: int) -> None:
@@ -88,7 +121,8 @@ class AdmissionAttempts:
         request computing the same prefix). num_tokens = the target's prefix match found by the
         failed attempt (its BLOCKS_REUSED is not reported: the hold was released), 0 if none.
         """
-        holds, causes, waiting, streaks = self.holds, self.causes, self.waiting, self.streaks
+        holds, causes, ledger = self.holds, self.causes, self.ledger
+        waiting = ledger.waiting
         deferred = EventKind.ADMISSION_DEFERRED
         no_cause = (PoolRole.NONE, None, 0, None)
         for req in candidates:
@@ -96,14 +130,12 @@ class AdmissionAttempts:
             if rid not in waiting:
                 continue
             pool, reason, short, manager = causes.get(rid) or no_cause
-            key = (rid, pool, deferred)
-            if key in streaks:  # the usual case: still waiting, for the same pool
-                continue
-            streaks.add(key)
+            if not ledger.starts_streak((rid, pool, deferred)):
+                continue  # the usual case: still waiting, for the same pool
             matched = 0
-            for args in holds.get(rid, ()):
-                if args[0] is EventKind.BLOCKS_REUSED and args[2] is PoolRole.TARGET:
-                    matched = args[4]
+            for event in holds.get(rid, ()):
+                if event.kind is EventKind.BLOCKS_REUSED and event.pool is PoolRole.TARGET:
+                    matched = event.num_tokens
             if not reason:
                 reason = _budget_reason(scheduler, num_scheduled, num_tokens, prepared=reason == "")
             self.emit(deferred, rid, pool, short, matched, manager=manager, reason=reason)

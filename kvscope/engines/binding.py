@@ -1,15 +1,19 @@
 """Binding: the state one instrumentation shares across its wrappers, and how facts become events.
 
-The wrappers in :mod:`kvscope.engines.hooks` only observe; everything they learn goes through a
-:class:`Binding`, which
+The hooks in :mod:`kvscope.engines.hooks` only observe; everything they learn goes through a
+:class:`Binding`, which holds three small objects:
 
-* keeps per-request bookkeeping (arrived, admitted, pending, deferral streaks; admission attempts
-  in :mod:`kvscope.engines.admission`),
-* turns a before/after view of a request's cache in one pool into block events
-  (:meth:`Binding.emit_cache_diff`), so every manager method is observed the same way,
-* reads pool state through a :class:`PoolReader` (one for the engine model, one for TensorRT-LLM),
-* reports a fatal exception once: ENGINE_FAILED, a POOL_SNAPSHOT per pool, REQUEST_FAILED for every
-  pending request.
+* :attr:`Binding.requests`, a :class:`~kvscope.engines.ledger.RequestLedger` (arrived, pending,
+  admitted, waiting, refusal streaks);
+* :attr:`Binding.attempts`, the :class:`~kvscope.engines.admission.AdmissionAttempts` of the current
+  scheduling pass (held-back events, deferral causes);
+* :attr:`Binding.pools`, a :class:`~kvscope.engines.pools.PoolRegistry` (discovered managers, roles,
+  POOL_CONFIGURED metadata, what was last reported per request),
+
+and itself turns facts into events: a before/after view of a request's cache in one pool becomes
+block events (:meth:`Binding.emit_cache_diff`, :meth:`Binding.sweep`), pool state is read through a
+:class:`PoolReader` (one for the engine model, one for TensorRT-LLM), and a fatal exception is
+reported once: ENGINE_FAILED, a POOL_SNAPSHOT per pool, REQUEST_FAILED for every pending request.
 
 Nothing here raises into the engine: callers wrap their recording in ``try`` and count failures in
 :attr:`Binding.hook_errors`. Threading: the engine thread only (like the executor loop itself).
@@ -22,13 +26,21 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from kvscope.engines.admission import AdmissionAttempts
+from kvscope.engines.admission import AdmissionAttempts, HeldEvent
+from kvscope.engines.ledger import RequestLedger
+from kvscope.engines.pools import PoolRegistry
 from kvscope.events import UNKNOWN, EventKind, PoolRole, format_kv
 from kvscope.recording import Recorder
 
 log = logging.getLogger(__name__)
 
-CacheView = tuple  # (num_blocks, capacity, is_active, num_committed_tokens)
+CacheView = tuple[int, int, bool, int]
+"""A request's cache in one pool: (num_blocks, capacity, is_active, num_committed_tokens); the
+hooks build it inline (a tuple literal in this order) on the context path."""
+VIEW_NUM_BLOCKS, VIEW_CAPACITY, VIEW_IS_ACTIVE, VIEW_NUM_COMMITTED_TOKENS = range(4)
+PoolState = tuple[int, int, int, int]
+"""(capacity_blocks, free_blocks, evictable_blocks, reserved_blocks); -1 where unknown."""
+STATE_CAPACITY, STATE_FREE, STATE_EVICTABLE, STATE_RESERVED = range(4)
 
 REQUEST_RE = re.compile(r"request (\d+)")
 _ASKED_RE = re.compile(r"resize to (\d+) tokens")
@@ -50,7 +62,7 @@ class PoolReader(Protocol):
     state_on_every_event: bool
     """True when :meth:`state` is cheap enough to stamp every event (the model); else snapshots only."""
 
-    def state(self, manager: Any) -> tuple[int, int, int, int]:
+    def state(self, manager: Any) -> PoolState:
         """``(capacity_blocks, free_blocks, evictable_blocks, reserved_blocks)``; -1 where unknown."""
         ...
 
@@ -69,24 +81,6 @@ class PoolReader(Protocol):
         ...
 
 
-_POOL_ROLE_OVERRIDES: dict[int, tuple[Any, PoolRole]] = {}
-"""id(view) -> (view, role) for pools that are not KV managers (a hybrid target's mamba state pool,
-see :class:`kvscope.engines.model.state.MambaPoolView`). The view is held so its id is never reused."""
-
-
-def register_pool_role(view: Any, role: PoolRole) -> None:
-    """Make :func:`role_of` report ``role`` for ``view`` (a pool-shaped object, not a KV manager)."""
-    _POOL_ROLE_OVERRIDES[id(view)] = (view, role)
-
-
-def role_of(manager: Any) -> PoolRole:
-    if _POOL_ROLE_OVERRIDES:  # empty unless a non-KV pool was registered: one check on the hot path
-        override = _POOL_ROLE_OVERRIDES.get(id(manager))
-        if override is not None:
-            return override[1]
-    return PoolRole.DRAFT if getattr(manager, "is_draft", False) else PoolRole.TARGET
-
-
 def cache_view(manager: Any, request_id: int) -> CacheView | None:
     cache = manager.kv_cache_map.get(request_id)
     if cache is None:
@@ -103,7 +97,7 @@ _HOLD_KINDS = frozenset((EventKind.BLOCKS_REUSED, EventKind.BLOCKS_ALLOCATED, Ev
 """Block events of a first-chunk admission attempt's hold: kept back until the attempt is admitted."""
 
 
-class Binding(AdmissionAttempts):
+class Binding:
     """Shared state of one instrumentation (see module docstring).
 
     Args:
@@ -118,29 +112,16 @@ class Binding(AdmissionAttempts):
         self.reader = reader
         self.device_memory = device_memory
         self.state_every = bool(reader.state_on_every_event)
-        self.arrived: set[int] = set()
-        self.pending: set[int] = set()
-        self.admitted: set[int] = set()
-        self.waiting: set[int] = set()
-        """Arrived, not admitted, not ended: the requests a pass may defer."""
-        self.holds: dict[int, list[tuple]] = {}
-        """request id -> block events of its first-chunk attempt in this pass, kept back (with the
-        pool state read when they happened) until the attempt is admitted; dropped when it is not."""
-        self.causes: dict[int, tuple[PoolRole, str, int, Any]] = {}
-        """request id -> (blocking pool, reason, shortfall blocks, manager) seen in this pass."""
-        self.streaks: set[tuple[int, PoolRole, EventKind]] = set()
-        self.managers: dict[int, Any] = {}
-        """id(manager) -> manager, in discovery order (target and draft)."""
-        self.roles: dict[int, PoolRole] = {}
-        """id(manager) -> its role, for the managers in :attr:`managers` (held there, so an id is
-        never reused): :func:`role_of` once per manager instead of once per event."""
-        self.pool_meta: dict[str, dict[str, Any]] = {}
-        """role value -> POOL_CONFIGURED dict; the composition root copies it to the file header."""
+        self.requests = RequestLedger()
+        self.pools = PoolRegistry()
+        self.attempts = AdmissionAttempts(self.requests, self.emit, recorder.record)
+        self._holds = self.attempts.holds  # the same dict, read on every emit
         self.depth: dict[int, int] = {}
+        """id(manager) -> 1 while a diffing hook is inside one of its calls (nested calls skip)."""
         self.iteration_hint: int | None = None
         self.num_iterations = 0
         self.raising_pool = PoolRole.NONE
-        self.failed_pool = PoolRole.NONE
+        """The pool whose manager raised the exception being reported (NONE: not known)."""
         self.hook_errors = 0
         self.admission_policy: Any = None
         """The installed admission policy (``kvscope.port.AdmissionPolicy``); None: admission as stock.
@@ -148,31 +129,40 @@ class Binding(AdmissionAttempts):
         self.remedy: Any = None
         """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
         self._fatal_ids: set[int] = set()
-        self._evicted: dict[int, int] = {}
-        self.known: dict[int, dict[int, tuple[int, bool]]] = {}
-        self._fingerprints: dict[int, Any] = {}
-        """id(manager) -> request id -> (blocks, active) last reported; what :meth:`sweep` diffs."""
+
+    @property
+    def pool_meta(self) -> dict[str, dict[str, Any]]:
+        """role value -> POOL_CONFIGURED dict; the composition root copies it to the file header
+        (a live view: pools discovered later appear in it)."""
+        return self.pools.meta
+
+    @property
+    def managers(self) -> dict[int, Any]:
+        """id(manager) -> manager, for every discovered pool, in discovery order."""
+        return self.pools.managers
 
     # ---- emission -----------------------------------------------------------------------------
     def emit(self, kind: EventKind, request_id: int = -1, pool: PoolRole = PoolRole.NONE,
              num_blocks: int = 0, num_tokens: int = 0, num_requests: int = 0,
-             manager: Any = None, reason: str = "", state: tuple[int, int, int, int] | None = None) -> None:
+             manager: Any = None, reason: str = "", state: PoolState | None = None) -> None:
         """Record one event with ``manager``'s pool state after the fact (read now, or ``state``
-        when the caller knows it); a first-chunk attempt's hold events are kept back (:attr:`holds`)."""
+        when the caller knows it); a first-chunk attempt's block events are kept back
+        (:attr:`AdmissionAttempts.holds`)."""
         if state is not None:
             cap, free, evictable, reserved = state
         elif manager is not None and self.state_every:
             cap, free, evictable, reserved = self.reader.state(manager)
         else:
             cap = free = evictable = reserved = UNKNOWN
-        if self.holds and kind in _HOLD_KINDS:
-            held = self.holds.get(request_id)
+        if self._holds and kind in _HOLD_KINDS:
+            held = self._holds.get(request_id)
             if held is not None:
-                held.append((kind, request_id, pool, num_blocks, num_tokens, num_requests,
-                             cap, free, evictable, reserved, reason))
+                held.append(HeldEvent(kind, request_id, pool, num_blocks, num_tokens, num_requests,
+                                      cap, free, evictable, reserved, reason))
                 return
         rec = self.rec
-        # The raw row Recorder.record would build, appended directly (one Python frame less per event).
+        # The raw row Recorder.record would build (RAW_FIELDS order, kvscope.events.schema),
+        # appended directly: one Python frame less per event.
         rec.emit((rec.next_seq(), rec.clock(), rec.iteration, request_id, pool, kind, num_blocks, num_tokens,
                   num_requests, cap, free, evictable, reserved, reason))
 
@@ -183,21 +173,20 @@ class Binding(AdmissionAttempts):
             log.exception("kvscope hook failed (engine unaffected)")
 
     # ---- managers -----------------------------------------------------------------------------
-    def _role(self, manager: Any) -> PoolRole:
-        role = self.roles.get(id(manager))
-        return role if role is not None else role_of(manager)
+    def role(self, manager: Any) -> PoolRole:
+        """The role of ``manager``'s pool (cached once the manager is discovered)."""
+        return self.pools.role(manager)
 
     def discover(self, manager: Any) -> None:
         """Register a KV manager; the first time, emit POOL_CONFIGURED for its pool."""
-        if manager is None or id(manager) in self.managers or not hasattr(manager, "kv_cache_map"):
+        if manager is None or not hasattr(manager, "kv_cache_map"):
             return
-        self.managers[id(manager)] = manager
-        role = self.roles[id(manager)] = role_of(manager)
-        if role.value in self.pool_meta:
+        role = self.pools.add(manager)
+        if role is None or role.value in self.pools.meta:
             return
         cfg = self.reader.config(manager, self.rec.rank)
         meta = {k: v for k, v in cfg.items() if k not in ("capacity_blocks", "bytes_per_token", "index_slots")}
-        self.pool_meta[role.value] = meta
+        self.pools.meta[role.value] = meta
         cap, free, evictable, reserved = self.reader.state(manager)
         self.rec.record(EventKind.POOL_CONFIGURED, -1, role, int(cfg.get("bytes_per_token", 0)),
                         int(cfg.get("tokens_per_block", 0)), int(cfg.get("index_slots", UNKNOWN)),
@@ -210,9 +199,9 @@ class Binding(AdmissionAttempts):
             figures = self.device_memory()
             if figures:
                 extra = format_kv(figures)
-        managers = self.managers.values()
+        managers = self.pools.managers.values()
         held = [self.sweep(manager) for manager in managers]
-        reader, rec, roles, last_evicted = self.reader, self.rec, self.roles, self._evicted
+        reader, rec, roles, last_evicted = self.reader, self.rec, self.pools.roles, self.pools.evicted
         snapshot = EventKind.POOL_SNAPSHOT
         for manager, tokens in zip(managers, held):
             key = id(manager)
@@ -228,6 +217,7 @@ class Binding(AdmissionAttempts):
                               state=state if self.state_every else None)
                 last_evicted[key] = evicted
             cap, free, evictable, reserved = state
+            # A raw row (RAW_FIELDS order).
             rec.emit((rec.next_seq(), rec.clock(), rec.iteration, -1, role, snapshot, 0, tokens,
                       len(manager.kv_cache_map), cap, free, evictable, reserved, extra))
 
@@ -241,13 +231,15 @@ class Binding(AdmissionAttempts):
         iteration (after ``prepare_resources``, and before a fatal raise is reported) against
         what was last reported. Context-path calls report themselves (and update the same record).
         """
+        pools = self.pools
         fingerprint = self.reader.fingerprint(manager)
-        if fingerprint is not None and self._fingerprints.get(id(manager)) == fingerprint:
+        if fingerprint is not None and pools.fingerprints.get(id(manager)) == fingerprint:
             # Nothing allocated, freed, suspended or resumed since the last sweep: only the
             # capacities moved (within blocks).
             return sum(c.capacity for c in manager.kv_cache_map.values())
-        known = self.known.setdefault(id(manager), {})
-        role = self._role(manager)
+        known = pools.reported(manager)
+        set_reported = pools.set_reported
+        role = pools.role(manager)
         items = manager.kv_cache_map.items()
         tokens_held = 0
         for rid, cache in items:
@@ -257,17 +249,17 @@ class Binding(AdmissionAttempts):
             last = known.get(rid)
             if last is not None and last[0] == nb1 and last[1] == active1:
                 continue
-            known[rid] = (nb1, active1)
+            set_reported(known, rid, nb1, active1)
             self._emit_cache_change(rid, role, cache, last, nb1, active1, report_suspend=True, manager=manager)
         if len(known) > len(items):
             for rid in [r for r in known if r not in manager.kv_cache_map]:
-                del known[rid]
+                set_reported(known, rid, None)
         if fingerprint is not None:
             # The sweep only reads: the pool is as fingerprinted above.
-            self._fingerprints[id(manager)] = fingerprint
+            pools.fingerprints[id(manager)] = fingerprint
         return tokens_held
 
-    def sweep_batch(self, manager: Any, batch: Any, before: tuple[int, int, int, int] | None,
+    def sweep_batch(self, manager: Any, batch: Any, before: PoolState | None,
                     fingerprint: Any = None) -> None:
         """Report what one ``_prepare_draft_resources`` call did, request by request in the order it
         processes them (context requests, then generation requests), each event stamped with the
@@ -281,14 +273,15 @@ class Binding(AdmissionAttempts):
         ``fingerprint`` (:meth:`PoolReader.fingerprint` before the call, when available) skips the
         walk when the call changed nothing, as it mostly does between block boundaries.
         """
+        pools = self.pools
         if fingerprint is not None:
             now = self.reader.fingerprint(manager)
             if now == fingerprint:
                 return
-            if self._fingerprints.get(id(manager)) == fingerprint:
+            if pools.fingerprints.get(id(manager)) == fingerprint:
                 # Everything the call changed is reported below: the snapshot's sweep may skip.
-                self._fingerprints[id(manager)] = now
-        known = self.known.setdefault(id(manager), {})
+                pools.fingerprints[id(manager)] = now
+        known = pools.reported(manager)
         caches = manager.kv_cache_map
         changes = []
         taken = 0
@@ -307,22 +300,24 @@ class Binding(AdmissionAttempts):
         if not changes:
             return
         after = self.reader.state(manager)
-        exact = (before is not None and min(before) >= 0 and min(after) >= 0 and before[2] == after[2]
-                 and before[1] - after[1] == taken)
+        exact = (before is not None and min(before) >= 0 and min(after) >= 0
+                 and before[STATE_EVICTABLE] == after[STATE_EVICTABLE]
+                 and before[STATE_FREE] - after[STATE_FREE] == taken)
         states = []
-        free = after[1]
-        for change in reversed(changes):
-            states.append((after[0], free, after[2], after[3]) if exact else after)
-            free += change[3]
-        role = self._role(manager)
+        free = after[STATE_FREE]
+        for _, _, _, delta in reversed(changes):
+            states.append((after[STATE_CAPACITY], free, after[STATE_EVICTABLE], after[STATE_RESERVED])
+                          if exact else after)
+            free += delta
+        role = pools.role(manager)
         for (rid, cache, last, _), state in zip(changes, reversed(states)):
             nb1, active1 = cache.num_blocks, cache.is_active
-            known[rid] = (nb1, active1)
+            pools.set_reported(known, rid, nb1, active1)
             self._emit_cache_change(rid, role, cache, last, nb1, active1, report_suspend=False, state=state)
 
     def _emit_cache_change(self, rid: int, role: PoolRole, cache: Any, last: tuple[int, bool] | None,
                            nb1: int, active1: bool, *, report_suspend: bool, manager: Any = None,
-                           state: tuple[int, int, int, int] | None = None) -> None:
+                           state: PoolState | None = None) -> None:
         """Events for one cache whose (blocks, active) went from ``last`` (None: first seen) to
         (``nb1``, ``active1``); pool state from ``manager`` now, or ``state`` when the caller knows it.
         The ordered draft sweep passes ``report_suspend=False``: sizing a mirror never suspends it."""
@@ -344,14 +339,14 @@ class Binding(AdmissionAttempts):
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
         after = cache_view(manager, rid)
-        known = self.known.setdefault(id(manager), {})
+        pools = self.pools
         if after is None:
-            known.pop(rid, None)
+            pools.set_reported(pools.reported(manager), rid, None)
         else:
-            known[rid] = (after[0], after[2])
+            pools.set_reported(pools.reported(manager), rid, after[VIEW_NUM_BLOCKS], after[VIEW_IS_ACTIVE])
         if before == after:
             return
-        role = self._role(manager)
+        role = pools.role(manager)
         if after is None:
             if before[0]:
                 self.emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
@@ -370,7 +365,7 @@ class Binding(AdmissionAttempts):
             self.emit(EventKind.RESUMED, rid, role, nb1, cap1, manager=manager)
         if nb1 > nb0:
             self.emit(EventKind.BLOCKS_ALLOCATED, rid, role, nb1 - nb0, cap1, manager=manager)
-            self.streaks.discard((rid, role, EventKind.RESIZE_FAILED))
+            self.requests.streaks.discard((rid, role, EventKind.RESIZE_FAILED))
         elif nb1 < nb0:
             self.emit(EventKind.RESIZED, rid, role, nb1 - nb0, cap1, manager=manager)
         if committed1 // tpb > committed0 // tpb:
@@ -394,32 +389,20 @@ class Binding(AdmissionAttempts):
                   manager: Any = None, reason: str = "") -> None:
         """Emit the first of a streak of identical refusals (a pending request retries every
         iteration; the streak ends when the request is admitted or its pool allocates)."""
-        key = (rid, pool, kind)
-        if key in self.streaks:
-            return
-        self.streaks.add(key)
-        self.emit(kind, rid, pool, num_blocks, num_tokens, manager=manager, reason=reason)
-
-    def end_streaks(self, rid: int) -> None:
-        if self.streaks:
-            self.streaks = {k for k in self.streaks if k[0] != rid}
+        if self.requests.starts_streak((rid, pool, kind)):
+            self.emit(kind, rid, pool, num_blocks, num_tokens, manager=manager, reason=reason)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def arrive(self, req: Any) -> None:
+        """REQUEST_ARRIVED, the first time ``req`` is seen."""
         rid = req.py_request_id
-        if rid in self.arrived:
+        if not self.requests.arrive(rid):
             return
-        self.arrived.add(rid)
-        self.pending.add(rid)
-        self.waiting.add(rid)
         self.emit(EventKind.REQUEST_ARRIVED, rid, PoolRole.NONE, int(getattr(req, "max_new_tokens", 0) or 0),
                   int(req.prompt_len))
 
     def end_request(self, rid: int) -> None:
-        self.pending.discard(rid)
-        self.admitted.discard(rid)
-        self.waiting.discard(rid)
-        self.end_streaks(rid)
+        self.requests.end(rid)
 
     def next_iteration(self) -> int:
         self.num_iterations += 1
@@ -444,12 +427,13 @@ class Binding(AdmissionAttempts):
         self.emit(EventKind.ENGINE_FAILED, rid, self.raising_pool, 0, asked,
                   reason=f"{type(exc).__name__}: {message}"[:MAX_MESSAGE_CHARS])
         self.snapshot_pools()
-        self.holds.clear()
-        self.causes.clear()
+        self.attempts.holds.clear()
+        self.attempts.causes.clear()
         short = f"engine failed: {message}"[:MAX_MESSAGE_CHARS]
-        for pending in sorted(self.pending):
-            self.emit(EventKind.REQUEST_FAILED, pending, PoolRole.NONE, reason=short)
-        self.pending.clear()
+        pending = self.requests.pending
+        for rid in sorted(pending):
+            self.emit(EventKind.REQUEST_FAILED, rid, PoolRole.NONE, reason=short)
+        pending.clear()
         self.raising_pool = PoolRole.NONE
 
 

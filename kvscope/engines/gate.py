@@ -112,7 +112,7 @@ def pool_configs(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
         return remedy.pools
     remedy.num_managers_seen = len(b.managers)
     for manager in list(b.managers.values()):
-        role = b.roles.get(id(manager), PoolRole.TARGET)
+        role = b.pools.roles.get(id(manager), PoolRole.TARGET)
         if role in remedy.pools or role is PoolRole.MAMBA:
             continue
         cap = b.reader.state(manager)[0]
@@ -149,7 +149,7 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
             cap, free, evictable, reserved = b.reader.state(manager)
             visible[role] = PoolSnapshot(role, cap, free, evictable, reserved, len(manager.kv_cache_map),
                                          UNKNOWN, int(manager.tokens_per_block))
-        waiting, pending = b.waiting, b.pending
+        waiting, pending = b.requests.waiting, b.requests.pending
         num_waiting = sum(1 for r in active_requests if r.py_request_id in waiting) if waiting else 0
 
         def started() -> list[AdmissionRequest]:
@@ -179,17 +179,17 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     rid = req.py_request_id
     manager = state_of(b).managers.get(decision.pool)
     if verdict is Verdict.DEFER:
-        b.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short, manager)
+        b.attempts.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short, manager)
         return False
     remedy = state_of(b)
     if remedy.error_path is None:
         # No per-request error path to end it through: it waits (never fails the engine).
-        b.defer_cause(rid, decision.pool, decision.reason + " (no per-request error path: waiting)",
+        b.attempts.defer_cause(rid, decision.pool, decision.reason + " (no per-request error path: waiting)",
                       decision.num_blocks_short, manager)
         return False
     if all(r is not req for r, _ in remedy.rejects):
         remedy.rejects.append((req, decision.reason))
-        b.defer_cause(rid, decision.pool, "rejected: " + decision.reason, decision.num_blocks_short, manager)
+        b.attempts.defer_cause(rid, decision.pool, "rejected: " + decision.reason, decision.num_blocks_short, manager)
     return False
 
 
@@ -267,7 +267,7 @@ def contain(b: Any, manager: Any, batch: Any, exc: BaseException, call: Callable
                 requests[:] = [r for r in requests if r is not req]
         remedy.error_path(req, message)
         remedy.num_contained += 1
-        remedy.containment.contained(req.py_request_id, b.roles.get(id(manager), PoolRole.DRAFT), message)
+        remedy.containment.contained(req.py_request_id, b.pools.roles.get(id(manager), PoolRole.DRAFT), message)
         try:
             call(_Rest(rest_ctx, rest_gen))
             return True

@@ -145,7 +145,7 @@ class LiveSubscriber:
         cols["pool"] = [p.value for p in cols["pool"]]
         cols["kind"] = [k.value for k in cols["kind"]]
         offset = 0 if self.anchor is None else self.anchor.epoch_ns - self.anchor.monotonic_ns
-        cols["epoch_ns"] = [r[0] + offset for r in rows]
+        cols["epoch_ns"] = [t + offset for t in cols["ts_ns"]]
         return pd.DataFrame({f: pd.Series(v, dtype=dtypes[f]) for f, v in cols.items()})
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvscope.engines import gate
-from kvscope.engines.binding import Binding, role_of
+from kvscope.engines.binding import Binding
 from kvscope.events import UNKNOWN, Emit, PoolRole
 from kvscope.port import AdmissionPolicy, ContainmentHandler, PoolConfig, PoolSnapshot
 
@@ -57,7 +57,7 @@ class BindingPort:
         out: dict[PoolRole, PoolSnapshot] = {}
         hidden = gate.state_of(self.binding).hidden_pools
         for manager in list(self.binding.managers.values()):
-            role = role_of(manager)
+            role = self.binding.role(manager)
             if role in hidden:
                 continue
             try:

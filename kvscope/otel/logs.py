@@ -15,8 +15,8 @@ from opentelemetry._logs import Logger, LogRecord, SeverityNumber
 from opentelemetry.trace import set_span_in_context
 
 from kvscope.events import EventKind
+from kvscope.events.schema import COL_KIND, COL_NUM_TOKENS, COL_POOL, COL_REASON, COL_REQUEST_ID
 from kvscope.otel import names as n
-from kvscope.otel.metrics import KIND, NT, POOL, REASON, RID
 from kvscope.otel.traces import RequestSpans
 
 _EVENT_LOGS: dict[EventKind, tuple[SeverityNumber, str, str]] = {
@@ -93,19 +93,19 @@ class KVLogs:
 
     def observe(self, r: tuple, t_ns: int) -> None:
         """Log one canonical row if its kind is a failure, rejection or containment."""
-        spec = _EVENT_LOGS.get(r[KIND])
+        spec = _EVENT_LOGS.get(r[COL_KIND])
         if spec is None:
             return
         sev, text, event_name = spec
-        rid = r[RID]
+        rid = r[COL_REQUEST_ID]
         attrs: dict[str, object] = {
-            n.EVENT_KIND: r[KIND].value,
-            n.POOL: r[POOL].value,
+            n.EVENT_KIND: r[COL_KIND].value,
+            n.POOL: r[COL_POOL].value,
             n.REQUEST_ID: rid,
         }
-        if r[NT]:
-            attrs[n.NUM_TOKENS] = r[NT]
-        body = r[REASON] or f"{r[KIND].value} (request {rid}, pool {r[POOL].value})"
+        if r[COL_NUM_TOKENS]:
+            attrs[n.NUM_TOKENS] = r[COL_NUM_TOKENS]
+        body = r[COL_REASON] or f"{r[COL_KIND].value} (request {rid}, pool {r[COL_POOL].value})"
         self._emit(t_ns, sev, text, event_name, body, attrs, rid)
 
     def emit_finding(self, finding: FindingRecord, epoch_offset_ns: int) -> None:

@@ -36,18 +36,28 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
+from kvscope.events.schema import (
+    COL_CAPACITY_BLOCKS,
+    COL_EVICTABLE_BLOCKS,
+    COL_FREE_BLOCKS,
+    COL_KIND,
+    COL_NUM_BLOCKS,
+    COL_NUM_REQUESTS,
+    COL_NUM_TOKENS,
+    COL_POOL,
+    COL_REQUEST_ID,
+    COL_RESERVED_BLOCKS,
+    COL_TS_NS,
+)
 from kvscope.otel import names as n
-
-# Canonical row positions (kvscope.events.FIELDS).
-TS, ITER, RANK, PID, RID, POOL, KIND, NB, NT, NR, CAP, FREE, EVICT, RESV, REASON = range(15)
 
 Attrs = tuple[tuple[str, str], ...]
 _NO_ATTRS: Attrs = ()
 
 _COUNTED_PER_POOL = {
-    EventKind.BLOCKS_ALLOCATED: (n.BLOCKS_ALLOCATED, NB),
-    EventKind.BLOCKS_REUSED: (n.BLOCKS_REUSED, NB),
-    EventKind.BLOCKS_EVICTED: (n.BLOCKS_EVICTED, NB),
+    EventKind.BLOCKS_ALLOCATED: (n.BLOCKS_ALLOCATED, COL_NUM_BLOCKS),
+    EventKind.BLOCKS_REUSED: (n.BLOCKS_REUSED, COL_NUM_BLOCKS),
+    EventKind.BLOCKS_EVICTED: (n.BLOCKS_EVICTED, COL_NUM_BLOCKS),
     EventKind.RESIZE_FAILED: (n.RESIZE_FAILURES, None),
     EventKind.RESUME_FAILED: (n.RESUME_FAILURES, None),
     EventKind.ADMISSION_DEFERRED: (n.DEFERRALS, None),
@@ -120,14 +130,14 @@ class MetricState:
         """Fold canonical rows into the state. ``epoch_offset_ns`` turns ``ts_ns`` into epoch ns."""
         with self._lock:
             for r in rows:
-                self._observe(r, r[TS] + epoch_offset_ns)
+                self._observe(r, r[COL_TS_NS] + epoch_offset_ns)
 
     def _observe(self, r: tuple, t_ns: int) -> None:
         if self.start_ns is None:
             self.start_ns = t_ns
         self.last_ns = t_ns
-        kind, pool = r[KIND], r[POOL]
-        if pool is not PoolRole.NONE and r[CAP] >= 0:
+        kind, pool = r[COL_KIND], r[COL_POOL]
+        if pool is not PoolRole.NONE and r[COL_CAPACITY_BLOCKS] >= 0:
             self._set_pool_state(pool.value, r)
         if kind is EventKind.POOL_CONFIGURED and pool is not PoolRole.NONE:
             self._zero_counters(pool.value)
@@ -135,9 +145,9 @@ class MetricState:
         if counted is not None:
             metric, col = counted
             self._add(metric, (n.POOL, pool.value), 1 if col is None else r[col])
-        rid = r[RID]
+        rid = r[COL_REQUEST_ID]
         if kind is EventKind.REQUEST_ARRIVED:
-            self._track(rid, t_ns, r[NT])
+            self._track(rid, t_ns, r[COL_NUM_TOKENS])
         elif kind is EventKind.ADMISSION_DEFERRED:
             if rid in self._arrival_ns and rid not in self._deferral:
                 self._deferral[rid] = (t_ns, pool.value)
@@ -151,7 +161,7 @@ class MetricState:
                 self._queried.add(key)
                 self._add(n.PREFIX_QUERIES, (n.POOL, pool.value), self._prompt_tokens[rid])
             if kind is EventKind.BLOCKS_REUSED:
-                self._add(n.PREFIX_HITS, (n.POOL, pool.value), r[NT])
+                self._add(n.PREFIX_HITS, (n.POOL, pool.value), r[COL_NUM_TOKENS])
         elif kind in REQUEST_OUTCOMES:
             if kind is EventKind.ADMISSION_REJECTED:
                 self._add(n.REJECTIONS, None, 1)
@@ -160,8 +170,9 @@ class MetricState:
             self._forget(rid)
 
     def _set_pool_state(self, pool: str, r: tuple) -> None:
-        cap, free, evict, resv = r[CAP], r[FREE], r[EVICT], r[RESV]
-        is_snapshot = r[KIND] is EventKind.POOL_SNAPSHOT
+        cap, free = r[COL_CAPACITY_BLOCKS], r[COL_FREE_BLOCKS]
+        evict, resv = r[COL_EVICTABLE_BLOCKS], r[COL_RESERVED_BLOCKS]
+        is_snapshot = r[COL_KIND] is EventKind.POOL_SNAPSHOT
         state = (cap, free, evict, resv)
         if not is_snapshot and self._last_pool_state.get(pool) == state:
             return  # most events repeat the pool state: skip seven map writes
@@ -179,7 +190,7 @@ class MetricState:
         if resv >= 0:
             g[(n.POOL_BLOCKS_RESERVED, a)] = resv
         if is_snapshot:
-            g[(n.POOL_REQUESTS, a)] = r[NR]
+            g[(n.POOL_REQUESTS, a)] = r[COL_NUM_REQUESTS]
 
     def _zero_counters(self, pool: str) -> None:
         # Start every per-pool counter at 0 once the pool exists, so rate()/increase() see the

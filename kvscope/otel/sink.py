@@ -32,9 +32,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from kvscope.events import WallClockAnchor
+from kvscope.events.schema import COL_TS_NS
 from kvscope.otel import names as n
 from kvscope.otel.logs import FindingRecord, KVLogs, from_finding
-from kvscope.otel.metrics import TS, AnalyzerGauges, KVInstruments, MetricState
+from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
 from kvscope.otel.otlp import (
     KVSCOPE_VERSION,
     OtlpPipeline,
@@ -235,7 +236,7 @@ class OtelSink:
                 # Hand the GIL back now and then: a woken engine thread would otherwise wait up to
                 # the interpreter's switch interval (5 ms) behind this loop.
                 time.sleep(0)
-            t = r[TS] + off
+            t = r[COL_TS_NS] + off
             if do_metrics:
                 if self._next_metric_ns is None:
                     self._next_metric_ns = t + interval

@@ -23,8 +23,15 @@ from dataclasses import dataclass, field
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 
 from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
+from kvscope.events.schema import (
+    COL_KIND,
+    COL_NUM_BLOCKS,
+    COL_NUM_TOKENS,
+    COL_POOL,
+    COL_REASON,
+    COL_REQUEST_ID,
+)
 from kvscope.otel import names as n
-from kvscope.otel.metrics import KIND, NB, NT, POOL, REASON, RID
 
 _FAILED_KINDS = (EventKind.RESIZE_FAILED, EventKind.RESUME_FAILED)
 _SIMPLE_EVENTS = {
@@ -88,8 +95,8 @@ class RequestSpans:
     def observe(self, r: tuple, t_ns: int) -> None:
         """Fold one canonical row (epoch time ``t_ns``) into the spans."""
         self.last_ns = t_ns
-        kind = r[KIND]
-        rid = r[RID]
+        kind = r[COL_KIND]
+        rid = r[COL_REQUEST_ID]
         if kind is EventKind.REQUEST_ARRIVED:
             self._start(rid, r, t_ns)
             return
@@ -104,7 +111,7 @@ class RequestSpans:
             ):
                 self.num_orphan_events += 1
             return
-        pool = r[POOL].value
+        pool = r[COL_POOL].value
         if kind is EventKind.ADMISSION_DEFERRED:
             d = o.deferral
             if d is not None and d[2] != pool:
@@ -117,36 +124,36 @@ class RequestSpans:
         if kind in REQUEST_OUTCOMES:
             self._end(rid, o, r, t_ns, REQUEST_OUTCOMES[kind])
         elif kind is EventKind.ADMITTED:
-            self._event(o, n.EV_ADMITTED, t_ns, {n.NUM_TOKENS: r[NT]})
-            o.aggregates[n.GEN_AI_CACHE_READ_TOKENS] = r[NT]
+            self._event(o, n.EV_ADMITTED, t_ns, {n.NUM_TOKENS: r[COL_NUM_TOKENS]})
+            o.aggregates[n.GEN_AI_CACHE_READ_TOKENS] = r[COL_NUM_TOKENS]
         elif kind is EventKind.CONTEXT_CHUNK_SCHEDULED:
             self._event(
-                o, n.EV_CONTEXT_CHUNK, t_ns, {n.CHUNK_TOKENS: r[NT], n.CHUNK_POSITION: r[NB]}
+                o, n.EV_CONTEXT_CHUNK, t_ns, {n.CHUNK_TOKENS: r[COL_NUM_TOKENS], n.CHUNK_POSITION: r[COL_NUM_BLOCKS]}
             )
         elif kind is EventKind.BLOCKS_REUSED:
             self._event(
                 o,
                 n.EV_BLOCKS_REUSED,
                 t_ns,
-                {n.POOL: pool, n.NUM_BLOCKS: r[NB], n.NUM_TOKENS: r[NT]},
+                {n.POOL: pool, n.NUM_BLOCKS: r[COL_NUM_BLOCKS], n.NUM_TOKENS: r[COL_NUM_TOKENS]},
             )
-            self._bump(o, f"{n.BLOCKS_REUSED_PREFIX}.{pool}", r[NB])
+            self._bump(o, f"{n.BLOCKS_REUSED_PREFIX}.{pool}", r[COL_NUM_BLOCKS])
         elif kind is EventKind.BLOCKS_ALLOCATED:
-            self._bump(o, f"{n.BLOCKS_ALLOCATED_PREFIX}.{pool}", r[NB])
+            self._bump(o, f"{n.BLOCKS_ALLOCATED_PREFIX}.{pool}", r[COL_NUM_BLOCKS])
         elif kind is EventKind.RESIZED:
             self._bump(o, f"{n.RESIZES_PREFIX}.{pool}", 1)
-            if r[POOL] is not PoolRole.TARGET:
+            if r[COL_POOL] is not PoolRole.TARGET:
                 self._event(
                     o,
                     n.EV_RESIZED,
                     t_ns,
-                    {n.POOL: pool, n.CAPACITY_TOKENS: r[NT], n.NUM_BLOCKS: r[NB]},
+                    {n.POOL: pool, n.CAPACITY_TOKENS: r[COL_NUM_TOKENS], n.NUM_BLOCKS: r[COL_NUM_BLOCKS]},
                 )
         elif kind in _SIMPLE_EVENTS:
-            attrs: dict[str, object] = {n.POOL: pool, n.NUM_BLOCKS: r[NB]}
+            attrs: dict[str, object] = {n.POOL: pool, n.NUM_BLOCKS: r[COL_NUM_BLOCKS]}
             if kind in _FAILED_KINDS:
-                attrs[n.CAPACITY_TOKENS] = r[NT]
-                attrs[n.REASON] = r[REASON]
+                attrs[n.CAPACITY_TOKENS] = r[COL_NUM_TOKENS]
+                attrs[n.REASON] = r[COL_REASON]
                 o.failure = kind.value
             self._event(o, _SIMPLE_EVENTS[kind], t_ns, attrs)
         elif kind is EventKind.ENGINE_FAILED:
@@ -154,7 +161,7 @@ class RequestSpans:
                 o,
                 n.EV_ENGINE_FAILED,
                 t_ns,
-                {n.POOL: pool, n.REASON: r[REASON], n.NUM_TOKENS: r[NT]},
+                {n.POOL: pool, n.REASON: r[COL_REASON], n.NUM_TOKENS: r[COL_NUM_TOKENS]},
             )
             o.failure = o.failure or kind.value
 
@@ -183,11 +190,11 @@ class RequestSpans:
             start_time=t_ns,
             attributes={
                 n.REQUEST_ID: rid,
-                n.GEN_AI_INPUT_TOKENS: r[NT],
-                n.GEN_AI_MAX_TOKENS: r[NB],
+                n.GEN_AI_INPUT_TOKENS: r[COL_NUM_TOKENS],
+                n.GEN_AI_MAX_TOKENS: r[COL_NUM_BLOCKS],
             },
         )
-        self._open[rid] = _Open(span, r[NT])
+        self._open[rid] = _Open(span, r[COL_NUM_TOKENS])
         self.num_started += 1
 
     def _event(self, o: _Open, name: str, t_ns: int, attrs: dict) -> None:
@@ -214,17 +221,17 @@ class RequestSpans:
 
     def _end(self, rid: int, o: _Open, r: tuple, t_ns: int, outcome: str) -> None:
         del self._open[rid]
-        kind = r[KIND]
+        kind = r[COL_KIND]
         if kind is EventKind.REQUEST_FINISHED:
-            o.aggregates[n.GEN_AI_OUTPUT_TOKENS] = r[NT]
+            o.aggregates[n.GEN_AI_OUTPUT_TOKENS] = r[COL_NUM_TOKENS]
             self._finish_span(o, t_ns, outcome, None)
             return
         if kind is EventKind.REQUEST_FAILED:
-            self._event(o, n.EV_REQUEST_FAILED, t_ns, {n.REASON: r[REASON]})
+            self._event(o, n.EV_REQUEST_FAILED, t_ns, {n.REASON: r[COL_REASON]})
         elif kind is EventKind.ADMISSION_REJECTED:
-            self._event(o, n.EV_REJECTED, t_ns, {n.POOL: r[POOL].value, n.REASON: r[REASON]})
+            self._event(o, n.EV_REJECTED, t_ns, {n.POOL: r[COL_POOL].value, n.REASON: r[COL_REASON]})
         error = None if kind is EventKind.REQUEST_CANCELLED else (o.failure or kind.value)
-        self._finish_span(o, t_ns, outcome, error, r[REASON])
+        self._finish_span(o, t_ns, outcome, error, r[COL_REASON])
 
     def _finish_span(
         self, o: _Open, t_ns: int, outcome: str, error: str | None, message: str = ""

@@ -5,7 +5,8 @@ off) and then either
 
 * call :meth:`Recorder.record` with keywords (convenient; about one Python call more), or
 * build the raw row themselves and call ``recorder.emit(row)``, which is the ring's C-level
-  ``deque.append`` (the fastest path, used by the hooks on per-block paths)::
+  ``deque.append`` (the fastest path, used by the hooks on per-block paths). The row is a tuple
+  literal in :data:`kvscope.events.schema.RAW_FIELDS` order::
 
       emit((rec.next_seq(), rec.clock(), rec.iteration, request_id, pool, kind,
             num_blocks, num_tokens, num_requests, capacity, free, evictable, reserved, reason))
@@ -18,18 +19,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from kvscope.events import FIELDS, UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
+from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
+from kvscope.events.schema import RAW_FIELDS, RAW_ITERATION, RAW_REQUEST_ID, RAW_TS_NS
 from kvscope.recording.ring import EventRing
 
-RAW_FIELDS: tuple[str, ...] = ("seq", "ts_ns", "iteration", *FIELDS[4:])
-"""Order of a raw row in the ring. :func:`raw_to_row` maps it to :data:`kvscope.events.FIELDS`."""
+__all__ = ["RAW_FIELDS", "NullRecorder", "Recorder", "raw_to_rows"]
 
 
-def raw_to_row(raw: tuple, rank: int, pid: int) -> tuple:
-    """Raw ring row -> canonical event row (FIELDS order)."""
-    return (raw[1], raw[2], rank, pid) + raw[3:]
+def raw_to_rows(raws: Iterable[tuple], rank: int, pid: int) -> list[tuple]:
+    """Raw ring rows (:data:`RAW_FIELDS` order) -> canonical event rows (FIELDS order): the rank and
+    pid of the recorder are put in. The one place this transform is written."""
+    ts, it, rest = RAW_TS_NS, RAW_ITERATION, RAW_REQUEST_ID
+    return [(r[ts], r[it], rank, pid) + r[rest:] for r in raws]
 
 
 class Recorder:
@@ -80,6 +83,7 @@ class Recorder:
         reason: str = "",
     ) -> None:
         """Record one fact. Never raises or blocks (arguments are stored, not validated, here)."""
+        # The raw row, in RAW_FIELDS order.
         self.emit(
             (
                 self.next_seq(),
@@ -119,8 +123,7 @@ class Recorder:
 
     def drain_rows(self, max_rows: int | None = None) -> list[tuple]:
         """Drain canonical rows (FIELDS order). Call from one consumer thread only."""
-        rank, pid = self.rank, self.pid
-        return [(r[1], r[2], rank, pid) + r[3:] for r in self._ring.drain(max_rows)]
+        return raw_to_rows(self._ring.drain(max_rows), self.rank, self.pid)
 
     def drain(self, max_rows: int | None = None) -> list[KVEvent]:
         """Drain as :class:`KVEvent` objects (convenient; the pump uses :meth:`drain_rows`)."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
+from kvscope.events.schema import COL_REQUEST_ID, RAW_ITERATION, RAW_REQUEST_ID, RAW_TS_NS
+from kvscope.recording.recorder import raw_to_rows
 
 
 class EventBatch:
@@ -51,8 +53,7 @@ class EventBatch:
     def rows(self) -> list[tuple]:
         """Canonical rows in :data:`kvscope.events.FIELDS` order."""
         if self._rows is None:
-            rank, pid = self.rank, self.pid
-            self._rows = [(r[1], r[2], rank, pid) + r[3:] for r in self.raw]
+            self._rows = raw_to_rows(self.raw, self.rank, self.pid)
         return self._rows
 
     def events(self) -> list[KVEvent]:
@@ -67,9 +68,9 @@ class EventBatch:
             return {f: list(col) for f, col in zip(FIELDS, zip(*rows))}
         raw_cols = list(zip(*self.raw))
         n = len(self.raw)
-        cols = {"ts_ns": list(raw_cols[1]), "iteration": list(raw_cols[2]),
+        cols = {"ts_ns": list(raw_cols[RAW_TS_NS]), "iteration": list(raw_cols[RAW_ITERATION]),
                 "rank": [self.rank] * n, "pid": [self.pid] * n}  # fmt: skip
-        for f, col in zip(FIELDS[4:], raw_cols[3:]):
+        for f, col in zip(FIELDS[COL_REQUEST_ID:], raw_cols[RAW_REQUEST_ID:]):
             cols[f] = list(col)
         return cols
 

@@ -82,7 +82,7 @@ def free_resources(b: Binding, original: Method) -> Method:
         if rec.enabled:
             try:
                 rid = request.py_request_id
-                if rid in b.pending:
+                if rid in b.requests.pending:
                     state = getattr(getattr(request, "state", None), "name", "")
                     if state == "GENERATION_COMPLETE":
                         generated = getattr(request, "num_generated_tokens", None)
@@ -127,7 +127,7 @@ def add_request(b: Binding, original: Method) -> Method:
                 else:
                     arrival = args[0] if args else kwargs["arrival"]
                     rid = int(arrival.request_id)
-                    b.arrived.add(rid)
+                    b.requests.arrived.add(rid)
                     rec.record(EventKind.REQUEST_ARRIVED, rid, PoolRole.NONE, int(arrival.output_len),
                                int(arrival.prompt_len))
                     rec.record(EventKind.ADMISSION_REJECTED, rid, PoolRole.NONE, 0, int(arrival.prompt_len),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvscope.engines import gate
-from kvscope.engines.binding import REQUEST_RE, Binding, cache_view, parse_asked_tokens, role_of
+from kvscope.engines.binding import REQUEST_RE, Binding, cache_view, parse_asked_tokens
 from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
 from kvscope.events import EventKind, PoolRole
 
@@ -67,39 +67,39 @@ def diff_request(on_result: OnResult | None = None, *, name: str = "req") -> Hoo
 
 def on_prepare(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if result is None or result is False:
-        b.failed_pool = role_of(m)
+        b.attempts.failed_pool = b.role(m)
         # "Not admitted yet" is the binding's own record (Binding.waiting): the deferral itself is
         # reported at the end of the pass (Binding.defer_waiting).
-        b.defer_cause(req.py_request_id, role_of(m), "prepare_context refused (resume gate or no IndexMapper slot)",
+        b.attempts.defer_cause(req.py_request_id, b.role(m), "prepare_context refused (resume gate or no IndexMapper slot)",
                       0, m)
 
 
 def on_context_resize(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if result:
         return
-    role = role_of(m)
-    b.failed_pool = role
+    role = b.role(m)
+    b.attempts.failed_pool = role
     num_tokens = args[1] if len(args) > 1 else kwargs["num_tokens"]
     asked = req.context_current_position + num_tokens + getattr(m, "num_extra_kv_tokens", 0)
     short = b.shortfall(m, req.py_request_id, asked)
     b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, short, asked, m)
-    b.defer_cause(req.py_request_id, role, f"{role.value} resize to {asked} tokens failed", short, m)
+    b.attempts.defer_cause(req.py_request_id, role, f"{role.value} resize to {asked} tokens failed", short, m)
 
 
 def on_resume(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if not result and before is not None:
-        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, role_of(m), before[0], before[1], m,
+        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, b.role(m), before[0], before[1], m,
                     "resume refused")
 
 
 def on_mirror_refused(b: Binding, draft: Any, req: Any) -> None:
     """An unpaired draft mirror was refused at admission although the target prepared:
     RESUME_FAILED and the attempt's deferral cause, in the draft pool."""
-    b.failed_pool = PoolRole.DRAFT
+    b.attempts.failed_pool = PoolRole.DRAFT
     rid = req.py_request_id
     why = "draft mirror resume refused" if rid in draft.kv_cache_map else "no IndexMapper slot for the mirror"
     b.emit_once(EventKind.RESUME_FAILED, rid, PoolRole.DRAFT, 0, 0, draft, why)
-    b.defer_cause(rid, PoolRole.DRAFT, why, 0, draft)
+    b.attempts.defer_cause(rid, PoolRole.DRAFT, why, 0, draft)
 
 
 def try_allocate_generation(b: Binding, original: Method) -> Method:
@@ -135,8 +135,8 @@ def try_allocate_generation(b: Binding, original: Method) -> Method:
 
 
 def _generation_refused(b: Binding, m: Any, req: Any, view: Any) -> None:
-    role = role_of(m)
-    b.failed_pool = role
+    role = b.role(m)
+    b.attempts.failed_pool = role
     # A failed resize leaves the capacity as it was: ask = capacity + 1 + draft slots.
     asked = (view[1] if view else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
     b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
@@ -165,7 +165,7 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             try:
-                b.raising_pool = role_of(self)
+                b.raising_pool = b.role(self)
                 b.sweep_batch(self, batch, before)
                 b.sweep(self)
                 _record_raise(b, self, exc)
@@ -191,7 +191,7 @@ def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
     lowered = message.lower()
     m = REQUEST_RE.search(message)
     rid = int(m.group(1)) if m else -1
-    role = role_of(manager)
+    role = b.role(manager)
     if "resume" in lowered:
         cache = manager.kv_cache_map.get(rid)
         b.emit(EventKind.RESUME_FAILED, rid, role, cache.num_blocks if cache else 0,
@@ -226,7 +226,7 @@ def diff_batch(kinds: tuple[str, ...]) -> HookFactory:
             except BaseException as exc:
                 depth[id(self)] = 0
                 _record_batch(b, self, befores)
-                report_fatal(b, exc, role_of(self))
+                report_fatal(b, exc, b.role(self))
                 raise
             depth[id(self)] = 0
             _record_batch(b, self, befores)

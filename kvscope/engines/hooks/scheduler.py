@@ -29,6 +29,7 @@ def schedule_request(b: Binding, original: Method) -> Method:
     CONTEXT_CHUNK_SCHEDULED per context chunk, the pass's deferrals and ITERATION_SCHEDULED. A raise
     out of the pass is fatal (the executor loop ends)."""
     rec = b.rec
+    requests, attempts = b.requests, b.attempts
 
     @functools.wraps(original)
     def method(self: Any, active_requests: Any, *args: Any, **kwargs: Any) -> Any:
@@ -36,16 +37,16 @@ def schedule_request(b: Binding, original: Method) -> Method:
             return original(self, active_requests, *args, **kwargs)
         waiting: list[Any] = []
         try:
-            if b.holds:
-                b.holds.clear()  # a previous pass ended without its report (a failed hook)
+            if attempts.holds:
+                attempts.holds.clear()  # a previous pass ended without its report (a failed hook)
             it = b.next_iteration()
             b.discover(getattr(self, "kv_cache_manager", None))
             b.discover(getattr(self, "draft_kv_cache_manager", None))
             for req in active_requests:
-                if req.py_request_id not in b.arrived:
+                if req.py_request_id not in requests.arrived:
                     b.arrive(req)
-            if b.waiting:
-                waiting = [r for r in active_requests if r.py_request_id in b.waiting]
+            if requests.waiting:
+                waiting = [r for r in active_requests if r.py_request_id in requests.waiting]
             policy = b.admission_policy
             if policy is not None:
                 gate.begin_pass(b, policy, active_requests, it)
@@ -62,6 +63,7 @@ def schedule_request(b: Binding, original: Method) -> Method:
             ctx, gen = out.context_requests, out.generation_requests
             num_tokens = 0
             emit, next_seq, clock, it = rec.emit, rec.next_seq, rec.clock, rec.iteration
+            # Raw rows written as literals (RAW_FIELDS order, kvscope.events.schema): once per chunk.
             for req in ctx:
                 chunk = req.context_chunk_size
                 emit((next_seq(), clock(), it, req.py_request_id, _NONE, _CHUNK_SCHEDULED,
@@ -72,11 +74,11 @@ def schedule_request(b: Binding, original: Method) -> Method:
                 drafts = req.py_draft_tokens
                 if drafts:
                     num_tokens += len(drafts)
-            if waiting or b.holds:
-                b.defer_waiting(self, waiting, len(ctx) + len(gen), num_tokens)
+            if waiting or attempts.holds:
+                attempts.defer_waiting(self, waiting, len(ctx) + len(gen), num_tokens)
             paused = getattr(out, "recompute_paused_requests", None)
             if paused:
-                b.wait_again(paused)
+                attempts.wait_again(paused)
             emit((next_seq(), clock(), rec.iteration, -1, _NONE, _ITERATION_SCHEDULED, len(ctx), num_tokens,
                   len(ctx) + len(gen), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, ""))
         except Exception:
@@ -104,6 +106,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     returning False would).
     """
     rec = b.rec
+    attempts = b.attempts
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
@@ -113,7 +116,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
         if not rec.enabled:
             return original(self, req, *args, **kwargs)
         try:
-            b.start_hold(req)
+            attempts.start_hold(req)
         except Exception:
             b.hook_failed()
         result = original(self, req, *args, **kwargs)
@@ -121,7 +124,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
             if result:
                 # Prepared: unless a resize hook names a failure, a chunk that is not admitted now
                 # did not fit the token budget (reported at the end of the pass).
-                b.defer_cause(req.py_request_id, PoolRole.NONE, "")
+                attempts.defer_cause(req.py_request_id, PoolRole.NONE, "")
             else:
                 draft = self.draft_kv_cache_manager
                 if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
@@ -139,21 +142,23 @@ def try_allocate_context(b: Binding, original: Method) -> Method:
     """``_try_allocate_context(req, num_tokens)``: the attempt is admitted, or deferred with the pool
     that was short (named by a resize hook during the call, else the target)."""
     rec = b.rec
+    attempts = b.attempts
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
         if not rec.enabled:
             return original(self, req, *args, **kwargs)
-        b.failed_pool = PoolRole.NONE
+        attempts.failed_pool = PoolRole.NONE
         result = original(self, req, *args, **kwargs)
         try:
             if result:
-                b.admit(req)
-            elif b.causes.get(req.py_request_id, _NO_CAUSE)[1] == "":
+                attempts.admit(req)
+            elif attempts.causes.get(req.py_request_id, _NO_CAUSE)[1] == "":
                 # No resize hook named the failure (only the "prepared" mark is there).
-                pool = b.failed_pool if b.failed_pool is not PoolRole.NONE else PoolRole.TARGET
+                failed = attempts.failed_pool
+                pool = failed if failed is not PoolRole.NONE else PoolRole.TARGET
                 manager = self.kv_cache_manager if pool is PoolRole.TARGET else self.draft_kv_cache_manager
-                b.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
+                attempts.defer_cause(req.py_request_id, pool, "pool short at admission", 0, manager)
         except Exception:
             b.hook_failed()
         return result

@@ -9,7 +9,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from kvscope.engines.binding import register_pool_role
 from kvscope.events import UNKNOWN, PoolRole
 
 
@@ -71,12 +70,13 @@ class ModelPoolReader:
 
 class MambaPoolView:
     """The mamba state pool of a hybrid target manager (``MambaHybridCacheManagerV2Model``), shaped
-    like a KV manager for the binding: role MAMBA (registered with ``register_pool_role``), capacity /
+    like a KV manager for the binding: role MAMBA (declared by ``kvscope_pool_role``), capacity /
     free / evictable / used in state SLOTS from the model-only ``mamba_pool_state()``, no per-request
     caches (a state is one slot, not blocks), ``tokens_per_block`` 1. The binding emits
     POOL_CONFIGURED and POOL_SNAPSHOT for it like for the two KV pools.
     """
 
+    kvscope_pool_role = PoolRole.MAMBA
     is_draft = False
     max_draft_len = 0
 
@@ -86,7 +86,6 @@ class MambaPoolView:
         self.tokens_per_block = 1
         self.enable_block_reuse = bool(manager.enable_block_reuse)
         self.mamba_snapshot_interval = int(getattr(manager, "mamba_snapshot_interval", 0))
-        register_pool_role(self, PoolRole.MAMBA)
 
     def pool_state(self) -> Any:
         return self.manager.mamba_pool_state()

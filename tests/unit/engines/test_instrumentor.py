@@ -118,7 +118,7 @@ def test_disabled_recorder_records_nothing_when_engine_runs(make_engine):
     engine.step()
     engine.step()
     assert engine.stats.requests_completed == 1
-    assert binding.arrived == set() and rec.pending == 0
+    assert binding.requests.arrived == set() and rec.pending == 0
 
 
 class _BrokenReader:

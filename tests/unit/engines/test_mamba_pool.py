@@ -6,9 +6,9 @@ import dataclasses
 
 from kvscope import replay
 from kvscope.engine_model.config import EngineConfig
-from kvscope.engines.binding import role_of
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.engines.model.state import mamba_pool_view
+from kvscope.engines.pools import role_of
 from kvscope.engines.port import BindingPort
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import Recorder
