@@ -35,8 +35,9 @@ from pathlib import Path
 
 from kvscope.commands.export import export_files
 from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
-from kvscope.otel.synthetic import FakeClock, IncidentShape, file_meta, record_incident
 from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import IncidentShape, file_meta, record_incident
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = Path(os.environ.get("KVSCOPE_OTEL_STACK", ROOT / ".cache" / "otel-stack"))

@@ -4,7 +4,10 @@ Public API (loaded on first use, so that importing a submodule such as the engin
 binding inside an engine worker does not pull in pandas or pyarrow):
 
 * event model: :class:`KVEvent`, :class:`EventKind`, :class:`PoolRole`, :class:`WallClockAnchor`
-* recording: :class:`Recorder`, :class:`NullRecorder`, :func:`load_events` (= ``read_frame``)
+* recording: :class:`Recorder`, :class:`NullRecorder`
+* reading event files: :func:`load_events` (files -> event frame, the analyzer's reader: fast on
+  Parquet, validating otherwise) and :func:`read_frame` (always the validating reader, which also
+  reports what it had to drop)
 """
 
 from __future__ import annotations
@@ -22,14 +25,13 @@ _EXPORTS = {
     "Recorder": "kvscope.recording",
     "NullRecorder": "kvscope.recording",
     "read_frame": "kvscope.recording",
+    "load_events": "kvscope.analysis.loader",
 }
 
-__all__ = [*_EXPORTS, "load_events"]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "load_events":
-        name = "read_frame"
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kvscope' has no attribute {name!r}")

@@ -5,19 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvscope.recording import BatchPump, MemorySink, Recorder
-
-
-class FakeClock:
-    """Monotonic ns clock that moves only when told to."""
-
-    def __init__(self, start_ns: int = 1_000_000_000) -> None:
-        self.now_ns = start_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def advance(self, ns: int) -> None:
-        self.now_ns += ns
+from kvscope.testing import FakeClock
 
 
 @pytest.fixture

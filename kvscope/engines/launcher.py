@@ -3,7 +3,7 @@
 In the spirit of ``opentelemetry-instrument``. TensorRT-LLM runs its executor in worker processes
 (MPI or Ray) even on one GPU, so patching the user's process is not enough: this puts a
 ``sitecustomize`` directory first on ``PYTHONPATH`` and replaces itself with the command (``exec``).
-Every Python interpreter started below it, workers included, runs :func:`kvscope.commands.autoload.boot`,
+Every Python interpreter started below it, workers included, runs :func:`kvscope.engines.autoload.boot`,
 which instruments the engine as soon as its module is imported and writes that process's events to
 its own file.
 

@@ -15,8 +15,9 @@ from otel_stack import poll
 from kvscope.commands.export import export_files
 from kvscope.otel import OtelSink, OtlpConfig
 from kvscope.otel import names as n
-from kvscope.otel.synthetic import FakeClock, IncidentShape, file_meta, record_incident
 from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import IncidentShape, file_meta, record_incident
 
 pytestmark = pytest.mark.integration
 MSG = "Draft KV cache context resize failed for request 103: could not resize to 8196 tokens"

@@ -7,7 +7,7 @@ import os as _os
 import sys as _sys
 
 try:
-    _importlib.import_module("kvscope.commands.autoload").boot()
+    _importlib.import_module("kvscope.engines.autoload").boot()
 except Exception as _e:  # noqa: BLE001
     if _os.environ.get("KVSCOPE_DEBUG"):
         raise

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kvscope.commands.autoload import rank_from_env
+from kvscope.engines.autoload import rank_from_env
 from kvscope.engines.launcher import BOOTSTRAP_DIR, build_env
 from kvscope.events import EventKind
 from kvscope.recording import read_frame
@@ -113,7 +113,7 @@ def test_missing_command_is_an_error_when_none_given():
 
 
 def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
-    from kvscope.commands.autoload import _make_sinks
+    from kvscope.engines.autoload import _make_sinks
     from kvscope.engines.live import ZmqPublisherSink
     from kvscope.recording import JsonlSink, ParquetSink
 
@@ -134,7 +134,7 @@ def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
 
 FORKER = textwrap.dedent("""
     import os, sys
-    from kvscope.commands.autoload import boot, current_session
+    from kvscope.engines.autoload import boot, current_session
     boot()
     sys.path.insert(0, sys.argv[1])
     from conftest import ListWorkload, make_engine  # imports the engine model: the session starts

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kvscope.otel import OtelSink
-from kvscope.otel.synthetic import FakeClock, IncidentShape, record_incident
 from kvscope.recording import BatchPump, Recorder
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import IncidentShape, record_incident
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.otel import OtelSink
 from kvscope.otel import names as n
 from kvscope.otel.analyzer_bridge import AnalyzerBridge
-from kvscope.otel.synthetic import FakeClock, record_incident
 from kvscope.recording import BatchPump, Recorder
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import record_incident
 
 D = (("kvscope.pool", "draft"),)
 

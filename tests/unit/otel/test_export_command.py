@@ -6,8 +6,9 @@ import json
 import socket
 
 from kvscope.cli import main
-from kvscope.otel.synthetic import FakeClock, IncidentShape, file_meta, record_incident
 from kvscope.recording import BatchPump, Recorder, sink_for_path
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import IncidentShape, file_meta, record_incident
 
 
 def _closed_port() -> int:

@@ -9,8 +9,9 @@ from opentelemetry.sdk.metrics.export import MetricExportResult
 from kvscope.events import EventKind
 from kvscope.otel import OtelSink
 from kvscope.otel import names as n
-from kvscope.otel.synthetic import FakeClock, IncidentShape, record_incident
 from kvscope.recording import BatchPump, EventBatch, Recorder
+from kvscope.testing import FakeClock
+from kvscope.testing.incident import IncidentShape, record_incident
 
 
 class ListMetricExporter:

@@ -6,7 +6,7 @@ from opentelemetry.trace import StatusCode
 
 from kvscope.events import EventKind, PoolRole
 from kvscope.otel import names as n
-from kvscope.otel.synthetic import IncidentShape
+from kvscope.testing.incident import IncidentShape
 
 MS = 1_000_000
 

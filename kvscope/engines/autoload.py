@@ -1,10 +1,14 @@
-"""In-process start-up of kvscope under ``kvscope-instrument`` (a composition root, not a CLI command).
+"""In-process start-up of kvscope under ``kvscope-instrument``: the composition root of every process
+the launcher starts (worker bootstrap, not a CLI command).
 
 ``boot()`` runs in every Python process the launcher starts (through its ``sitecustomize``). It does
 nothing visible until the engine's module is imported: a post-import hook then instruments the
 engine, opens this process's sinks and starts a pump; an ``atexit`` handler drains and closes them.
 A forked child starts over with its own recorder and file (its pid differs). See
 :mod:`kvscope.engines.launcher` for the environment variables.
+
+As a composition root it is the one module of ``kvscope.engines`` allowed to import an exporter
+(``kvscope.otel``, for the OTLP sink); the import-linter contract names this exception.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A hand-built, deterministic event stream shaped like the engine model's draft-pool incident.
 
-Used by the OTel tests and ``bench/bench_otel.py`` (and handy in a notebook) until engine-model
-replays with ``--events`` are the fixture. Everything is recorded through a real
-:class:`~kvscope.recording.Recorder` on a fake clock, exactly as the binding would.
+Used by the OTel tests and ``bench/bench_otel.py`` (and handy in a notebook). Everything is recorded
+through a real :class:`~kvscope.recording.Recorder` on a :class:`~kvscope.testing.FakeClock`,
+exactly as the binding would.
 
 Story (per request ``i`` of ``num_requests``, one scheduler iteration = ``step_ns``): arrival ->
 ``num_deferrals`` deferrals by the draft pool -> admission reusing the shared prefix in the target
@@ -17,23 +17,11 @@ from dataclasses import dataclass
 
 from kvscope.events import EventKind, PoolRole, format_kv
 from kvscope.recording import Recorder
+from kvscope.testing.clock import FakeClock
 
 TARGET_BLOCKS = 1024
 DRAFT_BLOCKS = 256
 TOKENS_PER_BLOCK = 64
-
-
-@dataclass
-class FakeClock:
-    """Monotonic ns clock driven by hand."""
-
-    now_ns: int = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def advance(self, ns: int) -> None:
-        self.now_ns += ns
 
 
 @dataclass(frozen=True, slots=True)
