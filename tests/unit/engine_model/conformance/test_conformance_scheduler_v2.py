@@ -1668,3 +1668,45 @@ class TestMirrorAdmissionPreview:
         assert draft._resume_gate_refuses() is False
         req = self._req(draft, active=False)
         assert draft.kv_cache_map[0].resume() is True
+
+
+class TestEdgeCases:
+    def test_empty_active_requests(self, version):
+        """TestEdgeCases::test_empty_active_requests @ 00746ef."""
+        assert build(version=version, max_num_tokens=100).schedule([]).num_fitting_requests == 0
+
+    def test_single_request_each_type(self, version):
+        """TestEdgeCases::test_single_request_each_type @ 00746ef (the encoder part left out)."""
+        engine = build(version=version, max_num_tokens=1000)
+        assert len(engine.schedule([gen(engine, 0)]).generation_requests) == 1
+        assert len(engine.schedule([ctx(engine, 1, 100)]).context_requests) == 1
+
+    def test_all_inflight(self, version):
+        """TestEdgeCases::test_all_inflight @ 00746ef."""
+        engine = build(version=version, max_num_tokens=100)
+        assert engine.schedule([gen(engine, 0), gen(engine, 1)], inflight={0, 1}).num_fitting_requests == 0
+
+    def test_max_num_tokens_zero(self, version):
+        """TestEdgeCases::test_max_num_tokens_zero @ 00746ef."""
+        engine = build(version=version, max_num_tokens=0)
+        assert engine.schedule([gen(engine, 0)]).generation_requests == []
+
+    def test_max_batch_size_zero(self, version):
+        """TestEdgeCases::test_max_batch_size_zero @ 00746ef (scheduler capacity 0: an IndexMapper
+        needs at least one slot)."""
+        engine = build(version=version, scheduler_capacity=0, max_num_tokens=1000)
+        assert engine.schedule([gen(engine, 0), ctx(engine, 1, 50)]).num_fitting_requests == 0
+
+    def test_very_large_batch(self, version):
+        """TestEdgeCases::test_very_large_batch @ 00746ef: 1000 decodes, budget and batch 2000."""
+        engine = build(version=version, target_blocks=3000, max_batch_size=2000, max_num_tokens=2000)
+        reqs = [gen(engine, i) for i in range(1000)]
+        assert len(engine.schedule(reqs).generation_requests) == 1000
+
+    def test_interleaved_states(self, version):
+        """TestEdgeCases::test_interleaved_states @ 00746ef (without the disaggregated request)."""
+        engine = build(version=version, max_num_tokens=1000)
+        unknown, finishing = gen(engine, 0), gen(engine, 3)
+        unknown.state, finishing.state = LlmRequestState.UNKNOWN, LlmRequestState.GENERATION_TO_COMPLETE
+        out = engine.schedule([unknown, gen(engine, 2), finishing, ctx(engine, 4, 100)])
+        assert (ids(out.generation_requests), ids(out.context_requests)) == ([2], [4])
