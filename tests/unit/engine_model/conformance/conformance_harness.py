@@ -19,16 +19,15 @@ from kvscope.engine_model.batch import ScheduledRequestsModel
 from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
 from kvscope.engine_model.request import LlmRequestModel, LlmRequestState
 from kvscope.engine_model.scheduler import ContextChunkingPolicy, KVCacheV2SchedulerModel
+from kvscope.engine_model.versions import ENGINE_BUILDS, EngineBuild
+from kvscope.engine_model.versions import NEWEST as NEWEST_BUILD
 
 TPB = 4
 FCFS = ContextChunkingPolicy.FIRST_COME_FIRST_SERVED
 
-# Engine versions whose behaviour the conformance tests pin: each maps to the constructor arguments
-# that select that version's behaviour in the model.
-ENGINE_VERSIONS: dict[str, dict[str, dict]] = {
-    "main": {"scheduler": {}, "manager": {}},
-}
-NEWEST = "main"
+# The engine versions the model claims (versions.py); tests taking ``version`` run once per build.
+ENGINE_VERSIONS: dict[str, EngineBuild] = dict(ENGINE_BUILDS)
+NEWEST = NEWEST_BUILD.version
 
 
 @dataclass
@@ -66,11 +65,11 @@ def build(*, target_blocks: int = 256, draft_blocks: int | None = None, paired: 
     Defaults follow upstream's ``make_scheduler`` / ``make_kv_cache_manager``: batch 100, budget
     1024 tokens, block reuse off, not chunked, prefix-aware scheduling and recompute pause on.
     """
-    knobs = ENGINE_VERSIONS[version]
+    assert not paired or ENGINE_VERSIONS[version].joint_reuse, f"{version} has no joint reuse"
     common = dict(tokens_per_block=tpb, max_seq_len=1 << 20, max_batch_size=max_batch_size,
                   max_num_tokens=max_num_tokens or 8192, max_draft_len=max_draft_len,
                   enable_block_reuse=reuse, joint_kv_cache_reuse=paired,
-                  max_util_for_resume=max_util_for_resume, **knobs["manager"])
+                  max_util_for_resume=max_util_for_resume, engine_build=ENGINE_VERSIONS[version])
     target = KVCacheManagerV2Model(num_blocks=target_blocks, num_host_blocks=host_blocks, **common)
     draft = None
     if draft_blocks is not None:
@@ -82,7 +81,7 @@ def build(*, target_blocks: int = 256, draft_blocks: int | None = None, paired: 
     scheduler = KVCacheV2SchedulerModel(
         max_batch_size, max_num_tokens, target, draft_kv_cache_manager=draft, ctx_chunk_config=chunk,
         scheduler_capacity=scheduler_capacity, enable_prefix_aware_scheduling=prefix_aware,
-        enable_recompute_pause=recompute_pause, **knobs["scheduler"])
+        enable_recompute_pause=recompute_pause)
     return Engine(scheduler, target, draft, version)
 
 
