@@ -50,20 +50,25 @@ def parse_remediation(value: str) -> tuple[str, str]:
                      f"got {value!r}")
 
 
-def model_error_path(executor: Any) -> Callable[[Any, str], None] | None:
-    """The engine model's per-request error path, when this build has it
-    (``PyExecutorModel._handle_errors(error_msg, *, requests=[...])``)."""
+def model_error_path(executor: Any) -> Callable[[Any, str, bool], None] | None:
+    """The executor's per-request error path, when it has one
+    (``_handle_errors(error_msg, *, requests=[...], charge_budget=...)``)."""
     handle = getattr(executor, "_handle_errors", None)
     if handle is None:
         return None
     try:
-        if "requests" not in inspect.signature(handle).parameters:
-            return None
+        params = inspect.signature(handle).parameters
     except (TypeError, ValueError):
         return None
+    if "requests" not in params:
+        return None
+    has_budget = "charge_budget" in params
 
-    def error_path(request: Any, message: str) -> None:
-        handle(message, requests=[request])
+    def error_path(request: Any, message: str, charge_budget: bool) -> None:
+        if has_budget:
+            handle(message, requests=[request], charge_budget=charge_budget)
+        else:
+            handle(message, requests=[request])
 
     return error_path
 
@@ -211,11 +216,15 @@ def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing
 
 
 def apply_rejections(summary: Any, stats: Mapping[str, Any]) -> None:
-    """Remediation's rejections went through the per-request error path, which counts them failed:
-    count them rejected instead (a rejection is a request refused for good, not an engine error)."""
+    """Remediation's rejections went through the per-request error path, which counts them as
+    errored: count them rejected instead (a rejection refuses a request for good; it is not an
+    engine error)."""
     rejected = int(stats.get("rejected", 0) or 0)
     if rejected:
-        summary.requests_failed -= rejected
+        if hasattr(summary, "requests_errored"):
+            summary.requests_errored -= rejected
+        else:
+            summary.requests_failed -= rejected
         summary.requests_rejected += rejected
         reasons = dict(summary.rejection_reasons)
         for reason, n in (stats.get("rejected_by_reason") or {}).items():

@@ -1,7 +1,8 @@
 """``kvscope replay``: run the CPU engine model on a built-in scenario or a trace file.
 
     kvscope replay (--scenario NAME | --trace PATH) [--set key=value ...] [--json]
-                   [--list-knobs] [--events PATH]
+                   [--list-knobs] [--list-policies] [--events PATH]
+                   [--remediation off|shadow|on|auto|POLICY] [--sizing auto|SHARE|RATIOx]
 
 ``--json`` prints exactly one JSON object (the ``ReplaySummary``; keys are a public contract and are
 never renamed) and nothing else. Without ``--json``, a progress line (simulated time, requests done,
@@ -10,6 +11,13 @@ pool utilisation) is drawn on stderr when stderr is a terminal, then a readable 
 one). ``--events PATH`` writes the replay's event file through the instrumentation module
 ``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
 ``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
+
+``--remediation`` attaches remediation before the loop (:mod:`kvscope.remedy`): a mode with the
+default policy, or a policy name (mode ``on``); ``--list-policies`` prints them. ``--sizing`` splits
+the KV byte budget between target and draft before the engine starts: ``auto`` (from a probe
+replay's observed peak usage with the draft pool out of the way), a draft byte share (``0.09``) or
+a draft-to-target token ratio (``4x``). ``--json`` always carries ``remediation``, ``sizing``,
+``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import json
 import sys
 from typing import Any
 
+from kvscope import remedy
 from kvscope import replay as replay_mod
 from kvscope.engine_model.config import EngineConfig
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
@@ -41,6 +50,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON summary object only")
     parser.add_argument("--list-knobs", action="store_true", help="print the knobs and their defaults")
     parser.add_argument("--events", metavar="PATH", help="write the replay's event file (needs instrumentation)")
+    parser.add_argument("--remediation", default="off", metavar="MODE|POLICY",
+                        help="off (default), shadow, on, auto, or a policy name (on); see --list-policies")
+    parser.add_argument("--sizing", metavar="auto|SHARE|RATIOx",
+                        help="split the KV byte budget at start: auto, a draft byte share (0.09) or a token ratio (4x)")
+    parser.add_argument("--list-policies", action="store_true", help="print the admission policies")
     parser.set_defaults(func=run)
 
 
@@ -48,20 +62,54 @@ def run(args: argparse.Namespace) -> int:
     if args.list_knobs:
         _print_knobs(args.scenario, as_json=args.json)
         return 0
+    if getattr(args, "list_policies", False):
+        _print_policies(as_json=args.json)
+        return 0
     if not args.scenario and not args.trace:
         raise ValueError("give --scenario NAME or --trace PATH (see --help)")
-    instrument = _instrumentation(args.events, args.scenario or args.trace) if args.events else None
+    source = args.scenario or args.trace
+    mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
+    overrides = list(args.overrides)
+    plan = None
+    if getattr(args, "sizing", None):
+        base, _, _ = replay_mod.resolve(source)
+        config = base.with_overrides(overrides)
+        observed = remedy.observe_for_sizing(source, overrides) if args.sizing.strip().lower() == "auto" else None
+        _, plan = remedy.sized_config(config, args.sizing, observed=observed)
+        overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
+    session = None
+    if mode != "off":
+        session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source)
+        instrument: Any = session
+    else:
+        instrument = _instrumentation(args.events, source) if args.events else None
     show_progress = (not args.json) and sys.stderr.isatty()
-    summary = replay_mod.run(
-        args.scenario or args.trace, args.overrides, instrument=instrument,
-        progress=_draw_progress if show_progress else None)
+    summary = replay_mod.run(source, overrides, instrument=instrument,
+                             progress=_draw_progress if show_progress else None)
     if show_progress:
         sys.stderr.write("\n")
+    stats = session.final_stats if session is not None else None
+    if stats:
+        remedy.apply_rejections(summary, stats)
+    data = summary.to_dict()
+    data.update(remedy.summary_keys(stats, summary, sizing=plan, mode=mode, policy=policy))
     if args.json:
-        sys.stdout.write(json.dumps(summary.to_dict(), sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
     else:
-        _print_summary(summary)
+        _print_summary(data)
     return 0
+
+
+def _print_policies(*, as_json: bool) -> None:
+    from remediation import DEFAULT_POLICY, list_policies
+
+    policies = list_policies()
+    if as_json:
+        sys.stdout.write(json.dumps({"default": DEFAULT_POLICY, "policies": policies}, sort_keys=True) + "\n")
+        return
+    width = max(len(n) for n in policies)
+    for name, text in policies.items():
+        print(f"{name:<{width}}  {text}")
 
 
 def _instrumentation(path: str, label: str) -> Any:
@@ -108,11 +156,12 @@ def _draw_progress(executor: Any) -> None:
     sys.stderr.flush()
 
 
-def _print_summary(summary: Any) -> None:
-    data = summary.to_dict()
+def _print_summary(data: dict[str, Any]) -> None:
     status = "FATAL: " + str(data["fatal_message"]) if data["engine_fatal"] else "healthy"
     print(f"replay {data['source']}: {status}")
     for key in ("requests_total", "requests_completed", "requests_failed", "requests_rejected",
                 "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",
-                "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s"):
+                "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",
+                "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",
+                "deferrals"):
         print(f"  {key:<22} {data[key]}")

@@ -128,6 +128,10 @@ class Binding:
         Read once per context attempt by the ``_prepare_context_pair`` hook (one branch when None)."""
         self.remedy: Any = None
         """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
+        self.errored: dict[int, str] = {}
+        """request id -> error message, for requests the per-request error path is ending (their
+        free is reported as REQUEST_FAILED)."""
+        """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
         self._fatal_ids: set[int] = set()
 
     @property

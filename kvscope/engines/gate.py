@@ -46,8 +46,10 @@ log = logging.getLogger(__name__)
 
 _REQUEST_RE = re.compile(r"request (\d+)")
 
-ErrorPath = Callable[[Any, str], None]
-"""``(request, message)``: end one request with an error response, freeing its resources."""
+ErrorPath = Callable[[Any, str, bool], None]
+"""``(request, message, charge_budget)``: end one request with an error response, freeing its
+resources in every pool; ``charge_budget`` says whether the error counts against the engine's error
+budget (a containment does; a rejection of a request that can never fit does not)."""
 
 
 class PoolNotVisibleError(KeyError):
@@ -204,7 +206,7 @@ def end_pass(b: Any) -> None:
         try:
             b.emit(EventKind.ADMISSION_REJECTED, rid, PoolRole.NONE, 0, int(req.prompt_len), reason=reason[:512])
             remedy.num_rejected += 1
-            remedy.error_path(req, reason)  # type: ignore[misc]
+            remedy.error_path(req, reason, False)  # type: ignore[misc]
         except Exception:
             b.hook_failed()
 
@@ -265,7 +267,7 @@ def contain(b: Any, manager: Any, batch: Any, exc: BaseException, call: Callable
             requests = getattr(batch, name)
             if any(r is req for r in requests):
                 requests[:] = [r for r in requests if r is not req]
-        remedy.error_path(req, message)
+        remedy.error_path(req, message, True)
         remedy.num_contained += 1
         remedy.containment.contained(req.py_request_id, b.pools.roles.get(id(manager), PoolRole.DRAFT), message)
         try:

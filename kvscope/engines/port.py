@@ -38,14 +38,14 @@ class BindingPort:
     Args:
         binding: the active instrumentation's binding.
         hidden_pools: pools not resident on the scheduling rank (see :func:`hidden_pools_for`).
-        error_path: ``(request, message)`` ending ONE request through the engine's per-request error
-            path (the engine model's ``PyExecutorModel._handle_errors(msg, requests=[request])``,
-            TensorRT-LLM's ``PyExecutor._handle_errors``); None: rejections wait instead and
+        error_path: ``(request, message, charge_budget)`` ending ONE request through the engine's
+            per-request error path (``PyExecutor._handle_errors(msg, requests=[request],
+            charge_budget=...)``, the engine model's the same); None: rejections wait instead and
             containment is unavailable.
     """
 
     def __init__(self, binding: Binding, *, hidden_pools: Iterable[PoolRole] = (),
-                 error_path: Callable[[Any, str], None] | None = None) -> None:
+                 error_path: Callable[[Any, str, bool], None] | None = None) -> None:
         self.binding = binding
         remedy = gate.state_of(binding)
         remedy.hidden_pools = frozenset(hidden_pools)
@@ -92,7 +92,7 @@ class BindingPort:
         """Install the containment handler consulted when a draft resize/resume raises (None: fatal)."""
         gate.state_of(self.binding).containment = handler
 
-    def set_error_path(self, error_path: Callable[[Any, str], None] | None) -> None:
+    def set_error_path(self, error_path: Callable[[Any, str, bool], None] | None) -> None:
         gate.state_of(self.binding).error_path = error_path
 
     @property

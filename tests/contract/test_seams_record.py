@@ -78,8 +78,7 @@ def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
     seams = {s.qualname for s in seams_for(MODEL_VERSION)}
     unhooked = seams - set(HOOKS)
     assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
-                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror",
-                        "PyExecutor._handle_errors"}
+                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror"}
     # Every hook wraps a recorded seam, except the engine model's own entry points.
     assert set(HOOKS) - seams == set(MODEL_ONLY)
     assert MODEL_ONLY == ("PyExecutorModel._fetch_and_activate_new_requests", "PyExecutorModel.add_request")

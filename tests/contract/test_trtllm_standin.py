@@ -105,7 +105,7 @@ def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_i
     """)
     assert done.returncode == 0, done.stderr
     version_line, warnings_line, wrapped_line, restored_line = done.stdout.splitlines()
-    assert version_line == "main-00746ef 16"  # 17 hooked seams in the table, the drifted one skipped
+    assert version_line == "main-00746ef 17"  # 18 hooked seams in the table, the drifted one skipped
     assert "not wrapping KVCacheManagerV2.resize_context" in warnings_line
     assert "admit_mirror" not in warnings_line  # read-only seam: reported by check, never wrapped
     assert wrapped_line == "True KVCacheManagerV2.resize_context"

@@ -49,6 +49,7 @@ HOOKS: dict[str, HookFactory] = {
     "ResourceManager.prepare_resources": executor.prepare_resources,
     "ResourceManager.update_resources": executor.update_resources,
     "ResourceManager.free_resources": executor.free_resources,
+    "PyExecutor._handle_errors": executor.handle_errors,
     # Engine model only (no seam record: see MODEL_ONLY).
     "PyExecutorModel._fetch_and_activate_new_requests": executor.fetch_and_activate,
     "PyExecutorModel.add_request": executor.add_request,

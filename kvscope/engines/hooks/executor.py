@@ -84,7 +84,10 @@ def free_resources(b: Binding, original: Method) -> Method:
                 rid = request.py_request_id
                 if rid in b.requests.pending:
                     state = getattr(getattr(request, "state", None), "name", "")
-                    if state == "GENERATION_COMPLETE":
+                    error = b.errored.pop(rid, None)
+                    if error is not None:
+                        b.emit(EventKind.REQUEST_FAILED, rid, PoolRole.NONE, reason=error[:512])
+                    elif state == "GENERATION_COMPLETE":
                         generated = getattr(request, "num_generated_tokens", None)
                         if generated is None:
                             generated = request.max_beam_num_tokens - request.prompt_len
@@ -135,5 +138,28 @@ def add_request(b: Binding, original: Method) -> Method:
             except Exception:
                 b.hook_failed()
         return result
+
+    return method
+
+
+def handle_errors(b: Binding, original: Method) -> Method:
+    """``PyExecutor._handle_errors(error_msg, *, requests=None, ...)``: the requests it ends get the
+    error (REQUEST_FAILED with the message, reported when their resources are freed) instead of
+    REQUEST_FINISHED. Without a request list every active request is ended (as is every request
+    after a fatal error)."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, error_msg: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if rec.enabled:
+            try:
+                requests = kwargs.get("requests")
+                targets = requests if requests is not None else getattr(self, "active_requests", ())
+                message = f"error: {error_msg or 'error'}"
+                for request in targets:
+                    b.errored[request.py_request_id] = message
+            except Exception:
+                b.hook_failed()
+        return original(self, error_msg, *args, **kwargs)
 
     return method

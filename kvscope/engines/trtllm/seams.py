@@ -73,7 +73,7 @@ def _executor(note: str = "") -> tuple[Seam, ...]:
     return (
         Seam(PYEXEC, "PyExecutor._handle_errors",
              "(self, error_msg=None, *, requests=None, charge_budget=True, fatal_is_collective_aligned=False)",
-             C_0004396, "read-only: the per-request error path (error response, resources freed, engine serves on)",
+             C_0004396, "REQUEST_FAILED (the error) for the requests it ends; remediation's per-request error path",
              note),
     )
 
