@@ -81,6 +81,11 @@ class ReservingPolicy:
         self._deferred_ids: set[int] = set()
         self.needs_adoption = True
         """Account the requests already running at the next pass (a policy installed mid-run)."""
+        self._epoch = 0
+        """Bumped whenever room can have grown (a release, a new stall-guard claimant): a deferral
+        decided in the same epoch still holds (reservations only shrink the room), so a request
+        retried every pass costs a lookup until something ends."""
+        self._deferred_at: dict[int, tuple[int, AdmissionDecision]] = {}
 
     # ---- what subclasses choose ------------------------------------------------------------------
     def secured_tokens(self, request: AdmissionRequest) -> int:
@@ -97,7 +102,10 @@ class ReservingPolicy:
         self.iteration = view.iteration
         if len(self._gated) != sum(1 for p in view.pools.values() if _is_gated(p)):
             self._configure(view)
+        claimant = self.guard.claimant
         self.guard.begin_pass(view.iteration)
+        if self.guard.claimant != claimant:
+            self._epoch += 1
         if self.needs_adoption:
             self.needs_adoption = False
             self.adopt(list(view.started_requests()))
@@ -108,6 +116,10 @@ class ReservingPolicy:
 
     def decide(self, request: AdmissionRequest) -> AdmissionDecision:
         rid = request.request_id
+        cached = self._deferred_at.get(rid)
+        if cached is not None and cached[0] == self._epoch:
+            self.stats.deferral_decisions += 1
+            return cached[1]
         if not self._gated or rid in self.ledger:
             return _ADMIT  # nothing to gate, or secured earlier (a later chunk, a re-prefill)
         if not request.is_first_chunk:
@@ -135,7 +147,11 @@ class ReservingPolicy:
     def release(self, request_id: int) -> None:
         self.guard.done(request_id)
         self._deferred_ids.discard(request_id)
-        for r in self.ledger.release(request_id):
+        self._deferred_at.pop(request_id, None)
+        released = self.ledger.release(request_id)
+        if released:
+            self._epoch += 1
+        for r in released:
             self.stats.reservations_released += 1
             self.reporter.report(EventKind.RESERVATION_RELEASED, request_id, r.pool, r.num_blocks, r.num_tokens,
                                  "request ended", reserved_blocks=self.ledger.total(r.pool))
@@ -149,6 +165,8 @@ class ReservingPolicy:
                                  r.num_tokens, reason, reserved_blocks=0)
         self.guard = StallGuard(self.guard.max_wait_passes)
         self._deferred_ids.clear()
+        self._deferred_at.clear()
+        self._epoch += 1
         self.needs_adoption = True
         return len(released)
 
@@ -166,6 +184,7 @@ class ReservingPolicy:
                  reason: str = "secured at admission") -> None:
         rid = request.request_id
         self.guard.done(rid)
+        self._deferred_at.pop(rid, None)
         self.stats.admitted += 1
         tokens = self.secured_tokens(request)
         for pool in self._gated:
@@ -184,8 +203,10 @@ class ReservingPolicy:
             self.stats.requests_deferred += 1
         self.guard.deferred(rid, self.iteration, need)
         short = wanted - max(available, 0)
-        return AdmissionDecision.defer(
+        decision = AdmissionDecision.defer(
             role, f"{self.name}: needs {wanted} {role.value} blocks, {max(available, 0)} unreserved", short)
+        self._deferred_at[rid] = (self._epoch, decision)
+        return decision
 
     def _reject(self, request: AdmissionRequest, pool: PoolConfig, need: int) -> AdmissionDecision:
         self.guard.done(request.request_id)
