@@ -1,7 +1,8 @@
 # kvscope: two commands do all set-up on a fresh machine.
 #   make demo   creates .venv, installs kvscope, runs the main job on the built-in engine model
 #   make test   creates .venv, installs the test extras, runs tests/setup.d/* (Debian packages and
-#               services the tests need), lints (ruff, import-linter, Python 3.10 compile), runs pytest
+#               services the tests need), lints (ruff, import-linter, mypy --strict on the seams,
+#               Python 3.10 compile), runs pytest
 # Long runs stay out of `make test`: `make bench`, `make soak`.
 
 PYTHON ?= python3
@@ -34,6 +35,7 @@ setup-test: $(VENV)/.test-installed
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check kvscope remediation tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	@# Python 3.10 compatibility: ruff's py310 target here, and tests/test_architecture.py
 	@# (post-3.10 stdlib names, compile under a real 3.10 interpreter).
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvscope.events import EventKind, PoolRole, blocks_needed
+from kvscope.events import EventKind, KVEvent, PoolRole, blocks_needed
 from kvscope.port import AdmissionDecision, AdmissionRequest, PassView, PoolConfig
 from remediation.ledger import Reservation, ReservationLedger
 from remediation.reporting import Reporter
@@ -70,7 +70,7 @@ class ReservingPolicy:
     name = "reserving"
     description = ""
 
-    def __init__(self, *, max_wait_passes: int = 256, emit: Callable | None = None) -> None:
+    def __init__(self, *, max_wait_passes: int = 256, emit: Callable[[KVEvent], None] | None = None) -> None:
         self.ledger = ReservationLedger()
         self.guard = StallGuard(max_wait_passes)
         self.reporter = Reporter(emit)

@@ -28,6 +28,31 @@ def test_import_linter_contracts_hold_when_checked():
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout
 
 
+def test_strict_type_check_passes_on_the_seams_when_run():
+    """mypy --strict over the files pyproject.toml names (events, port, recording, remediation)."""
+    exe = Path(sys.executable).with_name("mypy")
+    cmd = [str(exe)] if exe.exists() else [shutil.which("mypy") or "mypy"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Success: no issues found" in proc.stdout
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_modules_over_400_lines_say_why_at_their_top_when_scanned():
+    """A module longer than MAX_MODULE_LINES states the reason in its docstring ("Size: ...")."""
+    unexplained = []
+    for path in _py_files():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= MAX_MODULE_LINES:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if not any(line.startswith("Size:") for line in doc.splitlines()):
+            unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert unexplained == []
+
+
 def test_only_the_trtllm_binding_imports_tensorrt_llm_when_scanning_sources():
     offenders = []
     binding = ROOT / "kvscope" / "engines" / "trtllm"

@@ -158,6 +158,8 @@ def request_prompts(events: pd.DataFrame | EventColumns) -> pd.Series:
     vals = prompt_table(ev)
     ok = ~np.isnan(vals)
     return pd.Series(vals[ok].astype(np.int64), index=request_ids(ev)[ok])
+
+
 def compute_debt(
     events: pd.DataFrame | EventColumns, configs: pd.DataFrame | None = None, *, hit_window: int = 16
 ) -> DebtResult:
@@ -332,6 +334,8 @@ def compute_debt(
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)
 PARALLEL_MIN_EVENTS = 200_000
 """Streams at least this long run the pools' debt tracks (and the request timeline) in threads."""
+
+
 def _last_state(ev: EventColumns, pc: int) -> np.ndarray:
     """Per event position, the position of the latest event at or before it that carries the
     state of pool code ``pc`` (-1 before the first)."""
@@ -378,6 +382,7 @@ def eval_points(events: pd.DataFrame | EventColumns) -> np.ndarray:
     ev = as_columns(events)
     if len(ev) == 0:
         return np.zeros(0, dtype=np.int64)
+
     def make() -> np.ndarray:
         mark = np.zeros(len(ev), dtype=bool)  # positions are < len(ev): a mask beats a sort
         mark[ev.iteration_ends()] = True

@@ -1,6 +1,9 @@
 """Events -> tidy DataFrames with fixed dtypes: pool configs, pool time series, request timeline,
 iteration view.
 
+Size: one vectorized builder per view of the same frame (pool configs, pool series, request
+timeline, iteration view); they share the frame's code maps and helpers.
+
 Input is an event frame as :func:`kvscope.recording.read_frame` returns it (FIELDS + ``epoch_ns``,
 ``kind``/``pool`` categoricals in :data:`kvscope.events.EVENT_KINDS` order). Every builder is a pure,
 vectorized function of that frame: no Python loop runs per event. Times are seconds in the event

@@ -1,5 +1,7 @@
 """PyExecutorModel: the executor loop of TensorRT-LLM's PyTorch backend, on a simulated clock.
 
+Size: mirrors ``py_executor.py``'s loop, error paths included, step by step in the real order.
+
 Stands for ``PyExecutor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` @
 0004396720054fd8e205cbf616f21f0b57c6b412. One ``step()`` is one iteration of ``_executor_loop`` /
 ``_executor_loop_pp``, in the real order:

@@ -1,5 +1,7 @@
 """PyTorch-executor adapters over the runtime core: ``KVCacheManagerV2Model`` and ``DSACacheManagerV2Model``.
 
+Size: mirrors ``kv_cache_manager_v2.py`` method by method (the seams the hooks wrap).
+
 Stand for ``KVCacheManagerV2`` in ``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py``
 (read at 0004396720054fd8e205cbf616f21f0b57c6b412 and 00746ef9992943a9bb604dbf1ecf00c64af58c32) and
 ``DSACacheManagerV2`` in ``tensorrt_llm/_torch/attention_backend/sparse/dsa/cache_manager.py`` (map @

@@ -1,5 +1,8 @@
 """V2 capacity scheduler model: ``KVCacheV2SchedulerModel``, ``BudgetTracker``, ``ScheduleAction``.
 
+Size: mirrors ``scheduler_v2.py`` method by method (chunking, paired and unpaired drafts,
+deadlock detection) so that each behaviour sits where the real one does.
+
 Stands for ``KVCacheV2Scheduler`` in ``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py`` @
 00746ef9992943a9bb604dbf1ecf00c64af58c32. Modelled (our words; names and call order real so a
 wrapper observes the same manager calls):

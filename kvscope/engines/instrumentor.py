@@ -22,15 +22,15 @@ Usage::
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from kvscope.engines.binding import Binding, PoolReader
+from kvscope.engines.binding import Binding
 from kvscope.engines.hooks import HOOKS, MODEL_ONLY, HookFactory
+from kvscope.engines.pools import PoolReader
 from kvscope.engines.seams import Seam, SeamResult, seam_results
 from kvscope.recording import Recorder
 

@@ -1,16 +1,46 @@
-"""PoolRegistry: the pools one binding has discovered, and what it last reported about them.
+"""Pools as the binding sees them: how their state is read (PoolReader), the ones discovered, and
+what was last reported about them (PoolRegistry).
 
 Threading: the engine thread only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kvscope.events import PoolRole
 
+PoolState = tuple[int, int, int, int]
+"""(capacity_blocks, free_blocks, evictable_blocks, reserved_blocks); -1 where unknown."""
+STATE_CAPACITY, STATE_FREE, STATE_EVICTABLE, STATE_RESERVED = range(4)
+
 Reported = dict[int, tuple[int, bool]]
 """request id -> (num_blocks, is_active) of its cache, as last reported in events."""
+
+
+class PoolReader(Protocol):
+    """Reads live pool state from one engine's managers (model or TensorRT-LLM)."""
+
+    state_on_every_event: bool
+    """True when :meth:`state` is cheap enough to stamp every event (the model); else snapshots only."""
+
+    def state(self, manager: Any) -> PoolState:
+        """``(capacity_blocks, free_blocks, evictable_blocks, reserved_blocks)``; -1 where unknown."""
+        ...
+
+    def config(self, manager: Any, rank: int) -> dict[str, int | float | str]:
+        """POOL_CONFIGURED fields (see EVENTS_CONTRACT) plus ``capacity_blocks``, ``bytes_per_token``,
+        ``index_slots``."""
+        ...
+
+    def evicted_total(self, manager: Any) -> int | None:
+        """Blocks evicted from this pool so far (None: not observable)."""
+        ...
+
+    def fingerprint(self, manager: Any) -> Any:
+        """A cheap value that changes whenever any cache in the pool gains, loses, suspends or
+        resumes blocks (None: not available, always sweep)."""
+        ...
 
 
 def role_of(manager: Any) -> PoolRole:

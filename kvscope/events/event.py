@@ -51,7 +51,7 @@ class KVEvent:
         if not isinstance(self.pool, PoolRole):
             object.__setattr__(self, "pool", PoolRole(self.pool))
 
-    def as_row(self) -> tuple:
+    def as_row(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in FIELDS)
 
 
@@ -120,10 +120,17 @@ class WallClockAnchor:
         if missing:
             raise ValueError(f"anchor is missing {', '.join(missing)}")
         return cls(
-            epoch_ns=int(d["epoch_ns"]),  # type: ignore[arg-type]
-            monotonic_ns=int(d["monotonic_ns"]),  # type: ignore[arg-type]
+            epoch_ns=_as_int(d["epoch_ns"]),
+            monotonic_ns=_as_int(d["monotonic_ns"]),
             host=str(d["host"]),
-            pid=int(d["pid"]),  # type: ignore[arg-type]
-            rank=int(d["rank"]),  # type: ignore[arg-type]
+            pid=_as_int(d["pid"]),
+            rank=_as_int(d["rank"]),
             clock=str(d.get("clock", "monotonic")),
         )
+
+
+def _as_int(value: object) -> int:
+    """An anchor field read from JSON: an int, or a string or float holding one."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise ValueError(f"anchor field must be a number, got {value!r}")

@@ -5,6 +5,8 @@ Standard library only: the columnar codecs (pyarrow, pandas) live in ``kvscope.r
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvscope.events.event import FIELDS
 
 SCHEMA_VERSION = 1
@@ -19,6 +21,11 @@ ENUM_FIELDS: tuple[str, ...] = ("pool", "kind")
 STR_FIELDS: tuple[str, ...] = ("reason",)
 MAX_REASON_CHARS = 512
 """Reasons are trimmed to this on write: events carry messages, never payloads."""
+
+Row = tuple[Any, ...]
+"""A canonical event row: one value per field of :data:`kvscope.events.FIELDS`, in that order."""
+RawRow = tuple[Any, ...]
+"""A row as the recorder's ring holds it (:data:`RAW_FIELDS` order)."""
 
 # ---- positions in a row ------------------------------------------------------------------------
 # Every producer and consumer indexes rows through these names. Where a row is written as a tuple

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ from kvscope.events import (
     SCHEMA_VERSION,
     WallClockAnchor,
 )
-from kvscope.events.schema import INT32_FIELDS, MAX_REASON_CHARS
+from kvscope.events.schema import INT32_FIELDS, MAX_REASON_CHARS, Row
 from kvscope.recording.sinks import EventBatch
 
 HEADER_KEY = b"kvscope"
@@ -57,7 +57,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema(cols)
 
 
-def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
+def rows_to_table(rows: Sequence[Row]) -> pa.Table:
     """Canonical rows (FIELDS order) -> Arrow table with the fixed schema."""
     cols = list(zip(*rows)) if rows else [() for _ in FIELDS]
     return _columns_to_table(dict(zip(FIELDS, cols)), len(rows))
@@ -98,7 +98,7 @@ class JsonlSink:
     def __init__(self, path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
         self.meta = dict(meta or {})
-        self._fh = None
+        self._fh: TextIO | None = None
         self.num_written = 0
 
     def _open(self, anchor: WallClockAnchor) -> None:
@@ -175,7 +175,7 @@ class ParquetSink:
             os.replace(self.partial_path, self.path)
 
 
-def sink_for_path(path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None):
+def sink_for_path(path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> JsonlSink | ParquetSink:
     """Pick the file sink by suffix: ``.parquet`` or ``.jsonl``/``.json``."""
     p = Path(path)
     if p.suffix == ".parquet":

@@ -27,7 +27,7 @@ from kvscope.events import (
     SCHEMA_VERSION,
     WallClockAnchor,
 )
-from kvscope.events.schema import INT32_FIELDS
+from kvscope.events.schema import INT32_FIELDS, Row
 from kvscope.recording.files import HEADER_KEY
 
 KIND_DTYPE = pd.CategoricalDtype([k.value for k in EVENT_KINDS])
@@ -132,7 +132,7 @@ def _validate_value(f: str, v: Any) -> str | None:
 
 def _read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None]:
     problems: list[RowProblem] = []
-    cols: dict[str, list] = {f: [] for f in FIELDS}
+    cols: dict[str, list[Any]] = {f: [] for f in FIELDS}
     with open(path, encoding="utf-8", errors="replace") as fh:
         first = fh.readline()
         if not first:
@@ -292,7 +292,7 @@ def read_frame(
     return merged
 
 
-def frame_to_rows(df: pd.DataFrame) -> list[tuple]:
+def frame_to_rows(df: pd.DataFrame) -> list[Row]:
     """Inverse of reading: canonical rows (FIELDS order) with enums restored."""
     from kvscope.events import EventKind, PoolRole
 

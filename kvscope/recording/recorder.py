@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable, Iterable
 
 from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, WallClockAnchor
-from kvscope.events.schema import RAW_FIELDS, RAW_ITERATION, RAW_REQUEST_ID, RAW_TS_NS
+from kvscope.events.schema import RAW_FIELDS, RAW_ITERATION, RAW_REQUEST_ID, RAW_TS_NS, RawRow, Row
 from kvscope.recording.ring import EventRing
 
 __all__ = ["RAW_FIELDS", "NullRecorder", "Recorder", "raw_to_rows"]
 
 
-def raw_to_rows(raws: Iterable[tuple], rank: int, pid: int) -> list[tuple]:
+def raw_to_rows(raws: Iterable[RawRow], rank: int, pid: int) -> list[Row]:
     """Raw ring rows (:data:`RAW_FIELDS` order) -> canonical event rows (FIELDS order): the rank and
     pid of the recorder are put in. The one place this transform is written."""
     ts, it, rest = RAW_TS_NS, RAW_ITERATION, RAW_REQUEST_ID
@@ -58,7 +58,7 @@ class Recorder:
         clock_name: str = "monotonic",
     ) -> None:
         self._ring = EventRing(capacity)
-        self.emit: Callable[[tuple], None] = self._ring.append
+        self.emit: Callable[[RawRow], None] = self._ring.append
         self.next_seq: Callable[[], int] = self._ring.next_seq
         self.clock: Callable[[], int] = clock
         self.rank = rank
@@ -117,11 +117,11 @@ class Recorder:
     def capacity(self) -> int:
         return self._ring.capacity
 
-    def drain_raw(self, max_rows: int | None = None) -> list[tuple]:
+    def drain_raw(self, max_rows: int | None = None) -> list[RawRow]:
         """Drain raw ring rows (:data:`RAW_FIELDS` order). Call from one consumer thread only."""
         return self._ring.drain(max_rows)
 
-    def drain_rows(self, max_rows: int | None = None) -> list[tuple]:
+    def drain_rows(self, max_rows: int | None = None) -> list[Row]:
         """Drain canonical rows (FIELDS order). Call from one consumer thread only."""
         return raw_to_rows(self._ring.drain(max_rows), self.rank, self.pid)
 
@@ -141,7 +141,7 @@ class NullRecorder(Recorder):
         self.record = _discard_any  # type: ignore[method-assign]
 
 
-def _discard(_row: tuple) -> None:
+def _discard(_row: RawRow) -> None:
     return None
 
 

@@ -12,6 +12,8 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 
+from kvscope.events.schema import RawRow
+
 
 class EventRing:
     """Fixed-capacity ring of raw rows ``(seq, ...)``.
@@ -27,8 +29,8 @@ class EventRing:
         if capacity <= 0:
             raise ValueError(f"capacity must be > 0, got {capacity}")
         self.capacity = capacity
-        self._dq: deque[tuple] = deque(maxlen=capacity)
-        self.append: Callable[[tuple], None] = self._dq.append
+        self._dq: deque[RawRow] = deque(maxlen=capacity)
+        self.append: Callable[[RawRow], None] = self._dq.append
         """Hot path: append one raw row whose first item is ``next_seq()``. Never blocks or raises."""
         self.next_seq: Callable[[], int] = itertools.count().__next__
         self._expected_seq = 0
@@ -38,7 +40,7 @@ class EventRing:
     def __len__(self) -> int:
         return len(self._dq)
 
-    def drain(self, max_rows: int | None = None) -> list[tuple]:
+    def drain(self, max_rows: int | None = None) -> list[RawRow]:
         """Pop up to ``max_rows`` rows (all by default), oldest first, and account for drops."""
         dq = self._dq
         n = len(dq) if max_rows is None else min(max_rows, len(dq))

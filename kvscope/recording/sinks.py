@@ -9,10 +9,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
-from kvscope.events.schema import COL_REQUEST_ID, RAW_ITERATION, RAW_REQUEST_ID, RAW_TS_NS
+from kvscope.events.schema import (
+    COL_REQUEST_ID,
+    RAW_ITERATION,
+    RAW_REQUEST_ID,
+    RAW_TS_NS,
+    RawRow,
+    Row,
+)
 from kvscope.recording.recorder import raw_to_rows
 
 
@@ -27,7 +34,7 @@ class EventBatch:
 
     def __init__(
         self,
-        raw: Sequence[tuple],
+        raw: Sequence[RawRow],
         anchor: WallClockAnchor,
         *,
         rank: int | None = None,
@@ -40,17 +47,17 @@ class EventBatch:
         self.pid = anchor.pid if pid is None else pid
         self.dropped_total = dropped_total
         """The recorder's drop counter when this batch was drained."""
-        self._rows: list[tuple] | None = None
+        self._rows: list[Row] | None = None
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple], anchor: WallClockAnchor, dropped_total: int = 0) -> EventBatch:
+    def from_rows(cls, rows: Sequence[Row], anchor: WallClockAnchor, dropped_total: int = 0) -> EventBatch:
         """Build from canonical rows (FIELDS order), e.g. when replaying a file."""
         b = cls([], anchor, dropped_total=dropped_total)
         b._rows = list(rows)
         return b
 
     @property
-    def rows(self) -> list[tuple]:
+    def rows(self) -> list[Row]:
         """Canonical rows in :data:`kvscope.events.FIELDS` order."""
         if self._rows is None:
             self._rows = raw_to_rows(self.raw, self.rank, self.pid)
@@ -59,7 +66,7 @@ class EventBatch:
     def events(self) -> list[KVEvent]:
         return [KVEvent(*r) for r in self.rows]
 
-    def columns(self) -> dict[str, list]:
+    def columns(self) -> dict[str, list[Any]]:
         """Column lists in FIELDS order (rank and pid repeated)."""
         if self._rows is not None or not self.raw:
             rows = self.rows

@@ -1,4 +1,7 @@
-"""Synthetic closed-loop workloads for the built-in scenarios (numbers from issue 3 / the report).
+"""Synthetic closed-loop workloads for the built-in scenarios (numbers from the incident report).
+
+Size: one constructor per built-in synthetic scenario, each with its description: a table of
+scenarios, not one mechanism.
 
 - ``shared-prefix``: the report's minimal reproduction without agentic traffic: many long prompts
   (default 100,000-token prefix + 1,000-30,000 unique tokens) sharing ONE prefix, kept at

@@ -1,5 +1,8 @@
 """Closed-loop replay of the Claude Code agentic sessions in ``kv-cache-tester_traces.tar.xz``.
 
+Size: the archive's reading order and the closed-loop session model depend on each other (which
+members are read ahead depends on when sessions start); kept together so that order is visible.
+
 Source: github.com/callanjfox/kv-cache-tester ``traces/trace_NNNN.json`` @ 94f6046d (last change to
 ``traces/`` c9b3da54), format per ../shared/traces/SOURCES.md: one session per member, 64-token chained
 hash ids with ``hash_id_scope == "local"``, ``t``/``think_time``/``api_time`` in seconds, sub-agents as

@@ -4,7 +4,7 @@ Context-path methods are observed by diffing the request's cache (blocks, capaci
 committed) before and after the call, so nested calls on the same manager (``prepare_context`` ->
 ``prepare_context_cache``) are recorded once, by the outermost hook. Growth that happens for every
 running request every iteration (generation steps, the draft mirror's sizing) is swept once per
-iteration by :meth:`Binding.sweep`; the hooks there report refusals, and what one call changed.
+iteration by :meth:`CacheDiffs.sweep`; the hooks there report refusals, and what one call changed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvscope.engines import gate
-from kvscope.engines.binding import REQUEST_RE, Binding, cache_view, parse_asked_tokens
+from kvscope.engines.binding import REQUEST_RE, Binding, parse_asked_tokens
+from kvscope.engines.diffs import cache_view
 from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
 from kvscope.events import EventKind, PoolRole
 
@@ -50,7 +51,7 @@ def diff_request(on_result: OnResult | None = None, *, name: str = "req") -> Hoo
             finally:
                 depth[id(self)] = 0
                 try:
-                    b.emit_cache_diff(self, rid, before)
+                    b.diffs.emit_cache_diff(self, rid, before)
                 except Exception:
                     b.hook_failed()
             if on_result is not None:
@@ -126,7 +127,7 @@ def try_allocate_generation(b: Binding, original: Method) -> Method:
             elif cache is not None and (cache.num_blocks != num_blocks or cache.is_active != is_active):
                 # A generation step never commits and the diff does not read the old capacity:
                 # the view before is (blocks, -, active, committed now).
-                b.emit_cache_diff(self, req.py_request_id, (num_blocks, -1, is_active, cache.num_committed_tokens))
+                b.diffs.emit_cache_diff(self, req.py_request_id, (num_blocks, -1, is_active, cache.num_committed_tokens))
         except Exception:
             b.hook_failed()
         return result
@@ -145,7 +146,7 @@ def _generation_refused(b: Binding, m: Any, req: Any, view: Any) -> None:
 def prepare_draft_resources(b: Binding, original: Method) -> Method:
     """``_prepare_draft_resources``, the draft mirror's context/generation sizing: allocations are
     reported after the call (or before a raise is passed on) in the order the call made them, each
-    with the pool state after it (:meth:`Binding.sweep_batch`); the raise site's request gets
+    with the pool state after it (:meth:`CacheDiffs.sweep_batch`); the raise site's request gets
     RESIZE_FAILED / RESUME_FAILED. The raise itself is reported as fatal by the executor-side hook
     it leaves through, if it does."""
     rec = b.rec
@@ -166,8 +167,8 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
         except BaseException as exc:
             try:
                 b.raising_pool = b.role(self)
-                b.sweep_batch(self, batch, before)
-                b.sweep(self)
+                b.diffs.sweep_batch(self, batch, before)
+                b.diffs.sweep(self)
                 _record_raise(b, self, exc)
             except Exception:
                 b.hook_failed()
@@ -177,7 +178,7 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
                 return None  # only the failing request(s) ended; the rest of the batch is prepared
             raise
         try:
-            b.sweep_batch(self, batch, before, fingerprint)
+            b.diffs.sweep_batch(self, batch, before, fingerprint)
         except Exception:
             b.hook_failed()
         return result
@@ -240,6 +241,6 @@ def diff_batch(kinds: tuple[str, ...]) -> HookFactory:
 def _record_batch(b: Binding, manager: Any, befores: list[tuple[int, Any]]) -> None:
     try:
         for rid, before in befores:
-            b.emit_cache_diff(manager, rid, before)
+            b.diffs.emit_cache_diff(manager, rid, before)
     except Exception:
         b.hook_failed()

@@ -8,7 +8,7 @@ pages too, so ``free = available - evictable``. Reading statistics walks every p
 done once per iteration (POOL_SNAPSHOT), not on every event (events carry -1, unknown), with one
 exception, the cheapest faithful read for the draft pool: one more read right before
 ``_prepare_draft_resources``, from which, with the read after it, the binding derives the state
-after each mirror's sizing (:meth:`kvscope.engines.binding.Binding.sweep_batch`; exact when the call
+after each mirror's sizing (:meth:`kvscope.engines.diffs.CacheDiffs.sweep_batch`; exact when the call
 only took free pages, else the state after the call). Two reads per iteration instead of one.
 """
 

@@ -166,12 +166,12 @@ def _sized(before, after, evictable_after=0):
     b = Binding(rec, reader)
     m = _DraftManager(before)
     m.kv_cache_map[1] = _Cache(2, 8)
-    b.sweep(m)
+    b.diffs.sweep(m)
     rec.drain()
     m.kv_cache_map[1].num_blocks, m.kv_cache_map[1].capacity = 3, 12  # generation growth: +1
     m.kv_cache_map[2] = _Cache(5, 20)  # a new context mirror: +5
     m.state = after
-    b.sweep_batch(m, _Batch([_Req(2)], [_Req(1)]), before)
+    b.diffs.sweep_batch(m, _Batch([_Req(2)], [_Req(1)]), before)
     return [(e.request_id, e.num_blocks, e.free_blocks) for e in rec.drain()], reader.reads
 
 
