@@ -37,6 +37,15 @@ def test_strict_type_check_passes_on_the_seams_when_run():
     assert "Success: no issues found" in proc.stdout
 
 
+def test_no_environment_links_are_tracked_when_listing_the_index():
+    """Worktrees link .venv and .cache to the shared ones; committing a link and fast-forwarding the
+    main checkout replaces the shared environment with a link to itself."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "ls-files", "--", ".venv", ".cache"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == ""
+
+
 MAX_MODULE_LINES = 400
 
 
