@@ -65,6 +65,7 @@ class TestConstruction:
         """TestConstruction::test_max_num_tokens_none @ 00746ef."""
         assert build(version=version, max_num_tokens=None).scheduler.max_num_tokens is None
 
+
 class TestTokenBudget:
     def test_gen_budget_exhausted(self, version):
         """TestTokenBudget::test_gen_budget_exhausted @ 00746ef: budget 3, five decodes -> 0, 1, 2."""
@@ -128,6 +129,7 @@ class TestTokenBudget:
         out = engine.schedule([gen(engine, i) for i in range(5)])
         assert ids(out.generation_requests) == [0, 1]
 
+
 class TestDraftTokenBudget:
     """Not chunked: a context request is charged its prompt plus its drafts as one unit."""
 
@@ -151,6 +153,7 @@ class TestDraftTokenBudget:
         engine = build(version=version, max_num_tokens=3)
         out = engine.schedule([gen(engine, 0, drafts=5)])
         assert out.generation_requests == []
+
 
 class TestChunkedContext:
     """Chunk sizing: min(remaining budget, remaining prompt, max_context_length), rounded down to the
@@ -237,6 +240,7 @@ class TestChunkedContext:
         out = engine.schedule([ctx(engine, 0, 264, done=64)])
         assert ids(out.context_requests) == [0]
 
+
 class TestDraftTokenFitting:
     """V2 adds the whole draft length to the last chunk's tokens, with no page-remainder trimming."""
 
@@ -274,6 +278,7 @@ class TestDraftTokenFitting:
         assert ids(out.context_requests) == [0]
         assert len(req.py_draft_tokens) == 5
         assert engine.target.kv_cache_map[0].capacity == 192
+
 
 class TestStateFiltering:
     def test_inflight_skipped(self, version):
@@ -320,6 +325,7 @@ class TestStateFiltering:
         out = engine.schedule([gen(engine, 0), gen(engine, 1)], inflight={0})
         assert ids(out.generation_requests) == [1]
 
+
 class TestSorting:
     """Scheduled lists are ordered by LoRA task id (none first), stably; with chunking, non-last
     chunks before last chunks."""
@@ -349,6 +355,7 @@ class TestSorting:
         out = engine.schedule([ctx(engine, 0, 100, lora=3), ctx(engine, 1, 100, lora=1)])
         assert ids(out.context_requests) == [1, 0]
 
+
 class TestSchedulerOutput:
     def test_output_fields_correct(self, version):
         """TestSchedulerOutput::test_output_fields_correct @ 00746ef (without the disaggregated
@@ -370,6 +377,7 @@ class TestSchedulerOutput:
         out = build(version=version, max_num_tokens=100).schedule([])
         assert (out.num_fitting_requests, out.context_requests, out.generation_requests) == (0, [], [])
 
+
 class TestCanSchedule:
     @pytest.mark.parametrize("name", ["test_always_true", "test_empty_list"])
     def test_can_schedule(self, version, name):
@@ -377,6 +385,7 @@ class TestCanSchedule:
         engine = build(version=version)
         requests = [gen(engine, 0)] if name == "test_always_true" else []
         assert engine.scheduler.can_schedule(requests) is True
+
 
 class TestPrepareBeforeBudget:
     """Not chunked, block reuse on: the reused prefix (125 cached blocks = 500 tokens) is claimed
@@ -423,6 +432,7 @@ class TestPrepareBeforeBudget:
         out = engine.schedule([decode, req])
         assert ids(out.generation_requests) == [1]
         assert out.context_requests == []
+
 
 class TestPartialReuse:
     """Chunked (unit 64), reuse on: the scheduler never aligns the chunk to a block boundary."""
@@ -480,6 +490,7 @@ class TestPartialReuse:
         out = engine.schedule([req, decode])
         assert ids(out.context_requests) == [0] and ids(out.generation_requests) == [1]
         assert req.context_chunk_size == 64
+
 
 class TestEdgeCases:
     def test_empty_active_requests(self, version):

@@ -99,6 +99,7 @@ class TestUnpairedDraftAdmission:
         assert ids(out.generation_requests) == [0]
         assert admits == [] and grows == [(req,)]
 
+
 class TestBlockedPendingCtxFastPath:
     """``_pending_ctx_certainly_blocked`` (newest main): a pending context whose unpaired mirror
     exists, is suspended and whose draft pool is above max_util_for_resume is skipped without a
@@ -185,6 +186,7 @@ class TestBlockedPendingCtxFastPath:
         previews = spy(engine.target, "mirror_admission_certainly_blocked")
         assert ids(engine.schedule([req]).context_requests) == [0]
         assert previews == []
+
 
 class TestMirrorAdmissionPreview:
     """``has_active_cache`` / ``mirror_admission_certainly_blocked`` / ``_resume_gate_refuses`` on a

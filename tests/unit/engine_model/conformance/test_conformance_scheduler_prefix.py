@@ -35,6 +35,7 @@ FORCE = ContextChunkingPolicy.FORCE_CHUNK
 
 SHARED = [424242]  # the first block key two prompts have in common
 
+
 @pytest.mark.builds_with("prefix_aware_skip")
 class TestPrefixAwareSkip:
     """Block reuse on (ALL_REUSABLE): a first chunk whose first new block another request commits

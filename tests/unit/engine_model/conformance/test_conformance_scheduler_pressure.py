@@ -229,6 +229,7 @@ class TestKVCacheFailuresGen:
         recompute_pause = engine.scheduler.engine_build.recompute_pause
         assert ids(out.recompute_paused_requests) == ([99] if recompute_pause else [])
 
+
 class TestEviction:
     def test_evict_gen_from_tail(self, version):
         """TestEviction::test_evict_gen_from_tail @ 00746ef. Pool 4 (full), host tier: 0 fits once
@@ -311,6 +312,7 @@ class TestEviction:
         assert out.generation_requests == [] and out.context_requests == []
         assert ids(out.paused_requests) == [0]
 
+
 class TestMixedOrdering:
     def test_mixed_gen_ctx_order(self, version):
         """TestMixedOrdering::test_mixed_gen_ctx_order @ 00746ef."""
@@ -361,6 +363,7 @@ class TestMixedOrdering:
         assert out.generation_requests == []
         assert ids(out.paused_requests) == [0]
         assert ids(out.recompute_paused_requests) == [2, 1]
+
 
 class TestKVCacheFailuresCtx:
     """Context failures, not chunked. No tier below the GPU: a failed resize may preempt, but these
@@ -474,6 +477,7 @@ class TestKVCacheFailuresCtx:
         assert reverts == [(first,)]
         assert suspends == [(first,)] and draft_suspends == [(first,)]
 
+
 class TestKVCacheFailuresCtxChunked:
     def test_chunked_prepare_fails(self, version):
         """TestKVCacheFailuresCtxChunked::test_chunked_prepare_fails @ 00746ef (IndexMapper full)."""
@@ -516,6 +520,7 @@ class TestKVCacheFailuresCtxChunked:
         out = engine.schedule([ctx(engine, 0, 500), gen(engine, 1, tokens=128)])
         assert out.context_requests == []
         assert ids(out.generation_requests) == [1]
+
 
 @pytest.mark.builds_with("has_cache_tier_below_gpu")
 class TestContextPreemption:
@@ -678,6 +683,7 @@ class TestContextPreemption:
         assert preempts == [(victim,)]
         assert ids(out.recompute_paused_requests) == [99]
 
+
 @pytest.mark.builds_with(deadlock_stall_passes=lambda n: n > 1)
 class TestDeadlockDetection:
     """Passes with candidates but no progress raise "V2 scheduler deadlock" (stall limit set to 3
@@ -741,10 +747,12 @@ class TestDeadlockDetection:
             engine.schedule(reqs, inflight={0})
         assert engine.scheduler._stalled_schedules == 0
 
+
 FIRST_PASS_DEADLOCK = (
     r"^V2 scheduler deadlock: 1 generation request\(s\) active but none could be scheduled or "
     r"evicted\. KV cache pool is likely exhausted with no host cache tier for suspend/resume offload\. "
     r"Configure kv_cache_config\.host_cache_size or increase kv_cache_config\.max_tokens\.$")
+
 
 @pytest.mark.builds_with(deadlock_stall_passes=lambda n: n == 1)
 class TestFirstPassDeadlock:
