@@ -51,7 +51,7 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         tokens_per_block=config.tokens_per_block, max_seq_len=config.max_seq_len,
         max_batch_size=config.max_batch_size, max_num_tokens=config.max_num_tokens,
         pp_size=config.pp_size, max_draft_len=config.max_draft_len,
-        max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.num_extra_kv_tokens,
+        max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.extra_kv_tokens,
         num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
         enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint, engine_build=build,
     )

@@ -74,7 +74,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = _knob(True, "split prompts into chunks under max_num_tokens", real=True)
     max_draft_len: int = _knob(1, "MTP draft tokens per step (0: no speculation, no draft pool)", real=True)
     max_util_for_resume: float = _knob(0.95, "resume refused above this GPU pool utilisation", real=True)
-    num_extra_kv_tokens: int = _knob(0, "extra KV tokens per request (spec-dec bookkeeping)", real=True)
+    num_extra_kv_tokens: int = _knob(
+        -1, "extra KV tokens per request (-1: get_num_extra_kv_tokens, i.e. max_draft_len - 1 for one-model MTP)",
+        real=True)
     num_reserved_index_slots: int = _knob(1, "IndexMapper slots beyond max_batch_size x pp", real=True)
     pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
     tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
@@ -125,7 +127,9 @@ class EngineConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        non_negative = ("max_draft_len", "num_extra_kv_tokens", "num_reserved_index_slots",
+        if self.num_extra_kv_tokens < -1:
+            raise ValueError(f"num_extra_kv_tokens must be >= -1 (-1: derived), got {self.num_extra_kv_tokens}")
+        non_negative = ("max_draft_len", "num_reserved_index_slots",
                         "max_gpu_total_bytes", "num_target_blocks", "num_draft_blocks",
                         "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
                         "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
@@ -166,6 +170,13 @@ class EngineConfig:
     def engine_build(self) -> EngineBuild:
         """The feature record of ``engine_version`` (versions.py)."""
         return get_engine_build(self.engine_version)
+
+    @property
+    def extra_kv_tokens(self) -> int:
+        """``num_extra_kv_tokens``, or the engine's own count when the knob is -1."""
+        if self.num_extra_kv_tokens >= 0:
+            return self.num_extra_kv_tokens
+        return get_num_extra_kv_tokens(self.max_draft_len)
 
     @property
     def has_draft_pool(self) -> bool:
@@ -222,6 +233,15 @@ class EngineConfig:
                 raise ValueError(f"unknown knob {key!r}; valid knobs: {', '.join(sorted(by_name))}")
             changes[key] = coerce_knob(key, type(getattr(self, key)), raw)
         return dataclasses.replace(self, **changes)
+
+
+def get_num_extra_kv_tokens(max_draft_len: int) -> int:
+    """Extra KV tokens one-engine speculative decoding keeps per request (real
+    ``speculative/utils.py::get_num_extra_kv_tokens``): ``max_draft_len - 1`` when the drafter runs
+    in the target engine (one-model MTP, Eagle3 one-model, ...; MTP's ``max_draft_len`` is its
+    number of next-n layers), 0 without speculation. The shared-KV-cache case (0) is not modelled:
+    every scenario has a separate draft manager."""
+    return max_draft_len - 1 if max_draft_len > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,3 +122,12 @@ def test_paired_is_refused_on_a_build_without_joint_reuse():
                                          r"main-00746ef"):
         GLM5_DSA.with_overrides(["draft_mode=paired"])
     assert GLM5_DSA.with_overrides(["draft_mode=paired", "engine_version=1.3.0rc27"]).draft_mode is DraftMode.PAIRED
+
+
+def test_extra_kv_tokens_follow_get_num_extra_kv_tokens_when_mtp_has_three_draft_layers():
+    # One-engine MTP keeps max_draft_len - 1 extra KV tokens per request (speculative/utils.py).
+    assert QWEN_HYBRID_MTP.max_draft_len == 3
+    assert QWEN_HYBRID_MTP.extra_kv_tokens == 2
+    assert GLM5_DSA.extra_kv_tokens == 0  # MTP with one draft layer
+    assert dataclasses.replace(GLM5_DSA, max_draft_len=0).extra_kv_tokens == 0
+    assert QWEN_HYBRID_MTP.with_overrides(["num_extra_kv_tokens=5"]).extra_kv_tokens == 5

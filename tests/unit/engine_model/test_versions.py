@@ -1,0 +1,181 @@
+"""Behaviour selected by ``engine_version``: the builds the reports ran against the newest main read.
+
+Exact counts on tiny pools (16-token blocks): a draft pool of 20 blocks is at the resume gate
+(``max_util_for_resume`` 0.95) once 20 blocks are held (1.0 > 0.95; 19 blocks is exactly 0.95 and
+still resumes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscope.engine_model.batch import ScheduledRequestsModel
+from kvscope.engine_model.build import build_engine
+from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
+from kvscope.engine_model.request import LlmRequestModel, LlmRequestState
+from kvscope.engine_model.scheduler import ContextChunkingPolicy, KVCacheV2SchedulerModel
+from kvscope.engine_model.versions import MAIN_00746EF, RC25, RC27, get_engine_build
+from kvscope.replay.scenarios import QWEN_HYBRID_MTP
+
+TPB = 16
+
+
+def make_engine(build, *, draft_blocks: int = 20, target_blocks: int = 64, max_batch_size: int = 4):
+    common = dict(tokens_per_block=TPB, max_seq_len=4096, max_batch_size=max_batch_size, max_num_tokens=512,
+                  max_draft_len=1, engine_build=build)
+    target = KVCacheManagerV2Model(num_blocks=target_blocks, **common)
+    draft = KVCacheManagerV2Model(num_blocks=draft_blocks, is_draft=True, **common)
+    scheduler = KVCacheV2SchedulerModel(max_batch_size, 512, target, draft_kv_cache_manager=draft,
+                                        ctx_chunk_config=(ContextChunkingPolicy.FIRST_COME_FIRST_SERVED, TPB))
+    return scheduler, target, draft
+
+
+def request(request_id: int, prompt_len: int) -> LlmRequestModel:
+    return LlmRequestModel(request_id, prompt_len, 8, [1000 * request_id + i for i in range(prompt_len // TPB)],
+                           max_draft_len=1)
+
+
+def fill_draft_pool(draft: KVCacheManagerV2Model) -> LlmRequestModel:
+    """Hold all 20 draft blocks with one generating mirror (19 blocks of context + 1 of decode)."""
+    hog = request(1, 304)
+    hog.context_chunk_size = 304
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=[hog]))
+    hog.move_to_next_context_chunk()
+    hog.state, hog.num_generated_tokens, hog.py_draft_tokens = LlmRequestState.GENERATION_IN_PROGRESS, 1, [0]
+    draft.prepare_resources(ScheduledRequestsModel(generation_requests=[hog]))
+    assert draft.pool_state().used_blocks == 20
+    return hog
+
+
+# ---- the scheduler-side mirror admission, by build -------------------------------------------------
+def test_new_mirror_is_born_suspended_and_refused_in_prepare_draft_resources_on_rc25():
+    scheduler, target, draft = make_engine(RC25)
+    fill_draft_pool(draft)
+    newcomer = request(7, 32)
+    out = scheduler.schedule_request([newcomer], set())
+    # The rc25 scheduler admits on the target alone: no mirror exists after scheduling.
+    assert [r.py_request_id for r in out.context_requests] == [7]
+    assert 7 not in draft.kv_cache_map
+    assert target.kv_cache_map[7].capacity == 32
+    with pytest.raises(RuntimeError, match="^Failed to resume draft KV cache for request 7$"):
+        draft.prepare_resources(ScheduledRequestsModel(context_requests=out.context_requests))
+    # The mirror was created in _prepare_draft_resources (an IndexMapper slot, no pages) and its
+    # first resume was refused: still suspended, capacity 0, the pool unchanged.
+    mirror = draft.kv_cache_map[7]
+    assert (mirror.is_active, mirror.capacity) == (False, 0)
+    assert draft.index_mapper.size() == 2
+    assert draft.pool_state().used_blocks == 20
+
+
+def test_new_mirror_refused_at_admission_defers_the_request_on_main():
+    scheduler, target, draft = make_engine(MAIN_00746EF)
+    fill_draft_pool(draft)
+    newcomer = request(7, 32)
+    out = scheduler.schedule_request([newcomer], set())
+    # admit_mirror creates the mirror, its first resume is refused: the request is not scheduled and
+    # its caches are freed (a failed first chunk keeps no holds), so prepare_resources cannot raise.
+    assert out.context_requests == []
+    assert 7 not in draft.kv_cache_map and 7 not in target.kv_cache_map
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=out.context_requests))
+
+
+def test_rc27_has_joint_reuse_but_no_scheduler_side_mirror_admission():
+    assert (RC27.joint_reuse, RC27.scheduler_admits_mirror, RC27.draft_pool_diagnostic) == (True, False, False)
+    scheduler, _, draft = make_engine(RC27)
+    fill_draft_pool(draft)
+    out = scheduler.schedule_request([request(7, 32)], set())
+    assert [r.py_request_id for r in out.context_requests] == [7]
+    with pytest.raises(RuntimeError, match="^Failed to resume draft KV cache for request 7$"):
+        draft.prepare_resources(ScheduledRequestsModel(context_requests=out.context_requests))
+
+
+# ---- messages and sizing, by build ---------------------------------------------------------------
+@pytest.mark.parametrize(("build", "suffix"), [
+    (RC25, ""), (RC27, ""), (MAIN_00746EF, " [draft pool: 1 live caches holding 0 tokens, gpu_max_tokens=64]")])
+def test_draft_resize_message_carries_the_pool_diagnostic_only_on_main(build, suffix):
+    draft = KVCacheManagerV2Model(num_blocks=4, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=4,
+                                  max_draft_len=1, is_draft=True, engine_build=build)
+    req = request(7, 100)
+    req.context_chunk_size = 100
+    with pytest.raises(RuntimeError) as raised:
+        draft.prepare_resources(ScheduledRequestsModel(context_requests=[req]))
+    assert str(raised.value) == (
+        f"Draft KV cache context resize failed for request 7: could not resize to 100 tokens{suffix}")
+
+
+@pytest.mark.parametrize(("build", "capacity"), [(RC25, 33), (RC27, 32), (MAIN_00746EF, 32)])
+def test_mirror_charges_draft_tokens_on_every_chunk_only_on_rc25(build, capacity):
+    draft = KVCacheManagerV2Model(num_blocks=64, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=4,
+                                  max_draft_len=1, is_draft=True, engine_build=build)
+    req = request(7, 64)
+    req.context_chunk_size = 32  # first of two chunks
+    req.py_draft_tokens = [0]
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=[req]))
+    assert draft.kv_cache_map[7].capacity == capacity
+
+
+def test_generation_request_without_a_mirror_meets_the_builds_message():
+    for build, message in ((RC25, "^Missing draft KV cache for generation request 3$"),):
+        draft = KVCacheManagerV2Model(num_blocks=8, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=1,
+                                      num_reserved_index_slots=0, max_draft_len=1, is_draft=True,
+                                      engine_build=build)
+        gen = request(3, 32)
+        gen.state = LlmRequestState.GENERATION_IN_PROGRESS
+        with pytest.raises(RuntimeError, match=message):
+            draft.prepare_resources(ScheduledRequestsModel(generation_requests=[gen]))
+
+
+def test_full_draft_index_mapper_fails_the_context_mirror_at_once_on_rc25():
+    draft = KVCacheManagerV2Model(num_blocks=8, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=1,
+                                  num_reserved_index_slots=0, max_draft_len=1, is_draft=True, engine_build=RC25)
+    first, second = request(1, 16), request(2, 16)
+    first.context_chunk_size = second.context_chunk_size = 16
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=[first]))
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'stop_committing'"):
+        draft.prepare_resources(ScheduledRequestsModel(context_requests=[second]))
+
+
+# ---- scheduler steps that only newer builds have --------------------------------------------------
+def test_rc25_scheduler_has_no_recompute_pause_page_preemption_or_prefix_skip():
+    scheduler, _, _ = make_engine(RC25)
+    assert scheduler.enable_recompute_pause is False
+    assert scheduler._preempt_for_pages_exists is False
+    assert scheduler._prefix_skip_enabled is False
+    newest, _, _ = make_engine(MAIN_00746EF)
+    assert (newest.enable_recompute_pause, newest._preempt_for_pages_exists, newest._prefix_skip_enabled) == (
+        True, True, True)
+
+
+def test_rc25_deadlock_check_raises_on_the_first_pass_with_waiting_generation_and_no_eviction():
+    scheduler, target, _ = make_engine(RC25, target_blocks=2)
+    waiting = request(5, 32)
+    assert target.prepare_context(waiting)
+    waiting.context_chunk_size = 32
+    assert target.resize_context(waiting, 32)  # 2 of 2 blocks
+    waiting.move_to_next_context_chunk()
+    waiting.state, waiting.num_generated_tokens, waiting.py_draft_tokens = (
+        LlmRequestState.GENERATION_IN_PROGRESS, 1, [0])
+    target.suspend_request(waiting)  # suspended: cannot be evicted again, and the pool is full
+    with pytest.raises(RuntimeError, match=r"^V2 scheduler deadlock: 1 generation request\(s\) active but none "
+                                           r"could be scheduled or evicted\."):
+        scheduler.schedule_request([waiting], set())
+
+
+# ---- spec-dec bookkeeping --------------------------------------------------------------------------
+def test_mtp_with_three_draft_layers_keeps_two_extra_kv_tokens_in_both_pools():
+    parts = build_engine(QWEN_HYBRID_MTP)
+    assert parts.kv_cache_manager.num_extra_kv_tokens == 2
+    assert parts.draft_kv_cache_manager.num_extra_kv_tokens == 2
+    draft = parts.draft_kv_cache_manager
+    req = LlmRequestModel(9, 100, 8, [], max_draft_len=3)
+    req.context_chunk_size = 100
+    draft.draft_cursor_sizing = "chunk"
+    draft.prepare_resources(ScheduledRequestsModel(context_requests=[req]))
+    assert draft.kv_cache_map[9].capacity == 100 + 2  # position + chunk + extra (no drafts in context)
+
+
+def test_engine_version_alias_and_module_paths():
+    assert get_engine_build("main") is MAIN_00746EF
+    assert RC25.kv_manager_module == "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2"
+    assert RC27.kv_manager_module == MAIN_00746EF.kv_manager_module == (
+        "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2")
