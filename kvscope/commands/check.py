@@ -1,12 +1,14 @@
 """``kvscope check [--json]``: compare the seam record with the engines that are importable here.
 
-For an installed TensorRT-LLM it picks the seam table for that build and reports, seam by seam,
+For an installed TensorRT-LLM it picks the seam table from the methods its ``KVCacheManagerV2`` has
+(``admit_mirror``, ``has_cache_tier_below_gpu``, the joint-reuse methods; not from the module path),
+says which table and why, and reports, seam by seam,
 whether the class and method exist with the recorded parameters; where TensorRT-LLM is not
 installed it says so plainly. It always checks the CPU engine model's classes against the seams the
 model follows. Exit status 0 when everything checked matches, 1 on any mismatch.
 
-``--json`` prints one object: ``{"ok", "tensorrt_llm": {"installed", "version", "table",
-"results"}, "engine_model": {"table", "results"}}``; each result has ``seam``, ``module``,
+``--json`` prints one object: ``{"ok", "tensorrt_llm": {"installed", "version", "table", "reason",
+"results"}, "engine_model": {"table", "reason", "results"}}``; each result has ``seam``, ``module``,
 ``signature``, ``commit``, ``ok``, ``kind`` and ``detail``.
 """
 
@@ -17,8 +19,12 @@ import json
 from typing import Any
 
 from kvscope.engines.seams import SeamResult, seam_results
-from kvscope.engines.trtllm.classes import installed_seams_and_classes, installed_version
-from kvscope.engines.trtllm.seams import MODEL_VERSION, seams_for
+from kvscope.engines.trtllm.classes import (
+    installed_seams_and_classes,
+    installed_table_choice,
+    installed_version,
+)
+from kvscope.engines.trtllm.seams import choose_table, seams_for
 
 
 def register(subparsers: Any) -> None:
@@ -43,11 +49,15 @@ def collect() -> dict[str, Any]:
     """The check as data (what ``--json`` prints)."""
     from kvscope.engines.model.seams import model_classes
 
-    model_results = seam_results(seams_for(MODEL_VERSION), classes=model_classes())
+    classes_of_model = model_classes()
+    model_choice = choose_table(classes_of_model.get("KVCacheManagerV2"), module="kvscope.engine_model")
+    model_results = seam_results(seams_for(model_choice.table), classes=classes_of_model)
     version = installed_version()
-    trt: dict[str, Any] = {"installed": version is not None, "version": version, "table": None, "results": []}
+    trt: dict[str, Any] = {"installed": version is not None, "version": version, "table": None, "reason": None,
+                           "results": []}
     trt_results: list[SeamResult] = []
     if version is not None:
+        trt["reason"] = installed_table_choice().reason
         table, seams, classes = installed_seams_and_classes()
         trt_results = seam_results(seams, classes=classes)
         trt["table"] = table
@@ -56,7 +66,8 @@ def collect() -> dict[str, Any]:
     return {
         "ok": ok,
         "tensorrt_llm": trt,
-        "engine_model": {"table": MODEL_VERSION, "results": [_result_dict(r) for r in model_results]},
+        "engine_model": {"table": model_choice.table, "reason": model_choice.reason,
+                         "results": [_result_dict(r) for r in model_results]},
     }
 
 
@@ -70,11 +81,12 @@ def run(args: argparse.Namespace) -> int:
         print("TensorRT-LLM: not installed here (no module named 'tensorrt_llm'); "
               "nothing to check against the real engine.")
     else:
-        print(f"TensorRT-LLM {trt['version']}: checking the '{trt['table']}' seam table")
+        print(f"TensorRT-LLM {trt['version']}: checking the '{trt['table']}' seam table, because {trt['reason']}")
         for r in trt["results"]:
             print(_line(r))
     model = report["engine_model"]
-    print(f"Engine model: checking its classes against the '{model['table']}' seam table")
+    print(f"Engine model: checking its classes against the '{model['table']}' seam table, because "
+          f"{model['reason']}")
     for r in model["results"]:
         print(_line(r))
     bad = sum(not r["ok"] for r in trt["results"]) + sum(not r["ok"] for r in model["results"])

@@ -3,7 +3,9 @@
 TensorRT-LLM cannot be installed here. The stand-in package is generated from the signatures in the
 source snapshot (``snapshots/main-00746ef.json`` and ``main-0004396.json``: facts read from the real
 code), placed at the real module paths, with two deliberate drifts: ``resize_context`` gained a
-parameter and ``admit_mirror`` is gone. Everything runs in a child interpreter so the stand-in never
+parameter and ``admit_mirror`` is gone. The seam table is chosen by the manager's methods, so without
+``admit_mirror`` the stand-in is taken for a build with joint reuse and no scheduler-side mirror
+admission (1.3.0rc27), and the check says so. Everything runs in a child interpreter so the stand-in never
 leaks into other tests.
 """
 
@@ -41,11 +43,12 @@ def _class_source(name: str, methods: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _standin(root: Path) -> None:
+def _standin(root: Path, *, drift: bool = True) -> None:
     methods = _methods()
     manager = dict(methods["KVCacheManagerV2"])
-    manager["resize_context"] = "(self, req, num_tokens, history_length=None)"
-    del manager["admit_mirror"]
+    if drift:
+        manager["resize_context"] = "(self, req, num_tokens, history_length=None)"
+        del manager["admit_mirror"]
     files = {
         "tensorrt_llm/__init__.py": '__version__ = "1.4.0rc1"\n',
         "tensorrt_llm/_torch/__init__.py": "",
@@ -75,14 +78,25 @@ def test_check_names_each_drift_in_plain_words_when_an_engine_is_installed(tmp_p
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     trt = report["tensorrt_llm"]
-    assert (trt["installed"], trt["version"], trt["table"]) == (True, "1.4.0rc1", "main-00746ef")
+    assert (trt["installed"], trt["version"], trt["table"]) == (True, "1.4.0rc1", "1.3.0rc27")
+    assert trt["reason"] == ("KVCacheManagerV2 (found in tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2)"
+                             " has prepare_context_cache and try_allocate_draft_context")
     bad = {r["seam"]: r["detail"] for r in trt["results"] if not r["ok"]}
     assert bad == {
-        "KVCacheManagerV2.resize_context": "parameters changed: recorded (self, req, num_tokens) at 00746ef9, "
+        "KVCacheManagerV2.resize_context": "parameters changed: recorded (self, req, num_tokens) at 00043967, "
                                            "found (self, req, num_tokens, history_length)",
-        "KVCacheManagerV2.admit_mirror": "method admit_mirror not found on KVCacheManagerV2",
     }
     assert report["engine_model"]["results"] and all(r["ok"] for r in report["engine_model"]["results"])
+
+
+def test_check_takes_a_build_with_admit_mirror_for_the_newest_table(tmp_path):
+    _standin(tmp_path, drift=False)
+    done = _run(tmp_path, "from kvscope.cli import main; raise SystemExit(main(['check']))")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first == ("TensorRT-LLM 1.4.0rc1: checking the 'main-00746ef' seam table, because KVCacheManagerV2 "
+                     "(found in tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2) has admit_mirror "
+                     "and has_cache_tier_below_gpu")
 
 
 def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_installed(tmp_path):
@@ -105,7 +119,7 @@ def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_i
     """)
     assert done.returncode == 0, done.stderr
     version_line, warnings_line, wrapped_line, restored_line = done.stdout.splitlines()
-    assert version_line == "main-00746ef 17"  # 18 hooked seams in the table, the drifted one skipped
+    assert version_line == "1.3.0rc27 17"  # 18 hooked seams in the table, the drifted one skipped
     assert "not wrapping KVCacheManagerV2.resize_context" in warnings_line
     assert "admit_mirror" not in warnings_line  # read-only seam: reported by check, never wrapped
     assert wrapped_line == "True KVCacheManagerV2.resize_context"

@@ -15,11 +15,16 @@ Versions:
   and ``_prepare_draft_resources`` charges the draft length on EVERY context chunk. The tag commit
   itself is inferred (the store holds no tags); see ``snapshots/1.3.0rc25.json``.
 * ``main-0004396``: main after #18093 (joint reuse). Draft length only on the last chunk.
+* ``1.3.0rc27``: the build of the hybrid report (commit not given). No copy tied to it is stored; it
+  is read as main-0004396 (joint reuse present, the manager under ``kv_cache/``, no ``admit_mirror``),
+  an inference recorded in ``kvscope/engine_model/SOURCES.md`` ("Engine versions").
 * ``main-00746ef``: the newest code read; adds ``admit_mirror`` (the scheduler creates and resumes
   an unpaired mirror at admission) and the ``[draft pool: ...]`` suffix on the resize message.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from kvscope.engines.seams import PROPERTY, Seam
 
@@ -118,6 +123,10 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + _scheduler(C_00746EF, _SCHED_RC25)
     + _resource_manager()
     + _executor(_NOT_READ_RC25),
+    "1.3.0rc27": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
+    + (_pair_seam("scheduler read at 00746ef only"),)
+    + _resource_manager()
+    + _executor(),
     "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
     + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager()
@@ -159,8 +168,43 @@ MANAGER_MODULES: tuple[str, ...] = (MGR_NEW, MGR_OLD)
 
 
 def version_for_module(module: str) -> str:
-    """The seam table to use when KVCacheManagerV2 was found in ``module``."""
+    """The seam table a module path alone suggests (kept for callers that only know the path; the
+    table is chosen by :func:`choose_table`, which looks at the methods)."""
     return "1.3.0rc25" if module == MGR_OLD else "main-00746ef"
+
+
+@dataclass(frozen=True, slots=True)
+class TableChoice:
+    """Which seam table an engine's classes call for, and the evidence, in words."""
+
+    table: str
+    reason: str
+
+
+# Each entry: (table, manager methods that must all exist). The first match wins; builds that share
+# a module path differ in these methods, so the path is never the evidence.
+_FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("main-00746ef", ("admit_mirror", "has_cache_tier_below_gpu")),
+    ("1.3.0rc27", ("prepare_context_cache", "try_allocate_draft_context")),
+)
+
+
+def choose_table(manager_cls: type | None, *, module: str | None = None) -> TableChoice:
+    """The seam table for a ``KVCacheManagerV2`` class, chosen by the methods it has.
+
+    ``admit_mirror`` + ``has_cache_tier_below_gpu``: the scheduler admits unpaired mirrors
+    (main-00746ef). Joint-reuse methods (``prepare_context_cache``, ``try_allocate_draft_context``)
+    without them: #18093 is in, scheduler-side mirror admission is not (1.3.0rc27, read as 0004396).
+    Neither: no joint reuse (1.3.0rc25). ``module`` only enters the explanation.
+    """
+    where = f" (found in {module})" if module else ""
+    if manager_cls is None:
+        return TableChoice("main-00746ef", "KVCacheManagerV2 not found; assuming the newest table read")
+    for table, methods in _FEATURES:
+        if all(hasattr(manager_cls, name) for name in methods):
+            return TableChoice(table, f"{manager_cls.__name__}{where} has {' and '.join(methods)}")
+    missing = ", ".join(name for _, methods in _FEATURES for name in methods if not hasattr(manager_cls, name))
+    return TableChoice("1.3.0rc25", f"{manager_cls.__name__}{where} has none of {missing} (no joint reuse)")
 
 
 def seams_for(version: str) -> tuple[Seam, ...]:
