@@ -1,17 +1,28 @@
 """Replay files: JSON Lines and Parquet writers (sinks) and the shared header.
 
 JSON Lines: the first line is the header object ``{"format": "kvscope-events", "schema_version":
-N, "anchor": {...}, "meta": {...}}``, then one JSON object per event. Each batch is written and
+N, "anchor": {...}, "meta": {...}, "end_record": true}``, then one JSON object per event, then (on
+close) the end record ``{"format": "kvscope-end", "status": ..., ...}``. Each batch is written and
 flushed as whole lines, so a crash loses at most the line being written: it is the crash-safe
-stream. Parquet: one row group per batch; the header sits in the file's key-value metadata under
-``kvscope``. The file is written to ``<path>.partial`` and renamed on shutdown, so a Parquet file
-at its final name is always complete.
+stream.
+
+Parquet: while recording, the batches go to ``<path>.partial`` as an Arrow IPC *stream* (one record
+batch per pump batch, header in the schema metadata). A stream needs no footer, so a process killed
+mid-run leaves a ``.partial`` file readable up to its last complete batch. On close the stream is
+rewritten as Parquet (one row group per batch; header under the key-value metadata key ``kvscope``,
+end record under ``kvscope_end``) and renamed to ``<path>``, so a Parquet file at its final name was
+closed by kvscope, and its end record says whether the recording was complete or interrupted.
+
+The end record (both formats): ``status`` (``complete``, ``interrupted`` or ``error``),
+``num_events`` written, ``dropped`` (events the recorder's ring lost before they reached the sink).
+A header with ``end_record: true`` promises one; a file that promises one and has none was cut off.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +42,11 @@ from kvscope.events.schema import INT32_FIELDS, MAX_REASON_CHARS, Row
 from kvscope.recording.sinks import EventBatch
 
 HEADER_KEY = b"kvscope"
+END_KEY = b"kvscope_end"
+END_FORMAT = "kvscope-end"
+"""``format`` of the JSON Lines end record (the last line of a file closed by kvscope)."""
+END_STATUSES = ("complete", "interrupted", "error")
+"""How a recording ended: closed normally, stopped by a signal/KeyboardInterrupt, or by an error."""
 
 
 def make_header(anchor: WallClockAnchor, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -39,7 +55,29 @@ def make_header(anchor: WallClockAnchor, meta: dict[str, Any] | None = None) -> 
         "schema_version": SCHEMA_VERSION,
         "anchor": anchor.to_dict(),
         "meta": dict(meta or {}),
+        "end_record": True,
     }
+
+
+def make_end_record(status: str, *, num_events: int, dropped: int = 0) -> dict[str, Any]:
+    """The end record written on close (see module docstring)."""
+    if status not in END_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(END_STATUSES)}, got {status!r}")
+    return {"format": END_FORMAT, "status": status, "num_events": int(num_events), "dropped": int(dropped),
+            "closed_epoch_ns": time.time_ns()}
+
+
+class _EndState:
+    """How the owner says the recording ended before ``shutdown`` (default: complete)."""
+
+    def __init__(self) -> None:
+        self.status = "complete"
+        self.dropped = 0
+
+    def set_end(self, status: str, *, dropped: int = 0) -> None:
+        make_end_record(status, num_events=0)  # validates status
+        self.status = status
+        self.dropped = int(dropped)
 
 
 def arrow_schema() -> pa.Schema:
@@ -92,10 +130,41 @@ def _columns_to_table(cols: dict[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-class JsonlSink:
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuse, before any work, an output path that cannot be written (one-line ValueError).
+
+    Creates missing parent folders (as the sinks do) and probes that a file can be created there.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{p}: is a directory, not a file path")
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{p}: cannot create folder {parent}: {e.strerror or e}") from None
+    if not parent.is_dir():
+        raise ValueError(f"{p}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ValueError(f"{p}: not writable (permission denied)")
+    probe = parent / f".{p.name}.kvscope-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{p}: cannot write there: {e.strerror or e}") from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
+class JsonlSink(_EndState):
     """Writes events as JSON Lines (see module docstring). Header written on the first batch."""
 
     def __init__(self, path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.path = Path(path)
         self.meta = dict(meta or {})
         self._fh: TextIO | None = None
@@ -133,25 +202,33 @@ class JsonlSink:
 
     def shutdown(self) -> None:
         if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+            try:
+                end = make_end_record(self.status, num_events=self.num_written, dropped=self.dropped)
+                self._fh.write(json.dumps(end) + "\n")
+            finally:
+                self._fh.close()
+                self._fh = None
 
 
-class ParquetSink:
-    """Writes events to Parquet, one row group per batch; complete at its final name on shutdown."""
+class ParquetSink(_EndState):
+    """Writes events to Parquet through a ``.partial`` Arrow stream (see module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.path = Path(path)
         self.partial_path = self.path.with_name(self.path.name + ".partial")
         self.meta = dict(meta or {})
-        self._writer: pq.ParquetWriter | None = None
+        self._fh: Any = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._header = b""
         self.num_written = 0
 
     def _open(self, anchor: WallClockAnchor) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        header = json.dumps(make_header(anchor, self.meta)).encode()
-        schema = arrow_schema().with_metadata({HEADER_KEY: header})
-        self._writer = pq.ParquetWriter(self.partial_path, schema, compression="zstd")
+        self._header = json.dumps(make_header(anchor, self.meta)).encode()
+        schema = arrow_schema().with_metadata({HEADER_KEY: self._header})
+        self._fh = pa.OSFile(str(self.partial_path), "wb")
+        self._writer = pa.ipc.new_stream(self._fh, schema)
 
     def export(self, batch: EventBatch) -> None:
         if self._writer is None:
@@ -159,6 +236,7 @@ class ParquetSink:
         assert self._writer is not None
         if len(batch):
             self._writer.write_table(batch_to_table(batch))
+            self._fh.flush()
             self.num_written += len(batch)
 
     def write_header_only(self, anchor: WallClockAnchor) -> None:
@@ -166,13 +244,29 @@ class ParquetSink:
             self._open(anchor)
 
     def flush(self) -> None:
-        return None  # row groups are written per batch; the footer comes at shutdown
+        if self._fh is not None:
+            self._fh.flush()
 
     def shutdown(self) -> None:
-        if self._writer is not None:
+        """Close the stream, rewrite it as Parquet with the end record, rename to the final name."""
+        if self._writer is None:
+            return
+        try:
             self._writer.close()
+            self._fh.close()
+        finally:
             self._writer = None
-            os.replace(self.partial_path, self.path)
+            self._fh = None
+        end = json.dumps(make_end_record(self.status, num_events=self.num_written, dropped=self.dropped))
+        tmp = self.path.with_name(self.path.name + ".closing")
+        with pa.memory_map(str(self.partial_path)) as source:
+            reader = pa.ipc.open_stream(source)
+            schema = reader.schema.with_metadata({HEADER_KEY: self._header, END_KEY: end.encode()})
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for rb in reader:
+                    writer.write_batch(rb.replace_schema_metadata(schema.metadata))
+        os.replace(tmp, self.path)
+        os.unlink(self.partial_path)
 
 
 def sink_for_path(path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> JsonlSink | ParquetSink:

@@ -91,8 +91,14 @@ class BatchPump:
                 self.sink_errors += 1
                 log.exception("kvscope sink %r failed to flush", sink)
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread, drain what is left, shut the sinks down. Idempotent."""
+    def shutdown(self, timeout_s: float = 5.0, *, status: str = "complete") -> None:
+        """Stop the thread, drain what is left, shut the sinks down. Idempotent.
+
+        Args:
+            timeout_s: how long to wait for the pump thread.
+            status: how the recording ended (``complete``, ``interrupted``, ``error``); file sinks
+                write it in their end record with the recorder's drop count.
+        """
         if self._is_shut_down:
             return
         self._is_shut_down = True
@@ -105,6 +111,8 @@ class BatchPump:
             try:
                 if getattr(sink, "num_written", 1) == 0 and hasattr(sink, "write_header_only"):
                     sink.write_header_only(self.recorder.anchor)
+                if hasattr(sink, "set_end"):
+                    sink.set_end(status, dropped=self.recorder.dropped)
                 sink.shutdown()
             except Exception:
                 self.sink_errors += 1

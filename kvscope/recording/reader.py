@@ -1,8 +1,16 @@
 """Read event files (Parquet or JSON Lines, one or many) into a pandas DataFrame with fixed dtypes.
 
+The format is told by the file's first bytes, never by its name: ``PAR1`` Parquet, an Arrow IPC
+stream (the ``.partial`` file of a Parquet recording that was never closed), ``{`` JSON Lines.
 A bad or truncated file raises :class:`EventFileError` naming the file, the row and the field; the
 error carries every row that *was* readable (``err.frame``), so nothing readable is lost. Pass
 ``on_error="keep"`` to get that frame back directly, with the problems in ``frame.attrs``.
+
+``frame.attrs["kvscope"]["files"]`` has one entry per file: ``path``, ``header``, ``format``,
+``status`` (the end record's ``complete``/``interrupted``/``error``; ``cut off`` when the header
+promised an end record that is missing; ``unknown`` for files written before end records),
+``complete`` (True only for ``complete`` with nothing dropped), ``num_rows``, ``rows_dropped``
+(rows the reader refused) and ``events_dropped`` (events the recorder lost, from the end record).
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ from kvscope.events import (
     WallClockAnchor,
 )
 from kvscope.events.schema import INT32_FIELDS, Row
-from kvscope.recording.files import HEADER_KEY
+from kvscope.recording.files import END_FORMAT, END_KEY, END_STATUSES, HEADER_KEY
+from kvscope.recording.runs import check_distinct_paths, check_one_run
 
 KIND_DTYPE = pd.CategoricalDtype([k.value for k in EVENT_KINDS])
 POOL_DTYPE = pd.CategoricalDtype([p.value for p in POOL_ROLES])
 _KIND_SET = frozenset(KIND_DTYPE.categories)
 _POOL_SET = frozenset(POOL_DTYPE.categories)
+_INT_RANGE = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
+_ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
 
 
 def frame_dtypes() -> dict[str, Any]:
@@ -59,6 +70,8 @@ class RowProblem:
     """0-based event row (not counting the header), None when the problem is file-wide."""
     field: str | None
     message: str
+    num_rows: int = 1
+    """Rows this problem cost (a whole unreadable row group counts all its rows)."""
 
     def __str__(self) -> str:
         where = self.path
@@ -97,8 +110,11 @@ def _check_header(path: str, header: Any) -> tuple[WallClockAnchor, dict[str, An
         )
     try:
         anchor = WallClockAnchor.from_dict(header.get("anchor") or {})
-    except (TypeError, ValueError) as e:
-        raise _FileWide(path, "anchor", str(e)) from e
+    except (TypeError, ValueError, OverflowError, AttributeError) as e:
+        raise _FileWide(path, "anchor", str(e)) from None
+    lo, hi = _INT_RANGE[64]
+    if not all(lo <= v <= hi for v in (anchor.epoch_ns, anchor.monotonic_ns, anchor.epoch_ns - anchor.monotonic_ns)):
+        raise _FileWide(path, "anchor", "epoch_ns/monotonic_ns out of range for int64")
     return anchor, header
 
 
@@ -126,21 +142,44 @@ def _validate_value(f: str, v: Any) -> str | None:
     if f == "reason":
         return None if isinstance(v, str) else f"expected a string, got {type(v).__name__}"
     if isinstance(v, bool) or not isinstance(v, int):
-        return f"expected an integer, got {v!r}"
+        return f"expected an integer, got {_short(v)}"
+    lo, hi = _INT_RANGE[32 if f in INT32_FIELDS else 64]
+    if not lo <= v <= hi:
+        return f"integer {_short(v)} out of range for int{32 if f in INT32_FIELDS else 64}"
     return None
 
 
-def _read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None]:
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _end_status(path: str, header: dict[str, Any], end: Any) -> dict[str, Any]:
+    """Completeness facts from the header's promise and the end record (None: none found)."""
+    if end is None:
+        status = "cut off" if header.get("end_record") else "unknown"
+        return {"status": status, "complete": None if status == "unknown" else False, "events_dropped": 0}
+    if not isinstance(end, dict) or end.get("status") not in END_STATUSES:
+        raise _FileWide(path, "end", f"malformed end record {_short(end)}")
+    dropped = end.get("dropped", 0)
+    if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
+        raise _FileWide(path, "end", f"malformed end record field 'dropped' {_short(dropped)}")
+    return {"status": end["status"], "complete": end["status"] == "complete" and dropped == 0,
+            "events_dropped": dropped}
+
+
+def _read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None, dict[str, Any]]:
     problems: list[RowProblem] = []
     cols: dict[str, list[Any]] = {f: [] for f in FIELDS}
+    end: Any = None
     with open(path, encoding="utf-8", errors="replace") as fh:
         first = fh.readline()
         if not first:
             raise _FileWide(path, None, "empty file (no header line)")
         try:
             header = json.loads(first)
-        except json.JSONDecodeError as e:
-            raise _FileWide(path, "header", f"header line is not JSON ({e.msg})") from e
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise _FileWide(path, "header", f"header line is not JSON ({getattr(e, 'msg', e)})") from None
         anchor, header = _check_header(path, header)
         row = -1
         for line in fh:
@@ -149,13 +188,21 @@ def _read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, An
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:
                 truncated = not line.endswith("\n")
-                msg = "truncated line" if truncated else f"not JSON ({e.msg})"
+                msg = "truncated line" if truncated else f"not JSON ({getattr(e, 'msg', e)})"
                 problems.append(RowProblem(path, row, None, msg))
                 continue
             if not isinstance(obj, dict):
                 problems.append(RowProblem(path, row, None, "not a JSON object"))
+                continue
+            if obj.get("format") == END_FORMAT:
+                if end is not None:
+                    problems.append(RowProblem(path, row, "end", "second end record"))
+                end = obj
+                continue
+            if end is not None:
+                problems.append(RowProblem(path, row, None, "event after the end record"))
                 continue
             bad = None
             for f in FIELDS:
@@ -171,21 +218,49 @@ def _read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, An
                 continue
             for f in FIELDS:
                 cols[f].append(obj[f])
-    return _finish(cols, anchor), problems, header
+    return _finish(cols, anchor), problems, header, _end_status(path, header, end)
 
 
-def _read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None]:
-    try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise _FileWide(path, None, f"not a readable Parquet file, truncated or corrupt ({e})") from e
-    meta = pf.schema_arrow.metadata or {}
+def _header_from_schema(path: str, schema: pa.Schema) -> tuple[WallClockAnchor, dict[str, Any], Any]:
+    meta = schema.metadata or {}
     if HEADER_KEY not in meta:
         raise _FileWide(path, "header", f"not a kvscope event file (no '{FORMAT_NAME}' header)")
-    anchor, header = _check_header(path, json.loads(meta[HEADER_KEY]))
-    missing = [f for f in FIELDS if f not in pf.schema_arrow.names]
-    if missing:
-        raise _FileWide(path, missing[0], "column missing")
+    try:
+        raw_header = json.loads(meta[HEADER_KEY])
+        end = json.loads(meta[END_KEY]) if END_KEY in meta else None
+    except (ValueError, RecursionError) as e:
+        raise _FileWide(path, "header", f"header metadata is not JSON ({e})") from None
+    anchor, header = _check_header(path, raw_header)
+    expected = {f.name: f.type for f in _arrow_schema()}
+    for f in FIELDS:
+        if f not in schema.names:
+            raise _FileWide(path, f, "column missing")
+        got = schema.field(f).type
+        if got != expected[f] and not _castable(got, expected[f]):
+            raise _FileWide(path, f, f"column type {got}, expected {expected[f]}")
+    return anchor, header, end
+
+
+def _castable(got: pa.DataType, want: pa.DataType) -> bool:
+    if pa.types.is_dictionary(want):
+        return pa.types.is_string(got) or (pa.types.is_dictionary(got) and pa.types.is_string(got.value_type))
+    if pa.types.is_string(want):
+        return pa.types.is_string(got) or pa.types.is_large_string(got)
+    return pa.types.is_integer(got)
+
+
+def _arrow_schema() -> pa.Schema:
+    from kvscope.recording.files import arrow_schema
+
+    return arrow_schema()
+
+
+def _read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None, dict[str, Any]]:
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise _FileWide(path, None, f"not a readable Parquet file, truncated or corrupt ({e})") from None
+    anchor, header, end = _header_from_schema(path, pf.schema_arrow)
     problems: list[RowProblem] = []
     frames = []
     start = 0
@@ -193,14 +268,64 @@ def _read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, 
         n = pf.metadata.row_group(g).num_rows
         try:
             t = pf.read_row_group(g, columns=list(FIELDS))
-        except (pa.ArrowException, OSError) as e:
-            problems.append(RowProblem(path, start, None, f"row group {g} ({n} rows) unreadable: {e}"))
-            start += n
-            continue
-        frames.append(_table_to_frame(path, t, start, anchor, problems))
+            frames.append(_table_to_frame(path, t, start, anchor, problems))
+        except (pa.ArrowException, OSError, ValueError, TypeError, OverflowError) as e:
+            problems.append(RowProblem(path, start, None, f"row group {g} ({n} rows) unreadable: {e}", n))
         start += n
     df = pd.concat(frames, ignore_index=True) if frames else empty_frame()
-    return df, problems, header
+    return df, problems, header, _end_status(path, header, end)
+
+
+def _read_arrow_stream(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any] | None, dict[str, Any]]:
+    """A Parquet recording's ``.partial`` stream: every complete batch; the rest is reported."""
+    try:
+        source = pa.memory_map(path)
+        reader = pa.ipc.open_stream(source)
+    except (pa.ArrowException, OSError) as e:
+        raise _FileWide(path, None, f"not a readable Arrow stream, truncated or corrupt ({e})") from None
+    with source:
+        anchor, header, _ = _header_from_schema(path, reader.schema)
+        problems: list[RowProblem] = []
+        frames = []
+        start = 0
+        while True:
+            try:
+                rb = reader.read_next_batch()
+            except StopIteration:
+                break
+            except (pa.ArrowException, OSError) as e:
+                problems.append(RowProblem(path, start, None, f"cut off after {start} rows: last batch incomplete ({e})", 0))
+                break
+            try:
+                frames.append(_table_to_frame(path, pa.Table.from_batches([rb]), start, anchor, problems))
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+                problems.append(RowProblem(path, start, None, f"batch of {rb.num_rows} rows unreadable: {e}", rb.num_rows))
+            start += rb.num_rows
+    df = pd.concat(frames, ignore_index=True) if frames else empty_frame()
+    # A stream is what a Parquet recording leaves when it was never closed: never complete.
+    return df, problems, header, {"status": "cut off", "complete": False, "events_dropped": 0}
+
+
+def _sniff(path: str) -> Any:
+    """The reader for a file's content (its name is not trusted: ``.partial`` is not JSON Lines)."""
+    if os.path.isdir(path):
+        raise _FileWide(path, None, "is a directory, not an event file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as e:
+        raise _FileWide(path, None, f"cannot open: {e.strerror or e}") from None
+    if not head:
+        raise _FileWide(path, None, "empty file (no header)")
+    if head.startswith(b"PAR1"):
+        return _read_parquet
+    if head.startswith(_ARROW_STREAM_MAGIC):
+        return _read_arrow_stream
+    if head.lstrip()[:1] == b"{":
+        return _read_jsonl
+    if Path(path).suffix == ".parquet":
+        return _read_parquet  # says "not a readable Parquet file"
+    raise _FileWide(path, None, "not a kvscope event file (neither Parquet, an Arrow stream nor JSON Lines)")
 
 
 def _table_to_frame(
@@ -243,12 +368,20 @@ def read_file(
     p = str(path)
     if not os.path.exists(p):
         raise FileNotFoundError(f"{p}: no such event file")
-    reader = _read_parquet if Path(p).suffix == ".parquet" else _read_jsonl
+    fmt = None
     try:
-        df, problems, header = reader(p)
+        reader = _sniff(p)
+        fmt = {_read_parquet: "parquet", _read_arrow_stream: "arrow-stream", _read_jsonl: "jsonl"}[reader]
+        df, problems, header, end = reader(p)
     except _FileWide as e:
         df, problems, header = empty_frame(), [e.problem], None
-    df.attrs["kvscope"] = {"files": [{"path": p, "header": header}]}
+        end = {"status": "unreadable", "complete": False, "events_dropped": 0}
+    rows_dropped = sum(x.num_rows for x in problems if x.row is not None)
+    facts = {"path": p, "header": header, "format": fmt, **end, "num_rows": len(df),
+             "rows_dropped": rows_dropped, "readable": header is not None}
+    if rows_dropped or (problems and header is not None):
+        facts["complete"] = False
+    df.attrs["kvscope"] = {"files": [facts]}
     if problems:
         df.attrs["kvscope"]["problems"] = [str(x) for x in problems]
         if on_error == "raise":
@@ -260,15 +393,25 @@ def read_frame(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     on_error: Literal["raise", "keep"] = "raise",
+    mixed_runs: bool = False,
 ) -> pd.DataFrame:
     """Read one or several event files (e.g. one per rank) into one timeline ordered by epoch time.
 
+    Several files must be one run's files (see :mod:`kvscope.recording.runs`) unless
+    ``mixed_runs=True``.
+
     Raises:
         FileNotFoundError: a path does not exist.
+        UnrelatedFilesError: one file given twice, or files of different runs.
         EventFileError: with ``on_error="raise"``, any unreadable part; ``err.frame`` holds the rest.
     """
     if isinstance(paths, (str, os.PathLike)):
         return read_file(paths, on_error=on_error)
+    paths = [str(p) for p in paths]
+    for p in paths:
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"{p}: no such event file")
+    check_distinct_paths(paths)
     frames, problems, files = [], [], []
     for p in paths:
         try:
@@ -280,6 +423,8 @@ def read_frame(
         files.extend(df.attrs["kvscope"]["files"])
     if not frames:
         raise ValueError("no event files given")
+    if not mixed_runs:
+        check_one_run(files)
     merged = pd.concat(frames, ignore_index=True)
     for c, t in frame_dtypes().items():
         merged[c] = merged[c].astype(t)
