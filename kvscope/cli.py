@@ -4,12 +4,16 @@ Each command module exposes ``register(subparsers)`` (adds its parser and sets `
 ``run(args) -> int``. Modules are imported when the CLI starts, one by one, so a command whose
 optional dependencies are missing is listed with the reason instead of breaking the others.
 Contract: ``--json`` prints exactly one JSON object on stdout; errors exit non-zero with one line.
+Exit codes: 2 bad input, configuration or output path (one line naming the file, row and field or
+flag); 1 a command's own "partial" result (documented per command); 70 an internal error (one line;
+``KVSCOPE_DEBUG=1`` shows the traceback); 130 interrupted; 141 stdout closed early (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -54,16 +58,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
     except CliError as e:
-        print(f"kvscope {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return _one_line(args.command, str(e), 2)
+    except BrokenPipeError:
+        # The reader went away (``| head -1``): nothing more to say to anyone.
+        _silence_stdout()
+        return 141
     except (FileNotFoundError, ValueError) as e:
-        print(f"kvscope {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return _one_line(args.command, str(e), 2)
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        return _one_line(args.command, f"{where}{e.strerror or e}", 2)
     except KeyboardInterrupt:
         print(f"kvscope {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - the contract is one line, never a traceback
+        if os.environ.get("KVSCOPE_DEBUG") == "1":
+            raise
+        return _one_line(args.command, f"internal error: {type(e).__name__}: {e} "
+                                       "(KVSCOPE_DEBUG=1 shows the traceback)", 70)
+
+
+def _one_line(command: str, message: str, code: int) -> int:
+    text = " ".join(message.split())
+    try:
+        print(f"kvscope {command}: error: {text}", file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from kvscope.analysis.columns import INT_COLUMNS, EventColumns
 from kvscope.events import FIELDS, FORMAT_NAME, KIND_CODES, POOL_CODES, WallClockAnchor
 from kvscope.recording import EventFileError, frame_dtypes, read_frame
 from kvscope.recording.files import HEADER_KEY
+from kvscope.recording.reader import parquet_facts
 
 _CODES = {  # file values are strings: the code maps keyed by value
     "kind": {k.value: code for k, code in KIND_CODES.items()},
@@ -171,7 +172,7 @@ def _load_parquet(path: Path) -> pd.DataFrame:
             data[f] = col.to_numpy().astype(dtypes[f], copy=False)
     df = pd.DataFrame(data, copy=False)
     df["epoch_ns"] = df["ts_ns"].to_numpy() + (anchor.epoch_ns - anchor.monotonic_ns)
-    df.attrs["kvscope"] = {"files": [{"path": str(path), "header": header}]}
+    df.attrs["kvscope"] = {"files": [parquet_facts(str(path), pf.schema_arrow, len(df))]}
     return df
 
 

@@ -6,7 +6,13 @@
 ``--json`` prints exactly one object: ``num_events``, ``scenario``, ``engine``, ``pools`` and
 ``findings`` (each with at least ``kind``, ``severity``, ``t_start_s``, ``t_end_s``, ``pools``,
 ``request_ids``, ``evidence``; times in the event file's clock), plus ``html`` when a report was
-written. Those keys are a public contract and are never renamed.
+written. Those keys are a public contract and are never renamed. ``input`` says what the input
+was and what of it is missing (``complete``, ``interrupted``, ``rows_dropped``, ``events_dropped``,
+``files``; see ``kvscope.commands._inputs``).
+
+Exit status: 0 analyzed complete input; 1 analyzed, but the input is partial (rows unreadable, a
+recording interrupted or cut off, events dropped by the recorder: one line on stderr says what);
+2 nothing analyzed (a file unreadable as a whole, a directory, files of different runs).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from kvscope.analysis import DetectorConfig, analyze
 from kvscope.analysis.frame import pool_series
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
-from kvscope.recording import EventFileError
+from kvscope.commands._inputs import load_checked
+from kvscope.recording.files import check_writable
 
 
 def register(subparsers: Any) -> None:
@@ -45,14 +52,16 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
                          risk_horizon_s=args.risk_horizon_s)
-    try:
-        events = load_events(args.events)
-    except EventFileError as e:
+    if args.html:
+        check_writable(args.html)
+    events, facts = load_checked(args.events, load_events)
+    warning = facts.warning()
+    if warning:
         # Analyze what was readable; say what was not (on stderr, so --json stays one object).
-        print(f"kvscope analyze: warning: {e}", file=sys.stderr)
-        events = e.frame
+        print(f"kvscope analyze: warning: {warning}", file=sys.stderr)
     analysis = analyze(events, cfg)
     out = analysis.to_dict()
+    out["input"] = facts.to_dict()
     if args.html:
         from kvscope.ui import figures  # composition root: the analyzer itself never imports the UI
 
@@ -65,11 +74,12 @@ def run(args: argparse.Namespace) -> int:
         title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
         Path(args.html).write_text(render_html(analysis, figs, title=title), encoding="utf-8")
         out["html"] = str(args.html)
+    status = 0 if facts.complete else 1
     if args.json:
-        print(json.dumps(out))
-        return 0
+        print(json.dumps(out, allow_nan=False))
+        return status
     _print_text(analysis, args)
-    return 0
+    return status
 
 
 def _print_text(analysis, args: argparse.Namespace) -> None:

@@ -68,6 +68,7 @@ class ProcessSession:
             "engine_version": _engine_version(kind),
             "rank": self.rank,
             "pid": self.pid,
+            "run_id": env.get("KVSCOPE_RUN_ID") or _own_run_id(),
             "argv": list(sys.argv),
             "pools": self.binding.pool_meta,  # shared: filled as pools are discovered
         }
@@ -80,7 +81,10 @@ class ProcessSession:
         if self._closed:
             return
         self._closed = True
-        self.pump.shutdown()
+        # At exit after an uncaught exception the interpreter has set sys.last_value.
+        exc = getattr(sys, "last_value", None)
+        status = "complete" if exc is None else ("interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+        self.pump.shutdown(status=status)
         for close in self.closers:
             try:
                 close()
@@ -89,6 +93,12 @@ class ProcessSession:
         from kvscope.engines.instrumentor import uninstrument
 
         uninstrument(self.kind)
+
+
+def _own_run_id() -> str:
+    from kvscope.recording import new_run_id
+
+    return new_run_id()
 
 
 def _engine_version(kind: str) -> str:

@@ -19,6 +19,8 @@ Configuration is by environment variables (options here only set them):
 ``KVSCOPE_RANK``            global rank; else ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
                             ``RANK``, ``SLURM_PROCID``; else 0
 ``KVSCOPE_DISABLE``         ``1``: load nothing
+``KVSCOPE_RUN_ID``          id of this run in every file header (set here once, so the files of
+                            all processes of one run are known to belong together)
 ==========================  ======================================================================
 
 Each process writes ``<dir>/events-rank<R>-pid<P>.<ext>``; rank and pid are on every event, and the
@@ -55,6 +57,10 @@ def build_env(base: dict[str, str], *, output_dir: str | None = None, sinks: str
         env["KVSCOPE_ENGINE"] = engine
     if zmq_endpoint:
         env["KVSCOPE_ZMQ_ENDPOINT"] = zmq_endpoint
+    if not env.get("KVSCOPE_RUN_ID"):
+        import uuid
+
+        env["KVSCOPE_RUN_ID"] = uuid.uuid4().hex[:16]
     return env
 
 

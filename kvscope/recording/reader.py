@@ -306,6 +306,21 @@ def _read_arrow_stream(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[
     return df, problems, header, {"status": "cut off", "complete": False, "events_dropped": 0}
 
 
+def parquet_facts(path: str, schema: pa.Schema, num_rows: int) -> dict[str, Any]:
+    """Reader facts (see module docstring) of a Parquet event file from its schema metadata only.
+
+    For fast paths that read the columns themselves. Raises :class:`EventFileError` (no rows) when
+    the header or end record is not a kvscope one.
+    """
+    try:
+        _, header, end = _header_from_schema(path, schema)
+        status = _end_status(path, header, end)
+    except _FileWide as e:
+        raise EventFileError([e.problem], empty_frame()) from None
+    return {"path": path, "header": header, "format": "parquet", **status, "num_rows": num_rows,
+            "rows_dropped": 0, "readable": True}
+
+
 def _sniff(path: str) -> Any:
     """The reader for a file's content (its name is not trusted: ``.partial`` is not JSON Lines)."""
     if os.path.isdir(path):

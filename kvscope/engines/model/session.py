@@ -11,13 +11,14 @@ everything into the file and uninstruments.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from kvscope.engines.binding import Binding
 from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
-from kvscope.recording import BatchPump, Recorder, Sink, sink_for_path
+from kvscope.recording import BatchPump, Recorder, Sink, new_run_id, sink_for_path
 
 
 class EventFileSession:
@@ -59,6 +60,7 @@ class EventFileSession:
             "engine": "engine_model",
             "engine_version": "model-of-main-00746ef",
             "scenario": self.label,
+            "run_id": new_run_id(),
             "seed": knobs.get("seed"),
             "knobs": knobs,
             "pools": dict(self.binding.pool_meta),
@@ -73,9 +75,13 @@ class EventFileSession:
         return self
 
     def close(self) -> None:
+        """Drain into the file and uninstrument. Called while an exception propagates (the loop
+        was interrupted or failed), the file's end record says so."""
+        exc = sys.exc_info()[1]
+        status = "complete" if exc is None else ("interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
         try:
             if self.pump is not None:
-                self.pump.shutdown()
+                self.pump.shutdown(status=status)
         finally:
             uninstrument("model")
 

@@ -1,0 +1,130 @@
+"""Event files in, for commands: refuse what cannot be analyzed, say what is partial.
+
+Policy (the same for every command that reads event files):
+
+* a path that is missing, a directory, not an event file, of an unknown schema version, or
+  unreadable as a whole: refused (one line naming the file and why; exit 2), even when other
+  files are fine, so a bad rank is never dropped silently;
+* files that are not one run's (one file twice, two runs, two scenarios): refused the same way;
+* rows the reader refused, events the recorder dropped, a recording that was interrupted or cut
+  off: the rest is analyzed and :class:`InputFacts` says what is missing (``--json`` key
+  ``input``; exit code 1 instead of 0).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from kvscope.recording import EventFileError
+from kvscope.recording.runs import check_distinct_paths, run_key
+
+MAX_PROBLEMS_SHOWN = 20
+
+
+class InputRefused(ValueError):
+    """Input that cannot be analyzed at all (one line)."""
+
+
+@dataclass(frozen=True)
+class InputFacts:
+    """What the input was and what of it is missing. ``to_dict`` is the ``--json`` ``input`` object."""
+
+    files: list[dict[str, Any]]
+    rows_dropped: int
+    events_dropped: int
+    interrupted: bool
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return (not self.rows_dropped and not self.events_dropped and not self.interrupted
+                and not self.problems)
+
+    def warning(self) -> str | None:
+        """One line for stderr when something is missing, else None."""
+        if self.complete:
+            return None
+        parts = []
+        cut = [f["path"] for f in self.files if f["status"] in ("interrupted", "cut off", "error")]
+        if cut:
+            parts.append(f"recording not complete ({', '.join(f'{p} ({s})' for p, s in _statuses(self.files))})")
+        if self.rows_dropped:
+            parts.append(f"{self.rows_dropped} unreadable row(s) dropped (first: {self.problems[0]})")
+        elif self.problems:
+            parts.append(self.problems[0])
+        if self.events_dropped:
+            parts.append(f"the recorder dropped {self.events_dropped} event(s)")
+        return "partial input: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "interrupted": self.interrupted,
+            "rows_dropped": self.rows_dropped,
+            "events_dropped": self.events_dropped,
+            "files_refused": [],
+            "problems": self.problems[:MAX_PROBLEMS_SHOWN],
+            "num_problems": len(self.problems),
+            "files": [
+                {k: f.get(k) for k in ("path", "format", "status", "complete", "num_rows", "rows_dropped",
+                                       "events_dropped")}
+                | {"run_id": run_key(f["header"])[1] if f.get("header") else None,
+                   "rank": ((f.get("header") or {}).get("anchor") or {}).get("rank")}
+                for f in self.files
+            ],
+        }
+
+
+def _statuses(files: list[dict[str, Any]]):
+    for f in files:
+        if f["status"] in ("interrupted", "cut off", "error"):
+            yield f["path"], f["status"]
+
+
+def check_input_paths(paths: Sequence[str]) -> None:
+    """Refuse before reading: a missing path, a directory, one file given twice."""
+    if not paths:
+        raise InputRefused("no event files given")
+    for p in paths:
+        if os.path.isdir(p):
+            raise InputRefused(f"{p}: is a directory, not an event file (give the files in it)")
+        if not os.path.exists(p):
+            raise InputRefused(f"{p}: no such event file")
+    check_distinct_paths(list(paths))
+
+
+def load_checked(paths: Sequence[str], load: Any) -> tuple[pd.DataFrame, InputFacts]:
+    """Load ``paths`` with ``load`` (a ``load_events``-like callable) under the policy above.
+
+    Raises:
+        InputRefused: a file unreadable as a whole (one line naming it).
+        UnrelatedFilesError: files of different runs, or one file twice.
+    """
+    check_input_paths(paths)
+    problems: list[Any] = []
+    try:
+        frame = load(list(paths) if len(paths) > 1 else paths[0])
+    except EventFileError as e:
+        frame, problems = e.frame, list(e.problems)
+    files = list(frame.attrs.get("kvscope", {}).get("files", []))
+    for f in files:
+        if not f.get("readable", True) or f.get("header") is None:
+            first = next((p for p in problems if p.path == f["path"]), None)
+            why = str(first) if first is not None else f"{f['path']}: unreadable"
+            raise InputRefused(f"{why}; nothing analyzed")
+    facts = InputFacts(
+        files=files,
+        rows_dropped=sum(int(f.get("rows_dropped") or 0) for f in files),
+        events_dropped=sum(int(f.get("events_dropped") or 0) for f in files),
+        interrupted=any(f.get("status") in ("interrupted", "cut off", "error") for f in files),
+        problems=[str(p) for p in problems],
+    )
+    return frame, facts
+
+
+__all__ = ["InputFacts", "InputRefused", "check_input_paths", "load_checked"]

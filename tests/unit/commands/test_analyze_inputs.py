@@ -1,0 +1,161 @@
+"""``kvscope analyze`` never passes broken or unrelated input off as a clean run.
+
+Every bad input: one line on stderr naming the file (and row/field), exit 2, nothing on stdout.
+Partial input: analyzed, ``--json`` ``input`` says what is missing, exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvscope.cli import main
+from kvscope.events import EventKind, PoolRole
+from kvscope.recording import BatchPump, Recorder, sink_for_path
+
+
+def record(path, clock, *, rank=0, meta=None, n=12, status="complete", pid=None):
+    rec = Recorder(clock=clock, rank=rank, pid=pid)
+    for i in range(n):
+        rec.iteration = i
+        rec.record(EventKind.ADMITTED, i, PoolRole.TARGET, 1, 64, 1, capacity_blocks=100,
+                   free_blocks=99, evictable_blocks=0, reserved_blocks=0)
+        clock.advance(1_000_000)
+    meta = {"run_id": "run-a", "scenario": "unit", **(meta or {})}
+    BatchPump(rec, [sink_for_path(path, meta=meta)], start=False, max_batch=4).shutdown(status=status)
+    return path
+
+
+def analyze(capsys, *args):
+    code = main(["analyze", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, *args):
+    code, out, err = analyze(capsys, *args, "--json")
+    assert code == 2, (out, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_truncated_file_is_refused_with_its_name_when_analyzed(tmp_path, fake_clock, suffix, capsys):
+    path = record(tmp_path / f"t{suffix}", fake_clock)
+    data = path.read_bytes()
+    if suffix == ".jsonl":
+        path.write_bytes(data[: data.index(b"\n") // 2])  # header cut in half
+    else:
+        path.write_bytes(data[: len(data) // 2])
+    line = refused(capsys, path)
+    assert str(path) in line
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage\nmore garbage\n", b"PAR1garbagePAR1", b"\x00" * 64,
+                                     b'{"format": "something-else"}\n'])
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_empty_corrupt_or_foreign_file_is_refused_when_analyzed(tmp_path, content, suffix, capsys):
+    path = tmp_path / f"bad{suffix}"
+    path.write_bytes(content)
+    assert str(path) in refused(capsys, path)
+
+
+def test_unknown_schema_version_is_refused_naming_the_field_when_analyzed(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "v.jsonl", fake_clock)
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["schema_version"] = 99
+    path.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    line = refused(capsys, path)
+    assert "schema_version" in line and "99" in line
+
+
+def test_directory_is_refused_when_analyzed(tmp_path, capsys):
+    (tmp_path / "d.parquet").mkdir()
+    assert "is a directory" in refused(capsys, tmp_path / "d.parquet")
+    assert "is a directory" in refused(capsys, tmp_path)
+
+
+def test_one_bad_rank_refuses_the_whole_analysis_when_files_are_merged(tmp_path, fake_clock, capsys):
+    good = record(tmp_path / "r0.parquet", fake_clock, rank=0)
+    bad = record(tmp_path / "r1.parquet", fake_clock, rank=1)
+    bad.write_bytes(bad.read_bytes()[:100])
+    line = refused(capsys, good, bad)
+    assert str(bad) in line
+
+
+def test_rows_dropped_for_bad_fields_are_reported_in_json_when_analyzed(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "b.jsonl", fake_clock)
+    lines = path.read_text().splitlines()
+    obj = json.loads(lines[3])
+    obj["num_blocks"] = 2**70  # out of range for int64
+    lines[3] = json.dumps(obj)
+    obj = json.loads(lines[5])
+    obj["kind"] = "no_such_kind"
+    lines[5] = json.dumps(obj)
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = analyze(capsys, path, "--json")
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1 and "row 2, field 'num_blocks'" in err
+    doc = json.loads(out)
+    assert doc["num_events"] == 10
+    assert doc["input"]["rows_dropped"] == 2 and doc["input"]["complete"] is False
+    assert doc["input"]["files"][0]["rows_dropped"] == 2
+
+
+def test_clean_file_is_a_clean_run_with_input_facts_when_analyzed(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "ok.parquet", fake_clock)
+    code, out, err = analyze(capsys, path, "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["input"]["complete"] is True and doc["input"]["interrupted"] is False
+    assert doc["input"]["files"][0]["status"] == "complete"
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_interrupted_recording_is_reported_not_clean_when_analyzed(tmp_path, fake_clock, suffix, capsys):
+    path = record(tmp_path / f"i{suffix}", fake_clock, status="interrupted")
+    code, out, err = analyze(capsys, path, "--json")
+    assert code == 1 and "interrupted" in err
+    doc = json.loads(out)
+    assert doc["input"]["interrupted"] is True and doc["input"]["files"][0]["status"] == "interrupted"
+    assert doc["num_events"] == 12
+
+
+def test_same_file_twice_is_refused_when_analyzed(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "a.parquet", fake_clock)
+    assert "given twice" in refused(capsys, path, path)
+    copy = tmp_path / "copy.parquet"
+    copy.write_bytes(path.read_bytes())
+    assert "both the recording of rank 0" in refused(capsys, path, copy)
+
+
+def test_three_different_runs_are_refused_when_analyzed(tmp_path, fake_clock, capsys):
+    paths = [record(tmp_path / f"run{i}.parquet", fake_clock, meta={"run_id": f"r{i}"}) for i in range(3)]
+    line = refused(capsys, *paths)
+    assert "3 different runs" in line and all(str(p) in line for p in paths)
+
+
+def test_two_scenarios_without_run_ids_are_refused_when_analyzed(tmp_path, fake_clock, capsys):
+    a = record(tmp_path / "a.jsonl", fake_clock, meta={"run_id": None, "scenario": "near-miss"})
+    b = record(tmp_path / "b.jsonl", fake_clock, meta={"run_id": None, "scenario": "shared-prefix"}, rank=1)
+    line = refused(capsys, a, b)
+    assert "2 different runs" in line and "near-miss" in line and "shared-prefix" in line
+
+
+def test_ranks_of_one_run_merge_when_analyzed(tmp_path, fake_clock, capsys):
+    a = record(tmp_path / "r0.parquet", fake_clock, rank=0, pid=10)
+    b = record(tmp_path / "r1.jsonl", fake_clock, rank=1, pid=11)
+    code, out, _ = analyze(capsys, a, b, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["num_events"] == 24 and [f["rank"] for f in doc["input"]["files"]] == [0, 1]
+
+
+def test_html_report_to_a_directory_is_refused_before_reading_when_analyzed(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "ok.parquet", fake_clock)
+    line = refused(capsys, path, "--html", tmp_path)
+    assert "is a directory" in line
