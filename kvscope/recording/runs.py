@@ -42,11 +42,13 @@ def check_distinct_paths(paths: Sequence[str]) -> None:
 
 def run_key(header: dict[str, Any]) -> tuple[str, str]:
     """('run', id) from the header's run id, else ('legacy', scenario/clock) for older files."""
-    meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+    raw_meta = header.get("meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     run_id = meta.get("run_id")
     if isinstance(run_id, str) and run_id:
         return ("run", run_id)
-    anchor = header.get("anchor") if isinstance(header.get("anchor"), dict) else {}
+    raw_anchor = header.get("anchor")
+    anchor: dict[str, Any] = raw_anchor if isinstance(raw_anchor, dict) else {}
     return ("legacy", f"scenario={meta.get('scenario')!s} clock={anchor.get('clock', 'monotonic')!s}")
 
 
@@ -75,7 +77,7 @@ def check_one_run(files: Sequence[dict[str, Any]]) -> None:
         simulated = anchor.get("clock") == "simulated"
         owner = (anchor.get("rank"),) if simulated else (anchor.get("rank"), anchor.get("pid"))
         if owner in owners:
-            who = f"rank {owner[0]}" + ("" if simulated else f", pid {owner[1]}")
+            who = f"rank {anchor.get('rank')}" + ("" if simulated else f", pid {anchor.get('pid')}")
             raise UnrelatedFilesError(
                 f"{f['path']} and {owners[owner]} are both the recording of {who} in one run "
                 "(one file given twice, or files of different runs)")
