@@ -54,6 +54,7 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.extra_kv_tokens,
         num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
         enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint, engine_build=build,
+        fix_19120=config.fix_19120,
     )
     # DSA scenarios (no mamba state) use DSACacheManagerV2 for both managers, as the real creator
     # does for GLM-5 / DeepSeek V3.2 (the draft config is the target's); hybrid models the plain V2 class.

@@ -83,6 +83,8 @@ class EngineConfig:
     max_gpu_total_bytes: int = _knob(64_972_117_770, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
     engine_version: str = _knob(
         NEWEST.version, f"TensorRT-LLM build the model follows: {' | '.join(ENGINE_BUILDS)} (alias: main)")
+    fix_19120: bool = _knob(False, "apply PR #19120's proposed fix for #18661 (reclaim clamped at the history, "
+                                   "unpaired mirror records its draft slots and advances its context history)")
     # --- pools (model) ---
     num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
     num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")

@@ -174,6 +174,7 @@ class KVCacheManagerV2Model:
             resize messages' diagnostic suffix, draft tokens on every chunk, a missing or
             uncreatable mirror.
         draft_len_on_every_chunk: None -> the build's; a bool overrides it (tests).
+        fix_19120: apply PR #19120's proposed fix (model knob; no build has it).
         draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
     """
 
@@ -189,7 +190,7 @@ class KVCacheManagerV2Model:
                  reuse_match_backoff: int | None = None, bytes_per_token: int = 0,
                  draft_len_on_every_chunk: bool | None = None, draft_cursor_sizing: str = "chunk",
                  target_reserves_draft_slots: bool = True, gpu_max_tokens: int | None = None,
-                 engine_build: EngineBuild = NEWEST) -> None:
+                 engine_build: EngineBuild = NEWEST, fix_19120: bool = False) -> None:
         if num_reserved_index_slots < 0:
             raise ValueError("num_reserved_index_slots must be non-negative")
         if draft_cursor_sizing not in ("chunk", "prompt"):
@@ -213,6 +214,9 @@ class KVCacheManagerV2Model:
         self.max_util_for_resume = max_util_for_resume
         self.bytes_per_token = bytes_per_token
         self.engine_build = engine_build
+        # Proposed fix of #18661 (PR #19120, open): clamp the generation reclaim at the history,
+        # record the unpaired mirror's grown draft slots, advance the mirror's context history.
+        self.fix_19120 = fix_19120
         self.draft_len_on_every_chunk = (engine_build.draft_len_on_every_chunk
                                          if draft_len_on_every_chunk is None else draft_len_on_every_chunk)
         self.draft_cursor_sizing = draft_cursor_sizing
@@ -530,6 +534,8 @@ class KVCacheManagerV2Model:
             if not kv_cache.resize(new_cap):
                 raise RuntimeError(errors.draft_generation_resize_failed(
                     req.py_request_id, new_cap, self._draft_pool_diagnostic()))
+            if self.fix_19120:
+                allocated_lens[request_id] = self._generation_draft_slots(req)
 
     def try_commit_blocks(self, request: LlmRequestModel) -> None:
         if not (self.enable_block_reuse and self._can_publish_block_reuse):
@@ -544,7 +550,15 @@ class KVCacheManagerV2Model:
             kv_cache.stop_committing()
 
     def update_context_resources(self, scheduled_batch: ScheduledRequestsModel) -> None:
-        """After the forward: publish full blocks (ALL_REUSABLE) or advance history, per context request."""
+        """After the forward: publish full blocks (ALL_REUSABLE) or advance history, per context request.
+
+        The real executor calls this on the target manager only (``kv_cache_manager.
+        update_context_resources`` in ``_executor_loop`` / ``_executor_loop_pp``); a paired draft's
+        history advances with the target's (#18093). So an unpaired mirror keeps history 0 through
+        the whole prefill and jumps at its first generation update; ``fix_19120`` advances it here.
+        """
+        if self.is_draft and not self.enable_joint_kv_cache_reuse and not self.fix_19120:
+            return
         for req in scheduled_batch.context_requests:
             kv_cache = self.kv_cache_map.get(req.py_request_id)
             if kv_cache is None or not kv_cache.is_active:
@@ -566,6 +580,7 @@ class KVCacheManagerV2Model:
         cache_map, allocated_lens = self.kv_cache_map, self._allocated_draft_lens
         is_draft, reserve = self.is_draft, self._kv_reserve_draft_tokens
         capacity_only = not is_draft and not self.target_reserves_draft_slots
+        fix = self.fix_19120
         complete, context_init = LlmRequestState.GENERATION_COMPLETE, LlmRequestState.CONTEXT_INIT
         for req in scheduled_batch.generation_requests:
             request_id = req.py_request_id
@@ -587,6 +602,8 @@ class KVCacheManagerV2Model:
                 # target grows here to the tokens that landed (model-only, see SOURCES.md).
                 new_capacity = max(kv_cache.capacity if new_capacity is None else new_capacity,
                                    history_length)
+            if fix and new_capacity is not None and new_capacity < history_length:
+                new_capacity = history_length  # #19120: a reclaim never goes below the history
             if not kv_cache.resize(new_capacity, history_length):
                 raise ValueError(errors.generation_update_failed(req.py_request_id, new_capacity, history_length))
 

@@ -179,3 +179,43 @@ def test_engine_version_alias_and_module_paths():
     assert RC25.kv_manager_module == "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2"
     assert RC27.kv_manager_module == MAIN_00746EF.kv_manager_module == (
         "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2")
+
+
+# ---- #18661 / #19120: the unpaired mirror's history and the generation reclaim --------------------
+def _mirror_through_prefill(fix: bool):
+    draft = KVCacheManagerV2Model(num_blocks=64, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=4,
+                                  max_draft_len=1, is_draft=True, engine_build=RC25, fix_19120=fix)
+    req = request(7, 96)
+    for _ in range(2):  # two 48-token chunks
+        req.context_chunk_size = 48
+        batch = ScheduledRequestsModel(context_requests=[req])
+        draft.prepare_resources(batch)
+        req.move_to_next_context_chunk()
+        draft.update_context_resources(batch)
+    return draft, req
+
+
+@pytest.mark.parametrize(("fix", "history"), [(False, 0), (True, 96)])
+def test_unpaired_mirror_history_stays_zero_through_prefill_unless_fix_19120(fix, history):
+    draft, _ = _mirror_through_prefill(fix)
+    # The executor advances only the target's context history; the mirror's capacity is 96.
+    assert (draft.kv_cache_map[7].capacity, draft.kv_cache_map[7].history_length) == (96, history)
+
+
+@pytest.mark.parametrize("fix", [False, True])
+def test_a_reclaim_wider_than_the_growth_breaks_the_history_contract_unless_fix_19120(fix):
+    draft, req = _mirror_through_prefill(fix)
+    req.state, req.num_generated_tokens, req.py_draft_tokens = LlmRequestState.GENERATION_IN_PROGRESS, 1, [0]
+    batch = ScheduledRequestsModel(generation_requests=[req])
+    draft.prepare_resources(batch)  # 96 + 1 + 1 draft slot
+    assert draft.kv_cache_map[7].capacity == 98
+    # The step lands 1 + 1 accepted token (99 tokens: history 98); the sampler then publishes a
+    # rewind wider than the slot this pool grew (what #19120 describes after draft padding).
+    req.num_generated_tokens, req.py_num_accepted_draft_tokens, req.py_rewind_len = 3, 1, 2  # rewind 2, grown 1
+    if not fix:
+        with pytest.raises(ValueError, match="^History length cannot be greater than capacity$"):
+            draft.update_resources(batch)
+        return
+    draft.update_resources(batch)
+    # The fix recorded the grown width (1 slot, 0 to give back) and would clamp a reclaim at the history.
+    assert (draft.kv_cache_map[7].capacity, draft.kv_cache_map[7].history_length) == (98, 98)
