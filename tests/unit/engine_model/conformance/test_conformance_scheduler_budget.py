@@ -534,3 +534,24 @@ class TestEdgeCases:
         unknown.state, finishing.state = LlmRequestState.UNKNOWN, LlmRequestState.GENERATION_TO_COMPLETE
         out = engine.schedule([unknown, gen(engine, 2), finishing, ctx(engine, 4, 100)])
         assert (ids(out.generation_requests), ids(out.context_requests)) == ([2], [4])
+
+
+@pytest.mark.builds_with(free_failed_first_chunk=lambda frees: not frees)
+class TestChunkedAdmissionBeforeFirstChunksWereFreed:
+    """1.3.0rc25: no stored upstream test matches its scheduler (see TestFirstPassDeadlock in
+    test_conformance_scheduler_pressure.py); this follows the 00746ef test named below with the
+    outcome the stored rc25 ``scheduler_v2.py`` (46,253 chars, read in full) gives: the chunked
+    path skips before ``prepare_context`` only when no budget is left, checks the chunk unit after
+    it, visits every pending request, and never frees a first chunk that was not scheduled."""
+
+    @pytest.mark.xfail(strict=True, reason=(
+        "model disagrees with the rc25 scheduler (fix pending): it stops phase 2 before preparing"))
+    def test_min_budget_check(self, version):
+        """TestChunkedContext::test_min_budget_check @ 00746ef, on rc25: budget 50 < unit 64
+        schedules nothing, but both pending first chunks have had their target caches created and
+        resumed (IndexMapper slots held) and keep them."""
+        engine = build(version=version, tpb=64, chunk=64, max_num_tokens=50)
+        reqs = [ctx(engine, 0, 1000), ctx(engine, 1, 1000)]
+        assert engine.schedule(reqs).context_requests == []
+        assert [engine.target.is_request_active(r.py_request_id) for r in reqs] == [True, True]
+        assert engine.target.index_mapper.size() == 2
