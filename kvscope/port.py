@@ -188,6 +188,10 @@ class AdmissionPolicy(Protocol):
     once per context attempt, :meth:`release` when a request ends. All three must be cheap and must
     not raise (the adapter counts and swallows a raise and admits: a broken policy never stalls the
     engine).
+
+    Optional: a ``decision_epoch`` attribute (any comparable value). A policy that has one promises
+    that a deferral it returned still holds while ``decision_epoch`` is unchanged, so the adapter may
+    repeat it for a request retried on later passes without calling :meth:`decide`.
     """
 
     name: str

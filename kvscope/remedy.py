@@ -36,6 +36,8 @@ from kvscope.engines.port import BindingPort, hidden_pools_for
 from remediation import DEFAULT_POLICY, MODES, POLICIES, Controller, FileControlChannel, attach
 from remediation.sizing import SizingPlan, parse_sizing, plan_split, ratio_from_observation
 
+__all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts"]
+
 AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion")
 """Streaming-analyzer finding kinds that switch ``auto`` on."""
 
@@ -171,7 +173,7 @@ class RemediatedSession:
             schedule = list(self.switch_at)
 
             def switch(iteration: int) -> None:
-                while schedule and iteration + 1 >= schedule[0][0]:
+                while schedule and iteration >= schedule[0][0]:
                     at, mode = schedule.pop(0)
                     ctl.set_mode(mode, at_iteration=at)
 

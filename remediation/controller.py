@@ -8,8 +8,8 @@
 
 Modes:
 
-* ``off`` -- stock admission. Without a control channel the gate is uninstalled (one branch per
-  attempt); every reservation is released when it switches off.
+* ``off`` -- stock admission. Without a control channel or pass hooks the gate is uninstalled (one
+  branch per attempt); every reservation is released when it switches off.
 * ``shadow`` -- the policy decides every attempt and keeps its ledger, and every deferral or
   rejection it would make is recorded (REMEDIATION_SHADOWED), but the engine admits as stock:
   every engine decision is identical to ``off``. Containment stays off.
@@ -154,8 +154,11 @@ class Controller:
         """Called with the iteration at the start of every pass (e.g. a composition layer feeding a
         streaming analyzer in step with the engine). Exceptions are counted, never raised."""
         self.num_hook_errors = 0
-        self._installed = False
-        self._publish(Mode(mode), policy, at_iteration=None)
+        # The initial mode is this rank's own starting point, applied at its first pass; it is not
+        # published, so it never overrides a change already waiting on a shared channel.
+        self._initial: ControlRecord | None = ControlRecord(0, Mode(mode).value, policy, -1)
+        self._installed = True
+        port.set_admission_policy(self)
         port.set_containment(self.containment)
 
     # ---- Python API ------------------------------------------------------------------------------
@@ -211,7 +214,8 @@ class Controller:
             iteration=self._iteration,
             reserved_blocks={r.value: n for r, n in p.ledger.totals().items()} if enforcing else {},
             live_reservations=len(p.ledger) if enforcing else 0,
-            deferral_decisions=totals.deferral_decisions + (p.stats.deferral_decisions if enforcing else 0),
+            deferral_decisions=totals.deferral_decisions + (p.stats.deferral_decisions if enforcing else 0)
+            + counters.get("deferrals_repeated", 0),
             requests_deferred=totals.requests_deferred + (p.stats.requests_deferred if enforcing else 0),
             rejected=counters.get("rejected", 0),
             rejected_by_reason=by_reason if counters.get("rejected", 0) else {},
@@ -234,21 +238,27 @@ class Controller:
     # ---- AdmissionPolicy (engine thread) ---------------------------------------------------------
     def begin_pass(self, view: PassView) -> None:
         self._iteration = view.iteration
-        record = self.channel.poll()
-        if record is not None and record.seq > self._seen_seq:
-            self._seen_seq = record.seq
-            self._pending = record
-        pending = self._pending
-        if pending is not None and (pending.at_iteration < 0 or view.iteration >= pending.at_iteration):
-            self._pending = None
-            if 0 <= pending.at_iteration < view.iteration:
-                self.num_late_changes += 1
-            self._apply(pending, view.iteration)
-        for hook in self.pass_hooks:
+        if self._initial is not None:
+            initial, self._initial = self._initial, None
+            self._apply(initial, view.iteration)
+        for hook in self.pass_hooks:  # first: a hook may publish a change due at this very pass
             try:
                 hook(view.iteration)
             except Exception:
                 self.num_hook_errors += 1
+        record = self.channel.poll()
+        if record is not None and record.seq > self._seen_seq:
+            self._seen_seq = record.seq
+            self._pending = record
+            if 0 <= record.at_iteration < view.iteration:
+                # Read after its iteration had passed on this rank: applied now, a pass late.
+                self.num_late_changes += 1
+        pending = self._pending
+        if pending is not None and (pending.at_iteration < 0 or view.iteration >= pending.at_iteration):
+            # The first pass at or after the change's iteration (the engine model's decode
+            # fast-forward may skip iterations; identical ranks skip the same ones).
+            self._pending = None
+            self._apply(pending, view.iteration)
         if self._mode is not Mode.OFF:
             self._policy.begin_pass(view)
 
@@ -278,6 +288,12 @@ class Controller:
             self._shadowed.discard((request_id, Verdict.REJECT))
         self._policy.release(request_id)
 
+    @property
+    def decision_epoch(self) -> tuple[int, int, int]:
+        """Changes whenever a deferral may no longer hold (a release, a new stall-guard claimant, a
+        mode or policy change); see :class:`kvscope.port.AdmissionPolicy`. Shadow never defers."""
+        return (self.num_mode_changes, id(self._policy), self._policy.epoch)
+
     def reserved_blocks(self, pool: PoolRole) -> int:
         return self._policy.ledger.total(pool) if self.enforcing else 0
 
@@ -291,8 +307,9 @@ class Controller:
         with self._lock:
             latest = self.channel.poll()
             seq = max(self._seen_seq, latest.seq if latest is not None else 0) + 1
+            base = self._pending or self._initial
             base_mode = mode.value if mode is not None else (
-                self._pending.mode if self._pending is not None else self._mode.value)
+                base.mode.partition("+")[0] if base is not None else self._mode.value)
             if at_iteration is None:
                 at_iteration = self.port.iteration + self.lead_passes if self._shared else -1
             encoded = base_mode + ("+triggered:" + triggered.replace(" ", "_") if triggered else "")
@@ -339,7 +356,7 @@ class Controller:
             fields["trigger"] = trig
         self.reporter.report(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, released, iteration,
                              format_kv(fields))
-        if new_mode is Mode.OFF and not self._shared:
+        if new_mode is Mode.OFF and not self._shared and not self.pass_hooks:
             self._installed = False
             self.port.set_admission_policy(None)
 

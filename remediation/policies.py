@@ -179,6 +179,11 @@ class ReservingPolicy:
     def reserved_blocks(self, pool: PoolRole) -> int:
         return self.ledger.total(pool)
 
+    @property
+    def epoch(self) -> int:
+        """Bumped whenever room can have grown: a deferral decided in the same epoch still holds."""
+        return self._epoch
+
     # ---- internals -------------------------------------------------------------------------------
     def _reserve(self, request: AdmissionRequest, *, need: dict[PoolRole, int] | None = None,
                  reason: str = "secured at admission") -> None:

@@ -16,7 +16,9 @@ one). ``--events PATH`` writes the replay's event file through the instrumentati
 default policy, or a policy name (mode ``on``); ``--list-policies`` prints them. ``--sizing`` splits
 the KV byte budget between target and draft before the engine starts: ``auto`` (from a probe
 replay's observed peak usage with the draft pool out of the way), a draft byte share (``0.09``) or
-a draft-to-target token ratio (``4x``). ``--json`` always carries ``remediation``, ``sizing``,
+a draft-to-target token ratio (``4x``). ``KVSCOPE_REMEDIATION_CHANNEL=PATH`` (and ``KVSCOPE_RANK``) attach
+remediation to a shared control file even when off, so several ranks switch on the same iteration.
+``--json`` always carries ``remediation``, ``sizing``,
 ``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -78,8 +81,14 @@ def run(args: argparse.Namespace) -> int:
         _, plan = remedy.sized_config(config, args.sizing, observed=observed)
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
     session = None
-    if mode != "off":
-        session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source)
+    channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
+    if mode != "off" or channel_path:
+        # With a control channel (several ranks replaying alike) remediation stays attached while off,
+        # so a change published there applies at its iteration.
+        channel = remedy.FileControlChannel(channel_path) if channel_path else None
+        rank = int(os.environ.get("KVSCOPE_RANK", "0") or 0)
+        session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source,
+                                           channel=channel, rank=rank)
         instrument: Any = session
     else:
         instrument = _instrumentation(args.events, source) if args.events else None

@@ -93,6 +93,12 @@ class RemedyState:
     pools: dict[PoolRole, PoolConfig] = field(default_factory=dict)
     managers: dict[PoolRole, Any] = field(default_factory=dict)
     rejects: list[tuple[Any, str]] = field(default_factory=list)
+    deferred: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    """request id -> (policy's decision_epoch, deferral): repeated without asking while the epoch holds."""
+    num_deferrals_repeated: int = 0
+    epoch: Any = None
+    """The policy's ``decision_epoch`` read at the start of this pass (None: it has none). Nothing in
+    a pass can widen the room (releases happen outside scheduling), so one read per pass holds."""
     num_managers_seen: int = 0
     num_policy_errors: int = 0
     num_rejected: int = 0
@@ -142,6 +148,7 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
     """Hand ``policy`` this pass's view (and, the first time, the requests already running)."""
     remedy = state_of(b)
     remedy.iteration = iteration
+    remedy.epoch = None
     try:
         pools = pool_configs(b, remedy)
         visible: dict[PoolRole, PoolSnapshot] = {}
@@ -160,13 +167,30 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
 
         policy.begin_pass(PassView(iteration, pools, HiddenPools(visible, remedy.hidden_pools),
                                    len(active_requests) - num_waiting, num_waiting, started))
+        remedy.epoch = getattr(policy, "decision_epoch", None)
     except Exception:
         remedy.num_policy_errors += 1
         log.exception("kvscope: admission policy failed in begin_pass (admission continues as stock)")
 
 
 def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
-    """The policy's verdict on one context attempt: True = go on (prepare as stock)."""
+    """The policy's verdict on one context attempt: True = go on (prepare as stock).
+
+    A waiting request is retried every pass; a policy that exposes ``decision_epoch`` promises that
+    a deferral it returned holds while the epoch is unchanged, so the deferral is repeated here
+    without building the request record or calling the policy (the common case at a full pool).
+    """
+    remedy = b.remedy
+    rid = req.py_request_id
+    epoch = remedy.epoch if remedy is not None else None
+    if epoch is not None:
+        hit = remedy.deferred.get(rid)
+        if hit is not None and hit[0] == epoch:
+            decision = hit[1]
+            remedy.num_deferrals_repeated += 1
+            b.attempts.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short,
+                                   remedy.managers.get(decision.pool))
+            return False
     try:
         decision = policy.decide(admission_request(req))
     except Exception:
@@ -178,9 +202,10 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     verdict = decision.verdict
     if verdict is Verdict.ADMIT:
         return True
-    rid = req.py_request_id
     manager = state_of(b).managers.get(decision.pool)
     if verdict is Verdict.DEFER:
+        if epoch is not None:
+            state_of(b).deferred[rid] = (epoch, decision)
         b.attempts.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short, manager)
         return False
     remedy = state_of(b)
@@ -214,6 +239,8 @@ def end_pass(b: Any) -> None:
 def released(b: Any, policy: AdmissionPolicy | None, request_id: int) -> None:
     if policy is None:
         return
+    if b.remedy is not None:
+        b.remedy.deferred.pop(request_id, None)
     try:
         policy.release(request_id)
     except Exception:

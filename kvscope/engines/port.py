@@ -107,4 +107,4 @@ class BindingPort:
         """The gate's own counts: rejections ended, failures contained, policy errors swallowed."""
         remedy = gate.state_of(self.binding)
         return {"rejected": remedy.num_rejected, "contained": remedy.num_contained,
-                "policy_errors": remedy.num_policy_errors}
+                "policy_errors": remedy.num_policy_errors, "deferrals_repeated": remedy.num_deferrals_repeated}
