@@ -71,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.scenario and not args.trace:
         raise ValueError("give --scenario NAME or --trace PATH (see --help)")
     source = args.scenario or args.trace
+    if args.events:
+        _check_events_path(args.events)
+    if args.trace and not os.path.isfile(args.trace):
+        why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
+        raise ValueError(f"{args.trace}: {why}")
     mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
     overrides = list(args.overrides)
     plan = None
@@ -103,10 +108,20 @@ def run(args: argparse.Namespace) -> int:
     data = summary.to_dict()
     data.update(remedy.summary_keys(stats, summary, sizing=plan, mode=mode, policy=policy))
     if args.json:
-        sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
+        # Strict JSON: a NaN would be refused by strict parsers, so it is an error here, not output.
+        sys.stdout.write(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
     else:
         _print_summary(data)
     return 0
+
+
+def _check_events_path(path: str) -> None:
+    """Refuse an event file path that cannot be written, before the replay starts."""
+    from kvscope.recording import sink_for_path
+    from kvscope.recording.files import check_writable
+
+    sink_for_path(path)  # the suffix names the format: refused here, not after the replay
+    check_writable(path)
 
 
 def _print_policies(*, as_json: bool) -> None:

@@ -23,6 +23,7 @@ clear error for unknown keys. Validation runs once at construction with messages
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -124,6 +125,11 @@ class EngineConfig:
 
     # ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            # NaN passes every comparison below as "not < 0"; a knob is a finite number or nothing.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
         positive = ("max_batch_size", "max_num_tokens", "max_seq_len", "tokens_per_block", "pp_size",
                     "tp_size", "requests_in_flight", "target_bytes_per_token")
         for name in positive:

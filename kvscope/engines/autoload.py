@@ -111,32 +111,70 @@ def _engine_version(kind: str) -> str:
 
 def _make_sinks(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
                 closers: list | None = None) -> list:
-    """Sinks named by KVSCOPE_SINKS; exporters that need a shutdown after the pump go to ``closers``."""
-    from kvscope.recording import sink_for_path
+    """Sinks named by KVSCOPE_SINKS; exporters that need a shutdown after the pump go to ``closers``.
 
+    Each sink is opened on its own: one that cannot open (a live port already taken by another
+    process, a collector library missing) is reported on one stderr line and in the file header
+    (``meta.sinks_failed``) and the others record as if it had not been asked for.
+    """
     names = [s.strip() for s in env.get("KVSCOPE_SINKS", "jsonl").split(",") if s.strip()]
     sinks: list = []
+    failed: dict[str, str] = {}
     for name in names:
-        if name in ("jsonl", "parquet"):
-            sinks.append(sink_for_path(out_dir / f"events-rank{rank}-pid{pid}.{name}", meta=meta))
-        elif name == "zmq":
-            from kvscope.engines.live import ZmqPublisherSink
-
-            base = env.get("KVSCOPE_ZMQ_ENDPOINT", "tcp://127.0.0.1:5557")
-            head, _, port = base.rpartition(":")
-            endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
-            sinks.append(ZmqPublisherSink(endpoint))
-        elif name == "otlp":
-            from kvscope.otel.pipeline import OtlpConfig
-            from kvscope.otel.sink import OtelSink, OtlpPipeline, kvscope_resource
-
-            pipeline = OtlpPipeline(OtlpConfig.from_env(), resource=kvscope_resource(meta, rank=rank))
-            sinks.append(OtelSink(**pipeline.sink_options()))
-            if closers is not None:
-                closers.append(pipeline.shutdown)
-        else:
+        opener = _SINK_OPENERS.get(name)
+        if opener is None:
+            failed[name] = "unknown sink name"
             print(f"kvscope-instrument: unknown sink {name!r} in KVSCOPE_SINKS; ignored", file=sys.stderr)
+            continue
+        try:
+            sinks.append(opener(env, out_dir, rank, pid, meta, closers))
+        except Exception as e:  # noqa: BLE001 - one sink's failure never takes the others down
+            failed[name] = f"{type(e).__name__}: {e}"
+            others = ", ".join(n for n in names if n != name) or "none"
+            print(f"kvscope-instrument: sink {name} unavailable in pid {pid} ({failed[name]}); "
+                  f"recording continues in: {others}", file=sys.stderr)
+    if failed:
+        meta["sinks_failed"] = failed
+        for sink in sinks:  # file sinks copied the header meta when opened; their header is not written yet
+            if isinstance(getattr(sink, "meta", None), dict):
+                sink.meta["sinks_failed"] = failed
     return sinks
+
+
+def _open_file_sink(ext: str) -> Any:
+    def open_sink(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
+                  closers: list | None) -> Any:
+        from kvscope.recording import sink_for_path
+
+        return sink_for_path(out_dir / f"events-rank{rank}-pid{pid}.{ext}", meta=meta)
+
+    return open_sink
+
+
+def _open_zmq(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
+              closers: list | None) -> Any:
+    from kvscope.engines.live import ZmqPublisherSink
+
+    base = env.get("KVSCOPE_ZMQ_ENDPOINT", "tcp://127.0.0.1:5557")
+    head, _, port = base.rpartition(":")
+    endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
+    return ZmqPublisherSink(endpoint)
+
+
+def _open_otlp(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
+               closers: list | None) -> Any:
+    from kvscope.otel.pipeline import OtlpConfig
+    from kvscope.otel.sink import OtelSink, OtlpPipeline, kvscope_resource
+
+    pipeline = OtlpPipeline(OtlpConfig.from_env(), resource=kvscope_resource(meta, rank=rank))
+    sink = OtelSink(**pipeline.sink_options())
+    if closers is not None:
+        closers.append(pipeline.shutdown)
+    return sink
+
+
+_SINK_OPENERS = {"jsonl": _open_file_sink("jsonl"), "parquet": _open_file_sink("parquet"),
+                 "zmq": _open_zmq, "otlp": _open_otlp}
 
 
 def _start(kind: str) -> None:

@@ -37,6 +37,55 @@ from collections.abc import Sequence
 from pathlib import Path
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+SINK_NAMES = ("jsonl", "parquet", "zmq", "otlp")
+ENGINES = ("auto", "tensorrt_llm", "model")
+FILE_SINKS = ("jsonl", "parquet")
+
+
+def check_env(env: dict[str, str]) -> list[str]:
+    """Problems with the kvscope variables of ``env`` (one line each), found before the command runs.
+
+    The processes below the launcher cannot refuse to start (kvscope never takes a host down), so
+    everything that can be checked up front is checked here: sink names, engine, rank, endpoint,
+    and that the output folder can be written when a file sink is on.
+    """
+    problems = []
+    sinks = [s.strip() for s in env.get("KVSCOPE_SINKS", "jsonl").split(",") if s.strip()]
+    unknown = [s for s in sinks if s not in SINK_NAMES]
+    if unknown or not sinks:
+        problems.append(f"--sinks/KVSCOPE_SINKS: unknown sink {', '.join(map(repr, unknown or ['']))}; "
+                        f"valid: {', '.join(SINK_NAMES)}")
+    if env.get("KVSCOPE_ENGINE", "auto") not in ENGINES:
+        problems.append(f"--engine/KVSCOPE_ENGINE: {env['KVSCOPE_ENGINE']!r}; valid: {', '.join(ENGINES)}")
+    rank = env.get("KVSCOPE_RANK")
+    if rank not in (None, "") and not (rank.isdigit() and len(rank) < 10):
+        problems.append(f"KVSCOPE_RANK: expected a rank number >= 0, got {rank!r}")
+    endpoint = env.get("KVSCOPE_ZMQ_ENDPOINT")
+    if endpoint is not None and "zmq" in sinks and "://" not in endpoint:
+        problems.append(f"--zmq-endpoint/KVSCOPE_ZMQ_ENDPOINT: expected e.g. tcp://127.0.0.1:5557, got {endpoint!r}")
+    if any(s in FILE_SINKS for s in sinks) and env.get("KVSCOPE_DISABLE") != "1":
+        why = _unwritable_dir(Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")))
+        if why:
+            problems.append(f"--output-dir/KVSCOPE_OUTPUT_DIR: {why}")
+    return problems
+
+
+def _unwritable_dir(folder: Path) -> str | None:
+    """Why events cannot be written in ``folder`` (created if missing), or None."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{folder}: {existing} is not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".kvscope-probe-{os.getpid()}"
+        with open(probe, "wb"):
+            pass
+        probe.unlink()
+    except OSError as e:
+        return f"{folder}: cannot write there: {e.strerror or e}"
+    return None
 
 
 def build_env(base: dict[str, str], *, output_dir: str | None = None, sinks: str | None = None,
@@ -70,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run COMMAND with kvscope recording KV events in every Python process it starts.")
     parser.add_argument("--output-dir", help="event file folder (KVSCOPE_OUTPUT_DIR)")
     parser.add_argument("--sinks", help="comma list: jsonl, parquet, zmq, otlp (KVSCOPE_SINKS)")
-    parser.add_argument("--engine", choices=("auto", "tensorrt_llm", "model"), help="KVSCOPE_ENGINE")
+    parser.add_argument("--engine", choices=ENGINES, help="KVSCOPE_ENGINE")
     parser.add_argument("--zmq-endpoint", help="live publisher endpoint base (KVSCOPE_ZMQ_ENDPOINT)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
     args = parser.parse_args(argv)
@@ -83,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     env = build_env(dict(os.environ), output_dir=args.output_dir, sinks=args.sinks, engine=args.engine,
                     zmq_endpoint=args.zmq_endpoint)
+    problems = check_env(env)
+    if problems:
+        print(f"kvscope-instrument: error: {problems[0]}", file=sys.stderr)
+        return 2
     exe = shutil.which(command[0], path=env.get("PATH"))
     if exe is None:
         print(f"kvscope-instrument: error: command not found: {command[0]}", file=sys.stderr)

@@ -139,12 +139,15 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     if p.is_dir():
         raise ValueError(f"{p}: is a directory, not a file path")
     parent = p.parent if str(p.parent) else Path(".")
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{p}: {existing} is not a folder")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"{p}: cannot create folder {parent}: {e.strerror or e}") from None
-    if not parent.is_dir():
-        raise ValueError(f"{p}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ValueError(f"{p}: not writable (permission denied)")
     probe = parent / f".{p.name}.kvscope-probe-{os.getpid()}"

@@ -46,6 +46,8 @@ class BatchPump:
         self.max_batch = max_batch
         self.num_exported = 0
         self.sink_errors = 0
+        self.dropped_by_sink: dict[str, int] = {}
+        """Events a failing sink did not take, by sink (what kvscope dropped; the others got them)."""
         self._lock = threading.Lock()  # one drainer at a time (thread or flush caller)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -74,9 +76,8 @@ class BatchPump:
                 for sink in self.sinks:
                     try:
                         sink.export(batch)
-                    except Exception:  # a sink must never take the pump down
-                        self.sink_errors += 1
-                        log.exception("kvscope sink %r failed; batch of %d dropped for it", sink, len(rows))
+                    except Exception as e:  # a sink must never take the pump down
+                        self._sink_failed(sink, "export", e, len(rows))
                 moved += len(rows)
             self.num_exported += moved
         return moved
@@ -87,9 +88,8 @@ class BatchPump:
         for sink in self.sinks:
             try:
                 sink.flush()
-            except Exception:
-                self.sink_errors += 1
-                log.exception("kvscope sink %r failed to flush", sink)
+            except Exception as e:
+                self._sink_failed(sink, "flush", e, 0)
 
     def shutdown(self, timeout_s: float = 5.0, *, status: str = "complete") -> None:
         """Stop the thread, drain what is left, shut the sinks down. Idempotent.
@@ -114,6 +114,21 @@ class BatchPump:
                 if hasattr(sink, "set_end"):
                     sink.set_end(status, dropped=self.recorder.dropped)
                 sink.shutdown()
-            except Exception:
-                self.sink_errors += 1
-                log.exception("kvscope sink %r failed to shut down", sink)
+            except Exception as e:
+                self._sink_failed(sink, "shut down", e, 0)
+
+    def _sink_failed(self, sink: Sink, what: str, exc: Exception, num_rows: int) -> None:
+        """Count a sink failure; one log line on a sink's first failure (a full disk fails every
+        batch: one line, not a traceback per batch), the running count after."""
+        self.sink_errors += 1
+        name = _sink_name(sink)
+        first = name not in self.dropped_by_sink
+        self.dropped_by_sink[name] = self.dropped_by_sink.get(name, 0) + num_rows
+        if first:
+            log.error("kvscope sink %s failed to %s (%s: %s); its events are dropped and counted, "
+                      "the other sinks continue", name, what, type(exc).__name__, exc)
+
+
+def _sink_name(sink: Sink) -> str:
+    path = getattr(sink, "path", None)
+    return f"{type(sink).__name__}({path})" if path is not None else type(sink).__name__

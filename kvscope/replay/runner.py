@@ -23,6 +23,7 @@ from typing import Any
 from kvscope.engine_model.build import EngineParts, build_engine
 from kvscope.engine_model.config import EngineConfig
 from kvscope.engine_model.executor import PyExecutorModel
+from kvscope.workloads.workload import TraceFormatError
 
 from .scenarios import SCENARIOS, get_scenario, trace_workload_builder
 
@@ -116,6 +117,11 @@ def run(source: str, overrides: list[str] | dict[str, Any] | None = None, *,
     wall_start = time.perf_counter()
     try:
         parts.executor.run(parts.workload, max_sim_seconds=config.max_sim_seconds, progress=progress)
+        error = parts.executor.event_loop_error
+        if isinstance(error, TraceFormatError):
+            # The workload is read lazily inside the loop, so a bad row surfaces there; it is the
+            # input's fault, not the engine's, and is reported as such (never engine_fatal).
+            raise error
     finally:
         if handle is not None and hasattr(handle, "close"):
             handle.close()
