@@ -1,0 +1,348 @@
+"""The live dashboard: ipywidgets controls around plotly ``FigureWidget``s, fed by a :class:`Feed`.
+
+Three layers, as in jupyter-scatter: the pure figure builders (:mod:`kvscope.ui.pools`, ``debt``,
+``requests``, ``reuse``) make a ``go.Figure`` from the :class:`~kvscope.ui.live.LiveView` frames;
+this module only holds widget state and copies each new figure into its ``FigureWidget`` inside
+one ``batch_update()`` (one message per figure and refresh, no flicker); composition (which engine,
+which remediation controller) is done by the caller, :mod:`kvscope.attach`. The front end imports no
+engine: remediation arrives as a :class:`RemediationSwitch`, replays as a :class:`Launcher`.
+
+Refreshing runs as a task on the kernel's own event loop (:meth:`Dashboard.start`), so widget state
+is only ever touched from the thread that also handles the browser's clicks. Pausing stops drawing
+but not reading: the view stays bounded and findings keep arriving while paused.
+
+Every widget carries a ``kvscope-*`` CSS class (``add_class``) so tests and custom CSS find it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import ipywidgets as w
+import plotly.graph_objects as go
+
+from kvscope.ui import debt as debt_fig
+from kvscope.ui import pools as pools_fig
+from kvscope.ui import requests as requests_fig
+from kvscope.ui import reuse as reuse_fig
+from kvscope.ui.feeds import ERROR, FATAL, FINISHED, IDLE, PAUSED_NOTE, Feed, FeedStatus
+from kvscope.ui.live import LiveView
+
+FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
+
+
+@runtime_checkable
+class RemediationSwitch(Protocol):
+    """The live remediation control as the dashboard sees it."""
+
+    modes: tuple[str, ...]
+    policies: tuple[str, ...]
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def policy(self) -> str: ...
+
+    def set_mode(self, mode: str) -> None: ...
+
+    def set_policy(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """Starts replays for the scenario picker."""
+
+    def sources(self) -> list[str]: ...
+
+    def knobs(self, source: str) -> Mapping[str, Any]:
+        """The knobs offered as fields, with their values for ``source``."""
+        ...
+
+    def start(self, source: str, overrides: Mapping[str, str]) -> tuple[Feed, RemediationSwitch | None]: ...
+
+
+def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
+    """Make ``widget`` show ``fig`` in one batched message. Traces are updated in place when the
+    trace list has the same shape (the browser patches instead of redrawing from scratch); of the
+    layout only the top-level keys that changed are sent, and never the template (set once)."""
+    same = len(widget.data) == len(fig.data) and all(
+        a.type == b.type and a.name == b.name for a, b in zip(widget.data, fig.data))
+    layout = fig.layout.to_plotly_json()
+    layout.pop("template", None)
+    sent: dict = getattr(widget, "_kvscope_layout", None) or {}
+    changed = {k: v for k, v in layout.items() if sent.get(k) != v}
+    with widget.batch_update():
+        if same:
+            for old, new in zip(widget.data, fig.data):
+                props = new.to_plotly_json()
+                props.pop("type", None)
+                old.update(props, overwrite=True)
+        else:
+            widget.data = ()
+            widget.add_traces(list(fig.data))
+        if changed:
+            widget.layout.update(changed, overwrite=True)
+        widget.layout.uirevision = "kvscope"  # keep the user's zoom across refreshes
+    widget._kvscope_layout = layout
+
+
+class Dashboard:
+    """Pools, debt, requests and reuse of a running (or recorded) engine, with the remediation switch.
+
+    Args:
+        feed: the event source (attach one later with :meth:`attach`).
+        switch: the remediation control of that source, if it has one.
+        launcher: offers a scenario picker, knob fields and a Start button.
+        refresh_s: seconds between refreshes when started.
+        view_factory: makes the bounded state for each attached feed.
+        max_requests_shown: rows of the request timeline.
+    """
+
+    def __init__(self, feed: Feed | None = None, *, switch: RemediationSwitch | None = None,
+                 launcher: Launcher | None = None, refresh_s: float = 0.5,
+                 view_factory: Callable[[], LiveView] = LiveView, max_requests_shown: int = 120,
+                 title: str = "kvscope live") -> None:
+        self.refresh_s = refresh_s
+        self.view_factory = view_factory
+        self.max_requests_shown = max_requests_shown
+        self.launcher = launcher
+        self.feed: Feed | None = None
+        self.switch: RemediationSwitch | None = None
+        self.view = view_factory()
+        self.num_refreshes = 0
+        self.last_refresh_ms = 0.0
+        self.error: str | None = None
+        self._task: asyncio.Task | None = None
+        self._last_polled = 0
+        self._syncing = False
+        self._findings_shown = -1
+        self._state = IDLE
+        self._build(title)
+        if feed is not None:
+            self.attach(feed, switch)
+
+    # ------------------------------------------------------------------ widgets
+    def _build(self, title: str) -> None:
+        self.title = w.HTML(f"<b>{html.escape(title)}</b>")
+        self.status = _cls(w.HTML("idle"), "kvscope-status", "kvscope-state-idle")
+        self.mode = _cls(w.ToggleButtons(options=["off"], value="off", description="remediation",
+                                         disabled=True, tooltips=["no remediation control attached"]),
+                         "kvscope-remediation")
+        self.policy = _cls(w.Dropdown(options=["(none)"], description="policy", disabled=True), "kvscope-policy")
+        self.pause = _cls(w.ToggleButton(value=False, description="pause view", icon="pause"), "kvscope-pause")
+        self.counters = _cls(w.HTML(""), "kvscope-counters")
+        self.findings = _cls(w.HTML(_findings_html([])), "kvscope-findings")
+        self.fig_pools = _cls(go.FigureWidget(pools_fig.pool_panels_figure(self.view.pools_frame())),
+                              "kvscope-fig-pools")
+        self.fig_debt = _cls(go.FigureWidget(debt_fig.debt_projection_figure(self.view.exhaustion_frame())),
+                             "kvscope-fig-debt")
+        self.fig_requests = _cls(go.FigureWidget(requests_fig.request_events_figure(self.view.timeline_frame())),
+                                 "kvscope-fig-requests")
+        self.fig_reuse = _cls(go.FigureWidget(reuse_fig.reuse_hit_rate_figure(self.view.reuse_frame())),
+                              "kvscope-fig-reuse")
+        self.mode.observe(self._on_mode, names="value")
+        self.policy.observe(self._on_policy, names="value")
+        self.pause.observe(self._on_pause, names="value")
+        controls = [self.mode, self.policy, self.pause]
+        picker: list[w.Widget] = []
+        if self.launcher is not None:
+            sources = self.launcher.sources()
+            self.source = _cls(w.Dropdown(options=sources, value=sources[0], description="scenario"),
+                               "kvscope-source")
+            self.knob_box = _cls(w.HBox([]), "kvscope-knobs")
+            self.start_button = _cls(w.Button(description="start replay", icon="play", button_style="primary"),
+                                     "kvscope-start")
+            self.source.observe(lambda _c: self._fill_knobs(), names="value")
+            self.start_button.on_click(lambda _b: self.start_replay())
+            self._fill_knobs()
+            picker = [w.HBox([self.source, self.start_button]), self.knob_box]
+        self.widget = _cls(w.VBox([
+            self.title, *picker, w.HBox(controls), self.status, self.counters,
+            self.fig_pools, self.findings, self.fig_debt, self.fig_requests, self.fig_reuse,
+        ]), "kvscope-dashboard")
+
+    def _fill_knobs(self) -> None:
+        assert self.launcher is not None
+        fields = []
+        for name, value in self.launcher.knobs(self.source.value).items():
+            fields.append(_cls(w.Text(value=str(value), description=name, style={"description_width": "initial"},
+                                      layout=w.Layout(width="auto")), f"kvscope-knob-{name}"))
+        self.knob_box.children = fields
+
+    def knob_values(self) -> dict[str, str]:
+        return {f.description: f.value for f in getattr(self, "knob_box", w.HBox()).children}
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    # ------------------------------------------------------------------ sources
+    def attach(self, feed: Feed, switch: RemediationSwitch | None = None) -> None:
+        """Show ``feed`` from now on (a fresh view; the previous feed is closed)."""
+        if self.feed is not None and self.feed is not feed:
+            self.feed.close()
+        self.feed, self.switch = feed, switch
+        self.view = self.view_factory()
+        self._findings_shown = -1
+        self.error = None
+        self._attach_switch(switch)
+        self.refresh(force=True)
+
+    def start_replay(self) -> None:
+        """Start the picked scenario with the knob fields (the launcher's ``start``) and watch it."""
+        if self.launcher is None:
+            raise ValueError("this dashboard has no launcher (pass launcher=...)")
+        try:
+            feed, switch = self.launcher.start(self.source.value, self.knob_values())
+        except Exception as exc:  # noqa: BLE001 - a bad knob value is shown, not raised into the event loop
+            self._show_status(FeedStatus(ERROR, f"{type(exc).__name__}: {exc}"))
+            return
+        self.attach(feed, switch)
+        self.start()
+
+    def _attach_switch(self, switch: RemediationSwitch | None) -> None:
+        self._syncing = True
+        try:
+            if switch is None:
+                self.mode.options, self.mode.value, self.mode.disabled = ["off"], "off", True
+                self.mode.tooltips = ["no remediation control on this source"]
+                self.policy.options, self.policy.disabled = ["(none)"], True
+                return
+            self.mode.options = list(switch.modes)
+            self.mode.tooltips = [f"remediation {m}" for m in switch.modes]
+            self.mode.value = switch.mode
+            self.mode.disabled = False
+            self.policy.options = list(switch.policies) or ["(none)"]
+            self.policy.value = switch.policy if switch.policy in switch.policies else self.policy.options[0]
+            self.policy.disabled = not switch.policies
+        finally:
+            self._syncing = False
+
+    def _on_mode(self, change: dict) -> None:
+        if self.switch is not None and not self._syncing and change["new"] != self.switch.mode:
+            self.switch.set_mode(change["new"])
+            self.refresh(force=True)
+
+    def _on_policy(self, change: dict) -> None:
+        if self.switch is not None and not self._syncing and change["new"] in self.switch.policies:
+            self.switch.set_policy(change["new"])
+
+    def _on_pause(self, change: dict) -> None:
+        self.pause.description = "resume view" if change["new"] else "pause view"
+        self.pause.icon = "play" if change["new"] else "pause"
+        if not change["new"]:
+            self.refresh(force=True)
+
+    # ------------------------------------------------------------------ refresh
+    def refresh(self, *, force: bool = False) -> FeedStatus:
+        """Read what the feed has, update the view and (unless paused) redraw. Returns the status."""
+        status = FeedStatus(IDLE, "no source attached")
+        if self.feed is not None:
+            try:
+                events = self.feed.poll()
+                self._last_polled = len(events)
+                if events:
+                    self.view.feed(events)
+                status = self.feed.status()
+            except Exception as exc:  # noqa: BLE001 - shown in the status line; the loop keeps going
+                self.error = f"{type(exc).__name__}: {exc}"
+                status = FeedStatus(ERROR, self.error)
+        if self.view.fatal is not None and status.state in (FINISHED, "running"):
+            status = FeedStatus(FATAL, self.view.fatal.message)
+        if not self.pause.value or force:
+            t0 = time.perf_counter()
+            self.redraw()
+            self.last_refresh_ms = (time.perf_counter() - t0) * 1e3
+        self._show_status(status)
+        self.num_refreshes += 1
+        return status
+
+    def redraw(self) -> None:
+        v = self.view
+        findings = v.findings_frame()
+        fatal = (v.fatal.t_s, v.fatal.label) if v.fatal is not None else None
+        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal))
+        sync_figure(self.fig_debt, debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal))
+        sync_figure(self.fig_requests, requests_fig.request_events_figure(
+            v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown))
+        sync_figure(self.fig_reuse, reuse_fig.reuse_hit_rate_figure(v.reuse_frame()))
+        if len(findings) != self._findings_shown:
+            self.findings.value = _findings_html(v.analyzer.findings)
+            self._findings_shown = len(findings)
+        c = v.counts
+        reserved = ", ".join(f"{p} {n:,}" for p, n in v.reserved_blocks().items())
+        self.counters.value = (
+            f"<span class='kvscope-count-events'>{c['events']:,} events</span> · iteration {v.iteration} · "
+            f"t={v.t_s:.2f} s · {v.num_running} in flight · "
+            f"<span class='kvscope-count-deferrals'>deferrals {c['deferrals']:,}</span> · "
+            f"<span class='kvscope-count-reservations'>reservations {c['reservations']:,}</span> · "
+            f"<span class='kvscope-count-reserved'>reserved blocks: {reserved or 'none'}</span> · "
+            f"finished {c['finished']:,} · failed {c['failed']:,} · rejected {c['rejected']:,} · "
+            f"contained {c['contained']:,}")
+
+    def _show_status(self, status: FeedStatus) -> None:
+        state = status.state
+        paused = PAUSED_NOTE if self.pause.value else ""
+        mode = f" · remediation {self.switch.mode}" if self.switch is not None else ""
+        self.status.value = (f"<b>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}")
+        if state != self._state:
+            self.status.remove_class(f"kvscope-state-{self._state.replace(' ', '-')}")
+            self.status.add_class(f"kvscope-state-{state.replace(' ', '-')}")
+            self._state = state
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    # ------------------------------------------------------------------ steady refresh
+    def start(self, refresh_s: float | None = None) -> None:
+        """Refresh every ``refresh_s`` on the running event loop (the kernel's) until the feed ends."""
+        if refresh_s is not None:
+            self.refresh_s = refresh_s
+        self.stop()
+        self._task = asyncio.get_event_loop().create_task(self._loop())
+
+    def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            status = self.refresh()
+            if status.state in FINAL_STATES and not self._last_polled:
+                return  # the source ended and everything it sent is drawn
+            await asyncio.sleep(self.refresh_s)
+
+    def wait(self, timeout_s: float = 600.0) -> FeedStatus:
+        """Refresh in a blocking loop until the feed ends (scripts and headless runs)."""
+        deadline = time.monotonic() + timeout_s
+        status = self.refresh()
+        while (status.state not in FINAL_STATES or self._last_polled) and time.monotonic() < deadline:
+            time.sleep(self.refresh_s)
+            status = self.refresh()
+        return self.refresh(force=True)
+
+
+def _cls(widget: Any, *classes: str) -> Any:
+    for c in classes:
+        widget.add_class(c)
+    return widget
+
+
+def _findings_html(findings: list) -> str:
+    head = ("<table class='kvscope-findings-table'><thead><tr><th>t (s)</th><th>kind</th><th>severity</th>"
+            "<th>pools</th><th>requests</th><th>summary</th></tr></thead><tbody>")
+    rows = "".join(
+        f"<tr class='kvscope-finding kvscope-finding-{f.kind.value}'><td>{f.t_start_s:.3f}</td>"
+        f"<td>{f.kind.value}</td><td>{f.severity.value}</td><td>{', '.join(f.pools)}</td>"
+        f"<td>{', '.join(map(str, f.request_ids[:8]))}{' …' if len(f.request_ids) > 8 else ''}</td>"
+        f"<td>{html.escape(f.summary)}</td></tr>" for f in findings)
+    empty = "" if findings else "<tr><td colspan='6'><i>no findings yet</i></td></tr>"
+    return f"<b>Findings</b> ({len(findings)})" + head + rows + empty + "</tbody></table>"

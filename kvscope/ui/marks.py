@@ -1,0 +1,60 @@
+"""Findings and the fatal error as layout shapes and annotations, built as plain dicts.
+
+plotly's ``add_vline``/``add_vrect`` validate every call (about 15 ms each); a live dashboard
+redraws its marks every refresh, so they are built here as dicts and set in one layout update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+import pandas as pd
+
+from kvscope.ui.figures import SEVERITY_COLORS
+
+FATAL_COLOR = "#d62728"
+
+
+def axis_refs(row: int, col: int = 1, *, ncols: int = 1) -> tuple[str, str]:
+    """(xref, yref-domain) of subplot (row, col) in a grid made by ``make_subplots``."""
+    n = (row - 1) * ncols + col
+    suffix = "" if n == 1 else str(n)
+    return f"x{suffix}", f"y{suffix} domain"
+
+
+def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xref: str, yref: str,
+          pool: str | None = None, kinds: Container[str] | None = None, labels: bool = True,
+          ) -> tuple[list[dict], list[dict]]:
+    """Shapes and annotations for one panel.
+
+    Args:
+        findings: findings frame (kind, severity, t_start_s, t_end_s, pools).
+        fatal: ``(t_s, label)`` of the engine's fatal error.
+        pool: only findings that concern this pool (or name no pool).
+        kinds: only these finding kinds (default: all but ``reuse_loss``, a whole-run summary).
+    """
+    shapes: list[dict] = []
+    notes: list[dict] = []
+    if findings is not None and len(findings):
+        for f in findings.itertuples(index=False):
+            if f.kind == "reuse_loss" or (kinds is not None and f.kind not in kinds):
+                continue
+            if pool is not None and len(f.pools) and pool not in f.pools:
+                continue
+            color = SEVERITY_COLORS.get(f.severity, SEVERITY_COLORS["info"])
+            if f.t_end_s > f.t_start_s:
+                shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_end_s,
+                               "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0}, "layer": "below"})
+            shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_start_s,
+                           "y0": 0, "y1": 1, "line": {"color": "#555", "width": 1, "dash": "dot"}})
+            if labels:
+                notes.append({"xref": xref, "yref": yref, "x": f.t_start_s, "y": 1, "text": f.kind,
+                              "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "top",
+                              "font": {"size": 9, "color": "#555"}})
+    if fatal is not None:
+        shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": fatal[0], "x1": fatal[0], "y0": 0, "y1": 1,
+                       "line": {"color": FATAL_COLOR, "width": 2}})
+        if labels:
+            notes.append({"xref": xref, "yref": yref, "x": fatal[0], "y": 1, "text": fatal[1], "showarrow": False,
+                          "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": FATAL_COLOR}})
+    return shapes, notes

@@ -1,0 +1,105 @@
+"""Per-pool block usage over time: one panel per pool, stacked used / reserved / evictable / free.
+
+Pure: ``pool_series``-shaped DataFrame in, ``go.Figure`` out (the HTML report and the live dashboard
+call the same function). Reserved blocks are drawn inside the free blocks: a reservation holds
+capacity for a request without holding a page, so it is carved out of what is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from kvscope.ui import style
+from kvscope.ui.figures import thin
+from kvscope.ui.marks import axis_refs, marks
+
+POOL_ORDER = ("target", "draft", "mamba")
+LAYERS = (
+    # (column, legend name, colour): stacked bottom to top.
+    ("used_blocks", "used", "#1f77b4"),
+    ("reserved_shown", "reserved", "#ff7f0e"),
+    ("evictable_blocks", "evictable", "#9ecae1"),
+    ("free_shown", "free", "#e5e5e5"),
+)
+
+
+def ordered_pools(names: Sequence[str]) -> list[str]:
+    """Pools in the house order (target, draft, mamba), unknown names after them."""
+    present = [str(n) for n in names]
+    return [p for p in POOL_ORDER if p in present] + sorted(p for p in set(present) if p not in POOL_ORDER)
+
+
+def _layers(g: pd.DataFrame) -> pd.DataFrame:
+    free = g["free_blocks"].to_numpy(np.int64)
+    reserved = np.minimum(np.maximum(g["reserved_blocks"].to_numpy(np.int64), 0), np.maximum(free, 0))
+    return g.assign(reserved_shown=reserved, free_shown=np.maximum(free - reserved, 0))
+
+
+def pool_panels_figure(
+    pools: pd.DataFrame,
+    findings: pd.DataFrame | None = None,
+    *,
+    fatal: tuple[float, str] | None = None,
+    max_points: int = 4000,
+    height_per_pool: int = 230,
+) -> go.Figure:
+    """One panel per pool: blocks used, reserved, evictable and free over time (stacked).
+
+    Args:
+        pools: :func:`kvscope.analysis.pool_series` columns (t_s, pool, capacity_blocks,
+            free_blocks, evictable_blocks, reserved_blocks, used_blocks; ``num_live`` optional).
+        findings: ``Analysis.findings_frame()`` (kind, severity, t_start_s, t_end_s, pools):
+            each is drawn as a band in the panels of the pools it concerns.
+        fatal: ``(t_s, label)`` of the engine's fatal error, marked in every panel.
+        max_points: most points per layer (every k-th kept, plus the fullest row).
+    """
+    names = ordered_pools(pools["pool"].astype(str).unique()) if len(pools) else []
+    rows = max(len(names), 1)
+    fig = style.subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{n} pool" for n in names] or ["(no pool state yet)"])
+    shapes: list[dict] = []
+    notes: list[dict] = list(fig.layout.annotations)
+    for i, name in enumerate(names, start=1):
+        g = pools[pools["pool"].astype(str) == name].sort_values("t_s", kind="stable")
+        g = _layers(thin(g, "used_blocks", max_points))
+        cap = g["capacity_blocks"].to_numpy(np.int64)
+        live = g["num_live"].to_numpy(np.int64) if "num_live" in g else np.full(len(g), -1)
+        for col, label, color in LAYERS:
+            values = g[col].to_numpy(np.int64)
+            share = np.where(cap > 0, values / np.maximum(cap, 1), 0.0)
+            fig.add_trace(go.Scatter(
+                x=g["t_s"].to_numpy(float), y=values, name=label, legendgroup=label, showlegend=(i == 1),
+                mode="lines", stackgroup=f"pool{i}", line={"width": 0.5, "color": color}, fillcolor=color,
+                customdata=np.stack([share, cap, live], axis=1) if len(g) else None,
+                hovertemplate=(f"<b>{name} pool</b> {label}: %{{y:,}} of %{{customdata[1]:,}} blocks "
+                               "(%{customdata[0]:.1%})<br>t=%{x:.3f} s, live caches %{customdata[2]}"
+                               "<extra></extra>"),
+            ), row=i, col=1)
+        fig.update_yaxes(title_text="blocks", row=i, col=1, rangemode="tozero")
+        xref, yref = axis_refs(i)
+        s, a = marks(findings, fatal, xref=xref, yref=yref, pool=name)
+        shapes += s
+        notes += a
+    fig.update_xaxes(title_text="time (s, event clock)", row=rows, col=1)
+    fig.update_layout(title="KV pools: blocks used / reserved / evictable / free",
+                      height=120 + height_per_pool * rows, legend={"orientation": "h", "y": -0.12},
+                      margin={"t": 70, "b": 60, "l": 70, "r": 20}, hovermode="closest",
+                      shapes=shapes, annotations=notes)
+    return fig
+
+
+def fatal_mark(events_or_findings: pd.DataFrame) -> tuple[float, str] | None:
+    """``(t_s, "engine fatal (request N)")`` from a findings frame's ``engine_fatal`` row, else None."""
+    f = events_or_findings
+    if f is None or not len(f) or "kind" not in f:
+        return None
+    hit = f[f["kind"].astype(str) == "engine_fatal"]
+    if hit.empty:
+        return None
+    row = hit.iloc[0]
+    rids = list(row.get("request_ids", []) or [])
+    return float(row["t_start_s"]), "engine fatal" + (f" (request {rids[0]})" if rids else "")
