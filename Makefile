@@ -18,7 +18,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q -U pip
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[otel,ui,live]'
+	$(BIN)/pip install -q -e '.[otel,ui,live,notebook]'
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
@@ -27,6 +27,8 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/kvscope demo
+	@echo "live dashboard (remediation switch, scenario picker): $(BIN)/voila notebooks/02_live_dashboard.ipynb"
+	@echo "  then open the printed http://localhost:8866/ address; all notebooks: $(BIN)/jupyter lab notebooks/"
 
 setup-test: $(VENV)/.test-installed
 	@for s in tests/setup.d/*.sh; do \
@@ -36,6 +38,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff check kvscope remediation tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/python notebooks/strip_outputs.py --check
 	@# Python 3.10 compatibility: ruff's py310 target here, and tests/test_architecture.py
 	@# (post-3.10 stdlib names, compile under a real 3.10 interpreter).
 

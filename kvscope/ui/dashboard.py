@@ -76,15 +76,17 @@ def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
     layout.pop("template", None)
     sent: dict = getattr(widget, "_kvscope_layout", None) or {}
     changed = {k: v for k, v in layout.items() if sent.get(k) != v}
+    if not same:
+        # A new trace list is sent outside batch_update: plotly.js cannot apply a removal and an
+        # addition batched with restyles ("indices must be valid indices for gd.data").
+        widget.data = ()
+        widget.add_traces(list(fig.data))
     with widget.batch_update():
         if same:
             for old, new in zip(widget.data, fig.data):
                 props = new.to_plotly_json()
                 props.pop("type", None)
                 old.update(props, overwrite=True)
-        else:
-            widget.data = ()
-            widget.add_traces(list(fig.data))
         if changed:
             widget.layout.update(changed, overwrite=True)
         widget.layout.uirevision = "kvscope"  # keep the user's zoom across refreshes
@@ -154,7 +156,7 @@ class Dashboard:
             sources = self.launcher.sources()
             self.source = _cls(w.Dropdown(options=sources, value=sources[0], description="scenario"),
                                "kvscope-source")
-            self.knob_box = _cls(w.HBox([]), "kvscope-knobs")
+            self.knob_box = _cls(w.HBox([], layout=w.Layout(flex_flow="row wrap")), "kvscope-knobs")
             self.start_button = _cls(w.Button(description="start replay", icon="play", button_style="primary"),
                                      "kvscope-start")
             self.source.observe(lambda _c: self._fill_knobs(), names="value")
@@ -171,7 +173,7 @@ class Dashboard:
         fields = []
         for name, value in self.launcher.knobs(self.source.value).items():
             fields.append(_cls(w.Text(value=str(value), description=name, style={"description_width": "initial"},
-                                      layout=w.Layout(width="auto")), f"kvscope-knob-{name}"))
+                                      layout=w.Layout(width="220px")), f"kvscope-knob-{name}"))
         self.knob_box.children = fields
 
     def knob_values(self) -> dict[str, str]:

@@ -1,0 +1,93 @@
+"""Ready-made dashboards: over a background replay (with the scenario picker), a live stream, or
+event files. Each returns a :class:`kvscope.ui.Dashboard`; display it as the cell's last value."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvscope import replay
+from kvscope.attach.replay import BackgroundReplay
+from kvscope.attach.stream import StreamFeed
+from kvscope.ui.dashboard import Dashboard, RemediationSwitch
+from kvscope.ui.feeds import FileFeed
+
+KNOBS = ("pace", "max_sim_seconds", "enable_block_reuse", "draft_mode", "max_batch_size")
+"""The knobs the picker offers as fields (any other knob: ``replay_dashboard(..., overrides=...)``)."""
+
+
+class ReplayLauncher:
+    """Starts :class:`BackgroundReplay` runs for the dashboard's scenario picker.
+
+    Args:
+        pace: default ``pace`` field (simulated seconds per wall second).
+        overrides: knob values applied to every scenario before the fields (e.g. ``max_sim_seconds``).
+        remediation: mode the remediation starts in (off | shadow | on | auto).
+        policy: admission policy it starts with (default: remediation's default).
+        events_dir: also write each replay's event file there.
+    """
+
+    def __init__(self, *, pace: float = 0.5, overrides: Mapping[str, Any] | None = None,
+                 remediation: str = "off", policy: str | None = None,
+                 events_dir: str | os.PathLike[str] | None = None) -> None:
+        self.pace = pace
+        self.overrides = dict(overrides or {})
+        self.remediation = remediation
+        self.policy = policy
+        self.events_dir = events_dir
+        self.current: BackgroundReplay | None = None
+        self.runs = 0
+
+    def sources(self) -> list[str]:
+        return sorted(replay.SCENARIOS)
+
+    def knobs(self, source: str) -> dict[str, Any]:
+        config = replay.resolve(source)[0].with_overrides({k: v for k, v in self.overrides.items() if k != "pace"})
+        values = config.to_dict()
+        out = {k: values[k] for k in KNOBS if k in values}
+        out["pace"] = self.pace
+        return out
+
+    def start(self, source: str, overrides: Mapping[str, str]) -> tuple[BackgroundReplay, RemediationSwitch | None]:
+        if self.current is not None and self.current.is_running:
+            self.current.stop()
+        fields = {**self.overrides, **overrides}
+        pace = float(fields.pop("pace", self.pace) or 0.0)
+        path = None
+        if self.events_dir is not None:
+            self.runs += 1
+            path = os.path.join(os.fspath(self.events_dir), f"{os.path.basename(source)}-{self.runs}.parquet")
+        self.current = BackgroundReplay(source, fields, pace=pace, events_path=path,
+                                        remediation=self.remediation, policy=self.policy).start()
+        return self.current, self.current.switch
+
+
+def replay_dashboard(source: str = "shared-prefix", *, pace: float = 0.5,
+                     overrides: Mapping[str, Any] | None = None, remediation: str = "off",
+                     start: bool = True, refresh_s: float = 0.5,
+                     events_dir: str | os.PathLike[str] | None = None) -> Dashboard:
+    """A dashboard with the scenario picker; with ``start`` it replays ``source`` at once."""
+    launcher = ReplayLauncher(pace=pace, overrides=overrides, remediation=remediation, events_dir=events_dir)
+    dash = Dashboard(launcher=launcher, refresh_s=refresh_s, title="kvscope live: engine-model replay")
+    dash.source.value = source
+    if start:
+        dash.start_replay()
+    return dash
+
+
+def stream_dashboard(endpoint: str, *, refresh_s: float = 0.5, start: bool = True) -> Dashboard:
+    """A dashboard on the live stream of another process (``kvscope-instrument --sinks zmq``)."""
+    dash = Dashboard(StreamFeed(endpoint), refresh_s=refresh_s, title=f"kvscope live: {endpoint}")
+    if start:
+        dash.start()
+    return dash
+
+
+def file_dashboard(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                   chunk: int = 50_000, refresh_s: float = 0.2, start: bool = True) -> Dashboard:
+    """A dashboard that plays back event files (several ranks merge into one timeline)."""
+    dash = Dashboard(FileFeed(paths, chunk=chunk), refresh_s=refresh_s, title="kvscope: recorded events")
+    if start:
+        dash.start()
+    return dash

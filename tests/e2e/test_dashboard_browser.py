@@ -1,0 +1,91 @@
+"""The live dashboard in a real browser: 02_live_dashboard.ipynb in Voila and in JupyterLab, in
+Debian's Chromium driven by Playwright.
+
+The notebook starts a ``shared-prefix`` replay at pace 0.5 (it would crash after ~9 simulated
+seconds, ~18 s of wall time). The test watches the pool figure render and grow, clicks the
+remediation switch to ``on`` with the mouse, and checks from the DOM that the switch changed, that
+the remediation held requests back (deferrals or reserved blocks), and that the replay finished
+without the engine's fatal error. Screenshots go to tests/artifacts/ (printed), pass or fail.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright")
+if not Path("/usr/bin/chromium").exists():  # installed by tests/setup.d/30-browser.sh
+    pytest.skip("Debian chromium missing: run tests/setup.d/30-browser.sh", allow_module_level=True)
+
+from browser_support import chromium_page, jupyter_server, run_all_in_lab  # noqa: E402
+from playwright.sync_api import expect  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "02_live_dashboard.ipynb"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+POINTS_JS = """el => (el.data || []).reduce((n, t) => n + (t.x ? t.x.length : 0), 0)"""
+
+
+def _count(page, selector: str) -> int:
+    text = page.locator(selector).inner_text()
+    digits = re.findall(r"[\d,]+", text)
+    return int(digits[0].replace(",", "")) if digits else 0
+
+
+def _shot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["voila", "lab"])
+def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_error_when_viewed_in_chromium(
+        mode, tmp_path):
+    with jupyter_server(mode, NOTEBOOK, tmp_path) as server, chromium_page(tmp_path / "profile") as (page, errors):
+        try:
+            page.goto(server.url, wait_until="domcontentloaded", timeout=120_000)
+            if mode == "lab":
+                run_all_in_lab(page, server)
+            plot = page.locator(".kvscope-fig-pools .js-plotly-plot").first
+            plot.locator(".main-svg").first.wait_for(state="attached", timeout=120_000)
+            status = page.locator(".kvscope-status")
+            expect(status).to_have_class(re.compile(r"kvscope-state-running"), timeout=60_000)
+
+            # The pool figure renders and grows while the replay runs.
+            expect(plot.locator(".scatterlayer .trace").first).to_be_visible(timeout=60_000)
+            first = plot.evaluate(POINTS_JS)
+            deadline = time.monotonic() + 30
+            while plot.evaluate(POINTS_JS) <= first and time.monotonic() < deadline:
+                page.wait_for_timeout(250)
+            grown = plot.evaluate(POINTS_JS)
+            assert grown > first, f"pool figure did not grow: {first} -> {grown} points"
+            assert "engine fatal" not in status.inner_text()
+
+            # A real mouse click on the remediation switch.
+            on = page.locator(".kvscope-remediation button", has_text=re.compile(r"^\s*on\s*$"))
+            expect(on).to_be_enabled(timeout=10_000)
+            on.click()
+            expect(on).to_have_class(re.compile(r"\bmod-active\b"), timeout=10_000)
+            expect(status).to_contain_text("remediation on", timeout=10_000)
+            _shot(page, f"dashboard-{mode}-running.png")
+
+            # The replay runs to its end without the engine's fatal error.
+            expect(status).to_have_class(re.compile(r"kvscope-state-(finished|engine-fatal)"), timeout=150_000)
+            page.wait_for_timeout(1500)  # the last refresh
+            _shot(page, f"dashboard-{mode}-finished.png")
+            assert "kvscope-state-finished" in (status.get_attribute("class") or ""), status.inner_text()
+            held = _count(page, ".kvscope-count-deferrals") + _count(page, ".kvscope-count-reservations")
+            assert held > 0, page.locator(".kvscope-counters").inner_text()
+            assert "engine fatal" not in plot.inner_text()
+        except Exception:
+            _shot(page, f"dashboard-{mode}-failure.png")
+            print("browser console errors:", errors[:10])
+            print("server log tail:", server.log.read_text()[-3000:])
+            raise

@@ -1,0 +1,97 @@
+"""The dashboard widget, tested by its state (no browser): feeds, refresh, status, switch, pause."""
+
+from __future__ import annotations
+
+from kvscope.ui.dashboard import Dashboard, RemediationSwitch
+from kvscope.ui.feeds import RUNNING, FeedStatus, FileFeed
+
+
+class RecordingSwitch:
+    """A switch that remembers what the widget asked of it (the widget is the unit under test;
+    the real controller is driven in tests/e2e and tests/unit/attach)."""
+
+    modes = ("off", "shadow", "on", "auto")
+    policies = ("draft-reserve", "worst-case")
+
+    def __init__(self) -> None:
+        self.mode, self.policy, self.calls = "off", "draft-reserve", []
+
+    def set_mode(self, mode: str) -> None:
+        self.calls.append(("mode", mode))
+        self.mode = mode
+
+    def set_policy(self, name: str) -> None:
+        self.calls.append(("policy", name))
+        self.policy = name
+
+
+class ListFeed:
+    """Hands out prepared chunks, one per poll."""
+
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+        self.closed = False
+
+    def poll(self, max_events: int = 200_000):
+        return self.chunks.pop(0) if self.chunks else []
+
+    def status(self):
+        return FeedStatus(RUNNING, "test feed")
+
+    def close(self):
+        self.closed = True
+
+
+def test_dashboard_draws_the_recording_and_says_engine_fatal_when_the_file_ends_in_the_crash(crash_recording):
+    path, _events, analysis, summary = crash_recording
+    dash = Dashboard(FileFeed(path, chunk=50), refresh_s=0)
+    status = dash.wait(timeout_s=60)
+    assert status.state == "engine fatal" and dash.state == "engine fatal"
+    assert "kvscope-state-engine-fatal" in dash.status._dom_classes
+    assert "Draft KV cache context resize failed" in dash.status.value
+    assert len(dash.fig_pools.data) == 2 * 4  # target and draft, four layers each
+    assert max(dash.fig_pools.data[4].x) == analysis.debt.series["t_s"].max()
+    fatal_lines = [s for s in dash.fig_pools.layout.shapes if s.line.color == "#d62728"]
+    assert len(fatal_lines) == 2  # one per pool panel
+    assert dash.findings.value.count("class='kvscope-finding ") == len(dash.view.analyzer.findings) >= 3
+    assert f"failed {summary.requests_failed}" in dash.counters.value
+
+
+def test_pause_stops_drawing_but_not_reading_when_toggled(crash_recording):
+    path, *_ = crash_recording
+    rows = FileFeed(path).poll()
+    dash = Dashboard(ListFeed([rows[:100], rows[100:]]), refresh_s=0)
+    drawn = sum(len(t.x) for t in dash.fig_pools.data)
+    dash.pause.value = True
+    dash.refresh()
+    assert dash.view.counts["events"] == len(rows)  # read everything
+    assert sum(len(t.x) for t in dash.fig_pools.data) == drawn  # drew nothing new
+    assert "view paused" in dash.status.value and dash.pause.description == "resume view"
+    dash.pause.value = False  # resuming redraws at once
+    assert sum(len(t.x) for t in dash.fig_pools.data) > drawn
+
+
+def test_mode_and_policy_widgets_drive_the_switch_when_changed():
+    switch = RecordingSwitch()
+    assert isinstance(switch, RemediationSwitch)
+    dash = Dashboard(ListFeed([]), switch=switch, refresh_s=0)
+    assert list(dash.mode.options) == list(switch.modes) and not dash.mode.disabled
+    dash.mode.value = "on"
+    dash.policy.value = "worst-case"
+    assert switch.calls == [("mode", "on"), ("policy", "worst-case")]
+    assert "remediation on" in dash.status.value
+
+
+def test_switch_is_disabled_when_the_source_has_no_remediation():
+    dash = Dashboard(ListFeed([]), refresh_s=0)
+    assert dash.mode.disabled and list(dash.mode.options) == ["off"]
+    assert "kvscope-remediation" in dash.mode._dom_classes
+
+
+def test_attach_closes_the_previous_feed_and_starts_a_fresh_view(crash_recording):
+    path, *_ = crash_recording
+    first = ListFeed([FileFeed(path).poll()])
+    dash = Dashboard(first, refresh_s=0)
+    assert dash.view.counts["events"] > 0
+    dash.attach(ListFeed([]))
+    assert first.closed and dash.view.counts["events"] == 0
