@@ -125,11 +125,13 @@ class RemediatedSession:
         channel: a shared control channel (multi-rank runs); None: in-process.
         rank: global rank stamped on the events.
         switch_at: ``(iteration, mode)`` changes to apply during the run (live-toggle tests, demo).
+        extra_sinks: more sinks on the replay's pump from its first event (a dashboard's queue).
     """
 
     def __init__(self, *, mode: str = "on", policy: str = DEFAULT_POLICY, events_path: str | None = None,
                  label: str = "", channel: Any = None, rank: int = 0,
-                 switch_at: list[tuple[int, str]] | None = None, max_wait_passes: int = 256) -> None:
+                 switch_at: list[tuple[int, str]] | None = None, max_wait_passes: int = 256,
+                 extra_sinks: list[Any] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.mode = mode
@@ -140,6 +142,7 @@ class RemediatedSession:
         self.rank = rank
         self.switch_at = sorted(switch_at or [])
         self.max_wait_passes = max_wait_passes
+        self.extra_sinks = list(extra_sinks or [])
         self.session: EventFileSession | None = None
         self.controller: Controller | None = None
         self.trigger: _FindingTrigger | None = None
@@ -147,7 +150,8 @@ class RemediatedSession:
         self.sizing: SizingPlan | None = None
 
     def __call__(self, parts: Any) -> RemediatedSession:
-        self.session = EventFileSession(self.events_path, label=self.label, rank=self.rank)
+        self.session = EventFileSession(self.events_path, label=self.label, rank=self.rank,
+                                        extra_sinks=self.extra_sinks)
         self.session(parts)
         binding = self.session.binding
         assert binding is not None
