@@ -65,14 +65,18 @@ class ReplayLauncher:
 
 def replay_dashboard(source: str = "shared-prefix", *, pace: float = 0.5,
                      overrides: Mapping[str, Any] | None = None, remediation: str = "off",
-                     start: bool = True, refresh_s: float = 0.5,
+                     start: str | bool = "shown", refresh_s: float = 0.5,
                      events_dir: str | os.PathLike[str] | None = None) -> Dashboard:
-    """A dashboard with the scenario picker; with ``start`` it replays ``source`` at once."""
+    """A dashboard with the scenario picker, replaying ``source``.
+
+    ``start``: ``"shown"`` (default) starts the replay when a browser has rendered the dashboard, so
+    nothing is missed while a page loads; ``"now"`` (or True) at once; False waits for the button.
+    """
     launcher = ReplayLauncher(pace=pace, overrides=overrides, remediation=remediation, events_dir=events_dir)
     dash = Dashboard(launcher=launcher, refresh_s=refresh_s, title="kvscope live: engine-model replay")
     dash.source.value = source
     if start:
-        dash.start_replay()
+        dash.start_replay(when="shown" if start == "shown" else "now")
     return dash
 
 

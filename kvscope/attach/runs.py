@@ -21,7 +21,7 @@ from kvscope.attach.replay import _pairs
 from kvscope.attach.switch import recording_session
 from kvscope.recording import read_frame
 from kvscope.ui.compare import compare_runs_figure
-from kvscope.ui.pools import fatal_mark
+from kvscope.ui.pools import fatal_mark, with_reservations
 
 
 @dataclass(slots=True)
@@ -41,8 +41,8 @@ class RecordedRun:
         return self._events
 
     def pools(self) -> pd.DataFrame:
-        """:func:`kvscope.analysis.pool_series` of the run."""
-        return pool_series(self.events)
+        """:func:`kvscope.analysis.pool_series` of the run, reserved blocks from the remediation ledger."""
+        return with_reservations(pool_series(self.events), self.events)
 
     def findings(self) -> pd.DataFrame:
         return self.analysis.findings_frame()

@@ -27,6 +27,7 @@ class ControllerSwitch:
         self.session = session
         self.modes = modes
         self.policies = policies
+        self._mode: str = session.mode
 
     @property
     def controller(self) -> Any:
@@ -34,8 +35,16 @@ class ControllerSwitch:
 
     @property
     def mode(self) -> str:
+        """The mode last asked for (the controller applies it at its next scheduling pass)."""
+        return self._mode
+
+    @property
+    def mode_in_effect(self) -> str:
+        final = getattr(self.session, "final_stats", None)
+        if final:  # the replay ended and the controller detached: the mode it ran in last
+            return str(final.get("mode", self._mode))
         ctl = self.controller
-        return ctl.mode if ctl is not None else self.session.mode
+        return ctl.mode if ctl is not None else "off"
 
     @property
     def policy(self) -> str:
@@ -50,6 +59,7 @@ class ControllerSwitch:
             self.session.mode = mode  # not started yet: it starts in this mode
         else:
             ctl.set_mode(mode)
+        self._mode = mode
 
     def set_policy(self, name: str) -> None:
         if name not in self.policies:

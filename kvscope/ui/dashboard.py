@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -29,10 +30,13 @@ from kvscope.ui import debt as debt_fig
 from kvscope.ui import pools as pools_fig
 from kvscope.ui import requests as requests_fig
 from kvscope.ui import reuse as reuse_fig
+from kvscope.ui.beacon import ShownBeacon
 from kvscope.ui.feeds import ERROR, FATAL, FINISHED, IDLE, PAUSED_NOTE, Feed, FeedStatus
 from kvscope.ui.live import LiveView
 
 FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
+FULL_STATE_EVERY = 10
+"""Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
 
 
 @runtime_checkable
@@ -66,10 +70,16 @@ class Launcher(Protocol):
     def start(self, source: str, overrides: Mapping[str, str]) -> tuple[Feed, RemediationSwitch | None]: ...
 
 
-def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
+def sync_figure(widget: go.FigureWidget, fig: go.Figure, *, full_state: bool = False) -> None:
     """Make ``widget`` show ``fig`` in one batched message. Traces are updated in place when the
     trace list has the same shape (the browser patches instead of redrawing from scratch); of the
-    layout only the top-level keys that changed are sent, and never the template (set once)."""
+    layout only the top-level keys that changed are sent, and never the template (set once).
+
+    ``full_state`` also stores the whole figure in the widget's synced state (``_widget_data`` /
+    ``_widget_layout``), which is what a view created later starts from (Voila renders the page
+    after the notebook ran; a second view of the same widget): plotly only sets it at construction.
+    The trace list and layout are stored whenever they change; the trace values on request.
+    """
     same = len(widget.data) == len(fig.data) and all(
         a.type == b.type and a.name == b.name for a, b in zip(widget.data, fig.data))
     layout = fig.layout.to_plotly_json()
@@ -91,6 +101,13 @@ def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
             widget.layout.update(changed, overwrite=True)
         widget.layout.uirevision = "kvscope"  # keep the user's zoom across refreshes
     widget._kvscope_layout = layout
+    if full_state or not same or changed:
+        # As plain JSON (arrays as plotly.js's base64 typed arrays): the widget's binary buffers in
+        # this trait fail to initialise a late view's model.
+        state = json.loads(widget.to_json())
+        if full_state or not same:
+            widget._widget_data = state["data"]
+        widget._widget_layout = state["layout"]
 
 
 class Dashboard:
@@ -122,6 +139,7 @@ class Dashboard:
         self._task: asyncio.Task | None = None
         self._last_polled = 0
         self._syncing = False
+        self._start_when_shown = False
         self._findings_shown = -1
         self._state = IDLE
         self._build(title)
@@ -160,11 +178,13 @@ class Dashboard:
             self.start_button = _cls(w.Button(description="start replay", icon="play", button_style="primary"),
                                      "kvscope-start")
             self.source.observe(lambda _c: self._fill_knobs(), names="value")
-            self.start_button.on_click(lambda _b: self.start_replay())
+            self.start_button.on_click(lambda _b: self._on_start_clicked())
             self._fill_knobs()
             picker = [w.HBox([self.source, self.start_button]), self.knob_box]
+        self.beacon = _cls(ShownBeacon(), "kvscope-beacon")
+        self.beacon.observe(self._on_shown, names="shown")
         self.widget = _cls(w.VBox([
-            self.title, *picker, w.HBox(controls), self.status, self.counters,
+            self.title, self.beacon, *picker, w.HBox(controls), self.status, self.counters,
             self.fig_pools, self.findings, self.fig_debt, self.fig_requests, self.fig_reuse,
         ]), "kvscope-dashboard")
 
@@ -175,6 +195,10 @@ class Dashboard:
             fields.append(_cls(w.Text(value=str(value), description=name, style={"description_width": "initial"},
                                       layout=w.Layout(width="220px")), f"kvscope-knob-{name}"))
         self.knob_box.children = fields
+
+    def _on_start_clicked(self) -> None:
+        self._start_when_shown = False
+        self.start_replay()
 
     def knob_values(self) -> dict[str, str]:
         return {f.description: f.value for f in getattr(self, "knob_box", w.HBox()).children}
@@ -196,10 +220,20 @@ class Dashboard:
         self._attach_switch(switch)
         self.refresh(force=True)
 
-    def start_replay(self) -> None:
-        """Start the picked scenario with the knob fields (the launcher's ``start``) and watch it."""
+    def start_replay(self, *, when: str = "now") -> None:
+        """Start the picked scenario with the knob fields (the launcher's ``start``) and watch it.
+
+        Args:
+            when: ``"now"``, or ``"shown"``: as soon as a browser has rendered the dashboard (Voila
+                paints the page only after the notebook ran; a headless run never starts it).
+        """
         if self.launcher is None:
             raise ValueError("this dashboard has no launcher (pass launcher=...)")
+        if when == "shown" and not self.beacon.shown:
+            self._start_when_shown = True
+            self._show_status(FeedStatus(IDLE, f"{self.source.value} starts when the dashboard is shown "
+                                               "(or press start replay)"))
+            return
         try:
             feed, switch = self.launcher.start(self.source.value, self.knob_values())
         except Exception as exc:  # noqa: BLE001 - a bad knob value is shown, not raised into the event loop
@@ -207,6 +241,11 @@ class Dashboard:
             return
         self.attach(feed, switch)
         self.start()
+
+    def _on_shown(self, change: dict) -> None:
+        if change["new"] and self._start_when_shown:
+            self._start_when_shown = False
+            self.start_replay()
 
     def _attach_switch(self, switch: RemediationSwitch | None) -> None:
         self._syncing = True
@@ -257,23 +296,27 @@ class Dashboard:
                 status = FeedStatus(ERROR, self.error)
         if self.view.fatal is not None and status.state in (FINISHED, "running"):
             status = FeedStatus(FATAL, self.view.fatal.message)
+        final = status.state in FINAL_STATES
         if not self.pause.value or force:
             t0 = time.perf_counter()
-            self.redraw()
+            self.redraw(full_state=final or self.num_refreshes % FULL_STATE_EVERY == 0)
             self.last_refresh_ms = (time.perf_counter() - t0) * 1e3
         self._show_status(status)
         self.num_refreshes += 1
         return status
 
-    def redraw(self) -> None:
+    def redraw(self, *, full_state: bool = False) -> None:
+        """Rebuild the figures from the view and send them (``full_state``: see :func:`sync_figure`)."""
         v = self.view
         findings = v.findings_frame()
         fatal = (v.fatal.t_s, v.fatal.label) if v.fatal is not None else None
-        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal))
-        sync_figure(self.fig_debt, debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal))
+        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal),
+                    full_state=full_state)
+        sync_figure(self.fig_debt, debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal),
+                    full_state=full_state)
         sync_figure(self.fig_requests, requests_fig.request_events_figure(
-            v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown))
-        sync_figure(self.fig_reuse, reuse_fig.reuse_hit_rate_figure(v.reuse_frame()))
+            v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown), full_state=full_state)
+        sync_figure(self.fig_reuse, reuse_fig.reuse_hit_rate_figure(v.reuse_frame()), full_state=full_state)
         if len(findings) != self._findings_shown:
             self.findings.value = _findings_html(v.analyzer.findings)
             self._findings_shown = len(findings)

@@ -10,6 +10,10 @@ requests plus the latest ``max_ended`` ended ones; and counters. The ``*_frame()
 the column layouts the pure figure builders take (the analyzer's ``pool_series``, ``exhaustion``,
 ``request_timeline``), so a live view and a recorded file are drawn by the same code.
 
+Reserved blocks: a pool snapshot's own ``reserved_blocks`` when the engine reports any, else the
+remediation ledger's total carried by the latest ``reservation_made`` / ``reservation_released`` row
+of that pool (the engine itself reserves nothing).
+
 One rank per pool: the first rank that reports a pool's snapshots is the one drawn (tensor-parallel
 ranks hold identical pools; a pipeline's draft pool lives on its last stage only).
 """
@@ -35,6 +39,7 @@ _END = {_K["REQUEST_FINISHED"]: "finished", _K["REQUEST_FAILED"]: "failed",
         _K["REQUEST_CANCELLED"]: "cancelled", _K["ADMISSION_REJECTED"]: "rejected"}
 _COUNTED = {_K["ADMISSION_DEFERRED"]: "deferrals", _K["RESERVATION_MADE"]: "reservations",
             _K["FAILURE_CONTAINED"]: "contained", **{k: v for k, v in _END.items()}}
+_RESERVATION = {_K["RESERVATION_MADE"], _K["RESERVATION_RELEASED"]}
 POOL_COLUMNS = ("t_s", "iteration", "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",
                 "num_live")
 DEBT_COLUMNS = ("t_s", "iteration", "debt_blocks", "available_blocks", "need_blocks", "eta_s")
@@ -127,6 +132,7 @@ class LiveView:
         self.iteration = -1
         self.t_s = 0.0
         self._pool_rank: dict[str, int] = {}
+        self._ledger: dict[str, int] = {}  # pool -> blocks reserved, from the RESERVATION_* rows
         self._cum = [0, 0]  # prompt, reused tokens over all admissions
 
     # ------------------------------------------------------------------ input
@@ -160,8 +166,11 @@ class LiveView:
                 series = self.pools.get(pool)
                 if series is None:
                     series = self.pools[pool] = DecimatedSeries(self.window, self.history)
-                series.append((t, it, row[10], max(row[11], 0), max(row[12], 0), max(row[13], 0), row[9]))
+                reserved = row[13] if row[13] > 0 else self._ledger.get(pool, 0)
+                series.append((t, it, row[10], max(row[11], 0), max(row[12], 0), reserved, row[9]))
             return
+        if kind in _RESERVATION and row[13] >= 0:
+            self._ledger[_VALUE[pool]] = row[13]
         counted = _COUNTED.get(kind)
         if counted is not None:
             self.counts[counted] += 1

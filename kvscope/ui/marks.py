@@ -35,6 +35,7 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
     """
     shapes: list[dict] = []
     notes: list[dict] = []
+    labelled: set[str] = set()  # each kind is named once per panel; later ones are lines only
     if findings is not None and len(findings):
         for f in findings.itertuples(index=False):
             if f.kind == "reuse_loss" or (kinds is not None and f.kind not in kinds):
@@ -47,7 +48,8 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
                                "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0}, "layer": "below"})
             shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_start_s,
                            "y0": 0, "y1": 1, "line": {"color": "#555", "width": 1, "dash": "dot"}})
-            if labels:
+            if labels and f.kind not in labelled:
+                labelled.add(f.kind)
                 notes.append({"xref": xref, "yref": yref, "x": f.t_start_s, "y": 1, "text": f.kind,
                               "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "top",
                               "font": {"size": 9, "color": "#555"}})

@@ -92,6 +92,27 @@ def pool_panels_figure(
     return fig
 
 
+def with_reservations(pools: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """``pools`` with ``reserved_blocks`` filled from the remediation ledger where the snapshots say 0:
+    the total carried by the latest ``reservation_made`` / ``reservation_released`` row of the pool
+    at or before each snapshot (the engine itself reserves nothing)."""
+    kinds = events["kind"].astype(str)
+    rows = events[kinds.isin(("reservation_made", "reservation_released")) & (events["reserved_blocks"] >= 0)]
+    if rows.empty:
+        return pools
+    out = pools.copy()
+    for pool, g in rows.groupby(rows["pool"].astype(str), observed=True):
+        at = out["pool"].astype(str) == pool
+        if not at.any():
+            continue
+        ts = g["ts_ns"].to_numpy(np.int64)
+        idx = np.searchsorted(ts, out.loc[at, "ts_ns"].to_numpy(np.int64), side="right") - 1
+        ledger = np.where(idx >= 0, g["reserved_blocks"].to_numpy(np.int64)[np.maximum(idx, 0)], 0)
+        own = out.loc[at, "reserved_blocks"].to_numpy(np.int64)
+        out.loc[at, "reserved_blocks"] = np.where(own > 0, own, ledger)
+    return out
+
+
 def fatal_mark(events_or_findings: pd.DataFrame) -> tuple[float, str] | None:
     """``(t_s, "engine fatal (request N)")`` from a findings frame's ``engine_fatal`` row, else None."""
     f = events_or_findings

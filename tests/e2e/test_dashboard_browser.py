@@ -53,7 +53,7 @@ def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_er
             page.goto(server.url, wait_until="domcontentloaded", timeout=120_000)
             if mode == "lab":
                 run_all_in_lab(page, server)
-            plot = page.locator(".kvscope-fig-pools .js-plotly-plot").first
+            plot = page.locator(".js-plotly-plot.kvscope-fig-pools").first
             plot.locator(".main-svg").first.wait_for(state="attached", timeout=120_000)
             status = page.locator(".kvscope-status")
             expect(status).to_have_class(re.compile(r"kvscope-state-running"), timeout=60_000)
