@@ -1,13 +1,15 @@
 """``kvscope replay``: run the CPU engine model on a built-in scenario or a trace file.
 
-    kvscope replay (--scenario NAME | --trace PATH) [--set key=value ...] [--json]
-                   [--list-knobs] [--list-policies] [--events PATH]
+    kvscope replay (--scenario NAME | --trace PATH [--engine SCENARIO]) [--set key=value ...] [--json]
+                   [--list-scenarios] [--list-knobs] [--list-policies] [--events PATH]
                    [--remediation off|shadow|on|auto|POLICY] [--sizing auto|SHARE|RATIOx]
 
 ``--json`` prints exactly one JSON object (the ``ReplaySummary``; keys are a public contract and are
 never renamed) and nothing else. Without ``--json``, a progress line (simulated time, requests done,
 pool utilisation) is drawn on stderr when stderr is a terminal, then a readable summary.
-``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
+``--list-scenarios`` describes the built-in scenarios (also at the end of ``--help``); a ``--trace``
+replays on the engine configuration of the scenario ``--engine`` names (glm5-dsa by default, said on
+the first line of the readable output). ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
 one). ``--events PATH`` writes the replay's event file through the instrumentation module
 ``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
 ``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
@@ -29,6 +31,7 @@ import importlib
 import json
 import os
 import sys
+import textwrap
 from typing import Any
 
 from kvscope import remedy
@@ -37,17 +40,24 @@ from kvscope.engine_model.config import EngineConfig
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
 
 _INSTRUMENTATION_MODULE = "kvscope.engines.model"
+TRACE_ENGINE = "glm5-dsa"
+"""The scenario whose engine configuration a ``--trace`` replays on unless ``--engine`` names another."""
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay", help="replay a scenario or trace on the CPU engine model",
         description="Replay a built-in scenario or a trace on the CPU model of TensorRT-LLM's KV cache "
-                    "manager V2, scheduler and executor loop.")
+                    "manager V2, scheduler and executor loop.",
+        epilog=_scenarios_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--scenario", choices=sorted(SCENARIOS), help="built-in scenario")
+    source.add_argument("--scenario", choices=sorted(SCENARIOS), help="built-in scenario (see below)")
     source.add_argument("--trace", metavar="PATH",
                         help="trace file: Mooncake .jsonl (open loop) or kv-cache-tester .tar.xz (closed loop)")
+    parser.add_argument("--engine", metavar="SCENARIO", default=TRACE_ENGINE, choices=sorted(SCENARIOS),
+                        help=f"with --trace: replay on this built-in scenario's engine configuration "
+                             f"(default: {TRACE_ENGINE}); --set changes it further")
+    parser.add_argument("--list-scenarios", action="store_true", help="describe the built-in scenarios")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a knob (repeatable); see --list-knobs")
     parser.add_argument("--json", action="store_true", help="print one JSON summary object only")
@@ -61,7 +71,28 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _scenarios_text() -> str:
+    lines = ["built-in scenarios (what each is, and what it shows):"]
+    for name in sorted(SCENARIOS):
+        scenario = SCENARIOS[name]
+        lines.append(f"  {name}")
+        for text in (scenario.description, "shows: " + scenario.shows if scenario.shows else ""):
+            lines.extend(textwrap.wrap(text, width=96, initial_indent="      ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def _print_scenarios(*, as_json: bool) -> None:
+    if as_json:
+        table = {name: {"description": s.description, "shows": s.shows} for name, s in SCENARIOS.items()}
+        sys.stdout.write(json.dumps(table, sort_keys=True) + "\n")
+        return
+    print(_scenarios_text())
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "list_scenarios", False):
+        _print_scenarios(as_json=args.json)
+        return 0
     if args.list_knobs:
         _print_knobs(args.scenario, as_json=args.json)
         return 0
@@ -76,11 +107,15 @@ def run(args: argparse.Namespace) -> int:
     if args.trace and not os.path.isfile(args.trace):
         why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
         raise ValueError(f"{args.trace}: {why}")
+    # A trace says nothing about the engine: it replays on a named scenario's configuration.
+    engine_config = get_scenario(args.engine).config if args.trace else None
+    if args.trace and not args.json:
+        print(f"replaying {args.trace} on the {args.engine} engine configuration (--engine to choose)")
     mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
     overrides = list(args.overrides)
     plan = None
     if getattr(args, "sizing", None):
-        base, _, _ = replay_mod.resolve(source)
+        base = engine_config or replay_mod.resolve(source)[0]
         config = base.with_overrides(overrides)
         observed = remedy.observe_for_sizing(source, overrides) if args.sizing.strip().lower() == "auto" else None
         _, plan = remedy.sized_config(config, args.sizing, observed=observed)
@@ -98,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         instrument = _instrumentation(args.events, source) if args.events else None
     show_progress = (not args.json) and sys.stderr.isatty()
-    summary = replay_mod.run(source, overrides, instrument=instrument,
+    summary = replay_mod.run(source, overrides, config=engine_config, instrument=instrument,
                              progress=_draw_progress if show_progress else None)
     if show_progress:
         sys.stderr.write("\n")

@@ -153,9 +153,10 @@ def _open_file_sink(ext: str) -> Any:
 
 def _open_zmq(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
               closers: list | None) -> Any:
+    from kvscope.engines.launcher import DEFAULT_ZMQ_ENDPOINT
     from kvscope.engines.live import ZmqPublisherSink
 
-    base = env.get("KVSCOPE_ZMQ_ENDPOINT", "tcp://127.0.0.1:5557")
+    base = env.get("KVSCOPE_ZMQ_ENDPOINT", DEFAULT_ZMQ_ENDPOINT)
     head, _, port = base.rpartition(":")
     endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
     return ZmqPublisherSink(endpoint)

@@ -37,6 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+DEFAULT_OUTPUT_DIR = "kvscope-events"
+DEFAULT_SINKS = "jsonl"
+DEFAULT_ZMQ_ENDPOINT = "tcp://127.0.0.1:5557"
+"""Where rank 0's live publisher binds by default (rank r: port + r); what a ``LiveSubscriber``
+connects to when given no endpoint."""
 SINK_NAMES = ("jsonl", "parquet", "zmq", "otlp")
 ENGINES = ("auto", "tensorrt_llm", "model")
 FILE_SINKS = ("jsonl", "parquet")
@@ -99,7 +104,7 @@ def build_env(base: dict[str, str], *, output_dir: str | None = None, sinks: str
         if p not in seen:
             seen.append(p)
     env["PYTHONPATH"] = os.pathsep.join(seen)
-    env["KVSCOPE_OUTPUT_DIR"] = str(Path(output_dir or env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")).resolve())
+    env["KVSCOPE_OUTPUT_DIR"] = str(Path(output_dir or env.get("KVSCOPE_OUTPUT_DIR", DEFAULT_OUTPUT_DIR)).resolve())
     if sinks:
         env["KVSCOPE_SINKS"] = sinks
     if engine:
@@ -117,10 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="kvscope-instrument",
         description="Run COMMAND with kvscope recording KV events in every Python process it starts.")
-    parser.add_argument("--output-dir", help="event file folder (KVSCOPE_OUTPUT_DIR)")
-    parser.add_argument("--sinks", help="comma list: jsonl, parquet, zmq, otlp (KVSCOPE_SINKS)")
-    parser.add_argument("--engine", choices=ENGINES, help="KVSCOPE_ENGINE")
-    parser.add_argument("--zmq-endpoint", help="live publisher endpoint base (KVSCOPE_ZMQ_ENDPOINT)")
+    parser.add_argument("--output-dir", help=f"event file folder (KVSCOPE_OUTPUT_DIR; default ./{DEFAULT_OUTPUT_DIR})")
+    parser.add_argument("--sinks", help=f"comma list of jsonl, parquet, zmq, otlp (KVSCOPE_SINKS; default {DEFAULT_SINKS})")
+    parser.add_argument("--engine", choices=ENGINES,
+                        help="engine to instrument (KVSCOPE_ENGINE; default auto: TensorRT-LLM when importable)")
+    parser.add_argument("--zmq-endpoint", help=f"live publisher endpoint base, rank r binds port + r "
+                                               f"(KVSCOPE_ZMQ_ENDPOINT; default {DEFAULT_ZMQ_ENDPOINT})")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
     args = parser.parse_args(argv)
     command = list(args.command)

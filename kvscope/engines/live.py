@@ -11,7 +11,7 @@ Wire format: two frames per batch, ``b"kvscope.events"`` and a UTF-8 JSON object
 
 A notebook in another process watches a running engine with::
 
-    sub = LiveSubscriber("tcp://127.0.0.1:5557")
+    sub = LiveSubscriber()                 # rank 0 of kvscope-instrument: tcp://127.0.0.1:5557
     events = sub.poll(timeout_ms=500)      # list[KVEvent], possibly empty
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import zmq
 
+from kvscope.engines.launcher import DEFAULT_ZMQ_ENDPOINT
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
 from kvscope.recording.sinks import EventBatch
 
@@ -101,11 +102,12 @@ class LiveSubscriber:
     """Subscribes to a :class:`ZmqPublisherSink` (from any process on the host).
 
     Args:
-        endpoint: the publisher's endpoint.
+        endpoint: the publisher's endpoint (default: where rank 0 of ``kvscope-instrument --sinks
+            zmq`` publishes, ``tcp://127.0.0.1:5557``; rank r publishes on port + r).
         context: a ``zmq.Context`` (default: the process-wide instance).
     """
 
-    def __init__(self, endpoint: str, *, context: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str = DEFAULT_ZMQ_ENDPOINT, *, context: zmq.Context | None = None) -> None:
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.LINGER, 0)

@@ -1,7 +1,7 @@
 """Built-in replay scenarios: engine knobs from the public report, and their workloads.
 
-Every number below is a fact from the report that issue 3 quotes (``/work/team/issue3.md``); where
-the report is silent the choice is named as the model's own.
+Every number below is a fact from the public incident report; where the report is silent the choice
+is named as the model's own.
 
 - ``glm5-dsa``: GLM-5.3 DSA, pp 2 / tp 4, MTP with 1 draft token, block reuse on, chunked prefill,
   max_num_tokens 8192, max_batch_size 64, max_seq_len 262144, tokens_per_block 64; one 60.51 GiB GPU
@@ -77,6 +77,8 @@ class Scenario:
     config: EngineConfig
     build_workload: Callable[[EngineConfig], Any]
     """Creates a fresh workload (``Workload`` protocol) for the given, possibly overridden, config."""
+    shows: str = ""
+    """What the replay shows with its defaults (``kvscope replay --list-scenarios``)."""
 
 
 def _module(name: str) -> Any:
@@ -133,25 +135,37 @@ def trace_workload_builder(path: str | Path) -> Callable[[EngineConfig], Any]:
 SCENARIOS: dict[str, Scenario] = {
     "glm5-dsa": Scenario(
         "glm5-dsa", "GLM-5.3 DSA pp2/tp4 MTP1, Claude Code agentic traces (shared tools+system prefix)",
-        GLM5_DSA, _claude_workload),
+        GLM5_DSA, _claude_workload,
+        "the incident: target reuse keeps the target pool small while every unpaired draft mirror "
+        "holds its whole context; the draft pool runs out and the engine dies on a draft resize or "
+        "resume. It stays healthy with enable_block_reuse=false, or with draft_mode=paired on a build "
+        "with joint reuse (--set engine_version=main-00746ef)."),
     "shared-prefix": Scenario(
         "shared-prefix", "glm5-dsa engine; 100k+ token prompts sharing one long prefix at 16+ concurrency",
         dataclasses.replace(GLM5_DSA, requests_in_flight=24, max_requests=96),
-        _synthetic("create_shared_prefix_workload")),
+        _synthetic("create_shared_prefix_workload"),
+        "the minimal reproduction without agentic traffic: the draft pool fills within seconds of "
+        "simulated time and the engine dies; reuse off (or paired, on a build with joint reuse) survives."),
     "qwen-hybrid-mtp": Scenario(
         "qwen-hybrid-mtp", "hybrid GDN/attention 27B tp2 MTP3; 12 clients warm a long prefix then ~81k follow-ups",
-        QWEN_HYBRID_MTP, _synthetic("create_qwen_followup_workload")),
+        QWEN_HYBRID_MTP, _synthetic("create_qwen_followup_workload"),
+        "the same failure on a hybrid model with a mamba state pool (three pools): the draft attention "
+        "pool, smaller than the target's, fills and the engine dies."),
     "mooncake-conversation": Scenario(
         "mooncake-conversation", "Mooncake conversation trace, open loop, on the glm5-dsa engine (healthy)",
-        dataclasses.replace(GLM5_DSA, arrival_time_scale=2.0, max_requests=2000), _mooncake_workload),
+        dataclasses.replace(GLM5_DSA, arrival_time_scale=2.0, max_requests=2000), _mooncake_workload,
+        "a healthy control on production traffic at about 60 % load: no admission gap, no failure."),
     "near-miss": Scenario(
         "near-miss", "shared-prefix traffic that fills the draft pool close to, not past, capacity",
         dataclasses.replace(GLM5_DSA, requests_in_flight=16, max_requests=48),
-        _synthetic("create_near_miss_workload")),
+        _synthetic("create_near_miss_workload"),
+        "the analyzer's precision: the draft pool peaks near 93 % and the engine survives, so no "
+        "admission gap may be raised."),
     "oversize": Scenario(
         "oversize", "prompts over max_seq_len among normal ones: per-request rejections, engine healthy",
         dataclasses.replace(GLM5_DSA, requests_in_flight=4, max_requests=16),
-        _synthetic("create_oversize_workload")),
+        _synthetic("create_oversize_workload"),
+        "per-request rejection (ADMISSION_REJECTED, never-fitting requests) without an engine failure."),
 }
 
 
