@@ -9,7 +9,7 @@ cumulative pool usage + per-request and per-iteration group-bys) over the same f
 
     .venv/bin/python bench/bench_analyzer.py [--events-1x N] [--source PATH]
 
-Target (issue 6): >= 3 million events/s end to end.
+Target: >= 3 million events/s end to end.
 """
 
 from __future__ import annotations

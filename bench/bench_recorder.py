@@ -6,7 +6,7 @@ Measured (ns/event, best of several rounds, same machine, same moment):
   emit       the hooks' hot path: ``recorder.emit((seq(), clock(), ...))`` into the bounded ring
   record     the keyword convenience path ``recorder.record(kind, rid, pool, ...)``
   otel       the same fact as an OpenTelemetry SDK span event (no exporter; one span per 100 events)
-Targets (issue 2): emit within 1.5x of the floor, and at least 15x cheaper than otel.
+Targets: emit within 1.5x of the floor, and at least 15x cheaper than otel.
 """
 
 from __future__ import annotations

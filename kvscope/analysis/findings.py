@@ -95,7 +95,7 @@ class Finding:
         object.__setattr__(self, "evidence", _plain(self.evidence))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict; the keys named by issue 6 are public and never renamed."""
+        """JSON-ready dict; these keys are public and never renamed."""
         return {
             "kind": self.kind.value,
             "severity": self.severity.value,

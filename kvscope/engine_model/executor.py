@@ -139,7 +139,7 @@ class PyExecutorModel:
         clock: simulated clock (injected; tests pass their own).
         rank_layout: optional ``RankLayout`` naming the ranks that raise / are killed.
         pool_probes: name -> zero-arg callable returning an object with ``capacity_blocks`` and
-            ``used_blocks`` (E1's ``pool_state``), sampled once per iteration for peak utilisation.
+            ``used_blocks`` (the manager's ``pool_state``), sampled once per iteration for peak utilisation.
     """
 
     def __init__(self, config: Any, resource_manager: Any, scheduler: Any, cost_model: CostModel,

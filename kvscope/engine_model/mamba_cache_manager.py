@@ -51,7 +51,7 @@ the floor above this never decides admission); a snapshot is keyed by the chaine
 full block before its point; snapshots are evicted LRU when a slot is needed; a snapshot whose
 attention blocks were evicted stays until LRU eviction (it cannot be matched any more); the interval
 must be a multiple of ``tokens_per_block`` (the real core also handles unaligned points).
-``_supports_reuse_match_backoff = False`` follows the report quoted in issue 3 ("its manager opts out
+``_supports_reuse_match_backoff = False`` follows the public incident report ("its manager opts out
 of reuse-match backoff"); it was not found in the 2829508 file (it may sit on the model-specific
 subclass), and with a D-token backoff reuse would stop D tokens short of every snapshot.
 """
