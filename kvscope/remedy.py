@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -86,25 +87,38 @@ def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: s
 
 
 class _FindingTrigger:
-    """A sink feeding the streaming analyzer; its first gap/exhaustion finding triggers ``auto``."""
+    """A sink collecting the recorded rows; :meth:`check` (engine thread, once per pass) feeds them
+    to the streaming analyzer, whose first gap/exhaustion finding triggers ``auto``."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self) -> None:
         from kvscope.analysis.streaming import StreamingAnalyzer
 
-        self.controller = controller
+        self.controller: Controller | None = None
+        """Set once remediation is attached (rows are collected from the first event on)."""
         self.analyzer = StreamingAnalyzer()
         self.first_finding: str | None = None
+        self._rows: deque[list[tuple]] = deque()
 
     def export(self, batch: Any) -> None:
+        if self.first_finding is None:
+            self._rows.append(batch.rows)  # any thread; deque appends are atomic
+
+    def check(self) -> None:
         ctl = self.controller
-        if ctl.mode != "auto" or ctl.stats().auto_triggered or self.first_finding is not None:
+        if ctl is None:
             return
-        for finding in self.analyzer.feed(batch.rows):
-            kind = getattr(finding.kind, "value", str(finding.kind))
-            if kind in AUTO_TRIGGER_KINDS:
-                self.first_finding = kind
-                ctl.trigger(f"{kind} finding")
-                return
+        while self._rows and self.first_finding is None:
+            rows = self._rows.popleft()
+            if ctl.mode != "auto" or ctl.enforcing:
+                continue
+            for finding in self.analyzer.feed(rows):
+                kind = getattr(finding.kind, "value", str(finding.kind))
+                if kind in AUTO_TRIGGER_KINDS:
+                    self.first_finding = kind
+                    ctl.trigger(f"{kind} finding")
+                    break
+        if self.first_finding is not None:
+            self._rows.clear()
 
     def flush(self) -> None:
         return None
@@ -150,24 +164,31 @@ class RemediatedSession:
         self.sizing: SizingPlan | None = None
 
     def __call__(self, parts: Any) -> RemediatedSession:
+        uses_auto = self.mode == "auto" or any(m == "auto" for _, m in self.switch_at)
+        # The analyzer must see the stream from its first event (the pools' configuration), so its
+        # sink is there before the pump starts, like every extra sink.
+        self.trigger = _FindingTrigger() if uses_auto else None
+        sinks = list(self.extra_sinks or []) + ([self.trigger] if self.trigger is not None else [])
         self.session = EventFileSession(self.events_path, label=self.label, rank=self.rank,
-                                        extra_sinks=self.extra_sinks)
+                                        extra_sinks=sinks or None)
         self.session(parts)
         binding = self.session.binding
         assert binding is not None
         self.controller = ctl = attach_to_parts(parts, binding, mode=self.mode, policy=self.policy,
                                                 channel=self.channel, max_wait_passes=self.max_wait_passes)
         pump = self.session.pump
-        if self.mode == "auto" or any(m == "auto" for _, m in self.switch_at):
-            self.trigger = _FindingTrigger(ctl)
+        if self.trigger is not None:
+            self.trigger.controller = ctl
             if pump is not None:
-                pump.sinks.append(self.trigger)
+                trigger = self.trigger
 
                 def feed_analyzer(_iteration: int) -> None:
-                    # In step with the engine: the analyzer sees every event up to this pass, so an
-                    # auto switch lands at the same iteration however busy the machine is.
-                    if ctl.mode == "auto" and not ctl.enforcing:
+                    # In step with the engine and on its thread: the analyzer sees every event up
+                    # to this pass, so an auto switch lands at the same iteration however busy the
+                    # machine is.
+                    if trigger.first_finding is None:
                         pump.pump_once()
+                        trigger.check()
 
                 ctl.pass_hooks.append(feed_analyzer)
         if self.switch_at:

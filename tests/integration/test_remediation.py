@@ -99,7 +99,8 @@ def test_switched_on_part_way_at_an_iteration_the_crashing_replay_finishes(tmp_p
 
 def test_auto_switches_on_at_the_first_finding_and_the_replay_finishes(tmp_path):
     summary, session, frame = _replay("shared-prefix", [], tmp_path, mode="auto")
-    assert not summary.engine_fatal
+    changes = frame[frame["kind"] == "remediation_mode_changed"]
+    assert not summary.engine_fatal, (list(changes["iteration"]), session.trigger.first_finding, session.final_stats)
     assert session.final_stats["auto_triggered"] is True
     assert session.trigger is not None and session.trigger.first_finding in ("admission_gap", "time_to_exhaustion")
     changes = frame[frame["kind"] == "remediation_mode_changed"]
