@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
@@ -102,17 +101,8 @@ def rows_to_table(rows: Sequence[Row]) -> pa.Table:
 
 
 def batch_to_table(batch: EventBatch) -> pa.Table:
-    """An :class:`EventBatch` -> Arrow table, straight from the ring's raw rows when possible."""
-    if batch._rows is not None or not batch.raw:
-        return rows_to_table(batch.rows)
-    raw_cols = list(zip(*batch.raw))
-    n = len(batch.raw)
-    cols: dict[str, Any] = {"ts_ns": raw_cols[1], "iteration": raw_cols[2]}
-    cols["rank"] = np.full(n, batch.rank, np.int32)
-    cols["pid"] = np.full(n, batch.pid, np.int32)
-    for f, col in zip(FIELDS[4:], raw_cols[3:]):
-        cols[f] = col
-    return _columns_to_table(cols, n)
+    """An :class:`EventBatch` -> Arrow table, from its columns (:meth:`EventBatch.columns`)."""
+    return _columns_to_table(dict(batch.columns()), len(batch))
 
 
 def _columns_to_table(cols: dict[str, Any], n: int) -> pa.Table:

@@ -66,19 +66,23 @@ class EventBatch:
     def events(self) -> list[KVEvent]:
         return [KVEvent(*r) for r in self.rows]
 
-    def columns(self) -> dict[str, list[Any]]:
-        """Column lists in FIELDS order (rank and pid repeated)."""
+    def columns(self) -> dict[str, Sequence[Any]]:
+        """Column sequences in FIELDS order (rank and pid repeated), taken straight from the ring's
+        raw rows when no canonical rows were built: the one rows -> columns transform (the Parquet
+        sink writes these)."""
         if self._rows is not None or not self.raw:
             rows = self.rows
             if not rows:
-                return {f: [] for f in FIELDS}
-            return {f: list(col) for f, col in zip(FIELDS, zip(*rows))}
+                return {f: () for f in FIELDS}
+            return dict(zip(FIELDS, zip(*rows)))
         raw_cols = list(zip(*self.raw))
         n = len(self.raw)
-        cols = {"ts_ns": list(raw_cols[RAW_TS_NS]), "iteration": list(raw_cols[RAW_ITERATION]),
-                "rank": [self.rank] * n, "pid": [self.pid] * n}  # fmt: skip
+        cols: dict[str, Sequence[Any]] = {
+            "ts_ns": raw_cols[RAW_TS_NS], "iteration": raw_cols[RAW_ITERATION],
+            "rank": [self.rank] * n, "pid": [self.pid] * n,
+        }
         for f, col in zip(FIELDS[COL_REQUEST_ID:], raw_cols[RAW_REQUEST_ID:]):
-            cols[f] = list(col)
+            cols[f] = col
         return cols
 
     def __len__(self) -> int:
