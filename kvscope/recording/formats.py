@@ -78,7 +78,7 @@ class EventFileError(ValueError):
         self.frame = frame
         first = problems[0]
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        super().__init__(f"{first}{more}; {len(frame)} readable row(s) kept in err.frame")
+        super().__init__(f"{first}{more}; {len(frame)} row(s) readable")
         self.path = first.path
         self.row = first.row
         self.field = first.field

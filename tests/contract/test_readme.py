@@ -127,3 +127,4 @@ def test_python_examples_run_when_executed(index, tmp_path):
     proc = subprocess.run([sys.executable, "-c", examples[index]], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, examples[index] + "\n" + proc.stderr[-2000:]
+
