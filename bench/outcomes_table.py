@@ -14,26 +14,35 @@ import json
 import subprocess
 import sys
 
-RUNS: list[tuple[str, list[str]]] = [
-    ("glm5-dsa", []),
-    ("glm5-dsa", ["enable_block_reuse=false"]),
-    ("glm5-dsa", ["draft_mode=paired", "engine_version=main"]),
-    ("shared-prefix", []),
-    ("shared-prefix", ["enable_block_reuse=false"]),
-    ("shared-prefix", ["draft_mode=paired", "engine_version=main"]),
-    ("qwen-hybrid-mtp", []),
-    ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"]),
-    ("qwen-hybrid-mtp", ["enable_block_reuse=false"]),
-    ("qwen-hybrid-mtp", ["draft_mode=paired"]),
-    ("qwen-hybrid-mtp", ["draft_mode=paired", "draft_cursor_sizing=chunk"]),
-    ("mooncake-conversation", []),
-    ("near-miss", []),
-    ("oversize", []),
+# (scenario, --set pairs, the mechanism in one line). Each scenario runs its report's build by default
+# (glm5 family: 1.3.0rc25; qwen-hybrid-mtp: 1.3.0rc27); main-00746ef is the newest build read.
+MAIN = "engine_version=main"
+RUNS: list[tuple[str, list[str], str]] = [
+    ("glm5-dsa", [], "mirror born in prepare_resources, first resume refused above max_util_for_resume"),
+    ("glm5-dsa", ["enable_block_reuse=false"], "target reserves what the mirror asks; its shortage is back-pressure"),
+    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "deployment guide's batch: 8 prompts fit both pools"),
+    ("glm5-dsa", [MAIN], "admit_mirror resumes at scheduling; the unsized mirror fails its context resize"),
+    ("glm5-dsa", [MAIN, "draft_mode=paired"], "joint reuse: both pools sized and reverted together at admission"),
+    ("glm5-dsa", [MAIN, "enable_block_reuse=false"], "as rc25 with reuse off"),
+    ("shared-prefix", [], "mirror (no reuse) asks a full private copy of each shared prompt: context resize"),
+    ("shared-prefix", ["enable_block_reuse=false"], "target reserves what the mirror asks"),
+    ("shared-prefix", [MAIN], "same resize, with the [draft pool: ...] diagnostic"),
+    ("shared-prefix", [MAIN, "draft_mode=paired"], "joint reuse: the draft shares prefixes too"),
+    ("qwen-hybrid-mtp", [], "prompt-cursor mirror fills the smaller draft pool; a new mirror's first resume refused"),
+    ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"], "chunk-sized mirrors still outgrow the smaller draft pool"),
+    ("qwen-hybrid-mtp", ["enable_block_reuse=false"], "draft pool smaller than target: reuse off does not save it"),
+    ("qwen-hybrid-mtp", ["draft_mode=paired"], "model-only counterfactual: the hybrid class opts out of joint reuse"),
+    ("qwen-hybrid-mtp", [MAIN], "admit_mirror; the prompt-sized mirror fails its context resize"),
+    ("qwen-hybrid-mtp", [MAIN, "enable_block_reuse=false"], "draft pool smaller than target: generation resize"),
+    ("mooncake-conversation", [], "healthy: stretched arrivals, short prompts"),
+    ("near-miss", [], "draft peaks near capacity, no raise"),
+    ("oversize", [], "prompts over max_seq_len rejected per request"),
 ]
 
-HEADER = ("| scenario | `--set` | engine_fatal | fatal_message | fatal_request_id | requests total / completed "
-          "/ failed / rejected | sim_seconds | peak_utilization target / draft | prefix_hit_rate | "
-          "goodput_tokens_per_s | mean_running_requests | queue_wait p50 / p99 (s) | wall_seconds |")
+HEADER = ("| scenario | engine_version | `--set` | engine_fatal | fatal_message | fatal_request_id | mechanism | "
+          "requests total / completed / failed / rejected | sim_seconds | peak_utilization target / draft | "
+          "prefix_hit_rate | goodput_tokens_per_s | mean_running_requests | queue_wait p50 / p99 (s) | "
+          "wall_seconds |")
 
 
 def replay_json(scenario: str, overrides: list[str]) -> dict:
@@ -44,12 +53,13 @@ def replay_json(scenario: str, overrides: list[str]) -> dict:
     return json.loads(out.stdout)
 
 
-def row(scenario: str, overrides: list[str], d: dict) -> str:
+def row(scenario: str, overrides: list[str], mechanism: str, d: dict) -> str:
     message = f"`{d['fatal_message']}`" if d["fatal_message"] else ""
     rid = "" if d["fatal_request_id"] is None else str(d["fatal_request_id"])
     pu = d["peak_utilization"]
-    return (f"| {scenario} | {' '.join(overrides) or '(defaults)'} | {str(d['engine_fatal']).lower()} | {message} "
-            f"| {rid} | {d['requests_total']} / {d['requests_completed']} / {d['requests_failed']} / "
+    sets = " ".join(o for o in overrides if not o.startswith("engine_version=")) or "(defaults)"
+    return (f"| {scenario} | {d['config']['engine_version']} | {sets} | {str(d['engine_fatal']).lower()} "
+            f"| {message} | {rid} | {mechanism} | {d['requests_total']} / {d['requests_completed']} / {d['requests_failed']} / "
             f"{d['requests_rejected']} | {d['sim_seconds']:.1f} | {pu.get('target', 0):.3f} / "
             f"{pu.get('draft', 0):.3f} | {d['prefix_hit_rate']:.3f} | {d['goodput_tokens_per_s']:.1f} | "
             f"{d['mean_running_requests']:.2f} | {d['queue_wait_p50_s']:.2f} / {d['queue_wait_p99_s']:.2f} | "
@@ -62,13 +72,13 @@ def main() -> int:
     args = parser.parse_args()
     sink = open(args.jsonl, "w") if args.jsonl else None  # noqa: SIM115 - closed below
     print(HEADER)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|" + "---|" * HEADER.count(" | ") + "---|")
     try:
-        for scenario, overrides in RUNS:
+        for scenario, overrides, mechanism in RUNS:
             data = replay_json(scenario, overrides)
             if sink is not None:
                 sink.write(json.dumps({"scenario": scenario, "set": overrides, **data}) + "\n")
-            print(row(scenario, overrides, data), flush=True)
+            print(row(scenario, overrides, mechanism, data), flush=True)
     finally:
         if sink is not None:
             sink.close()

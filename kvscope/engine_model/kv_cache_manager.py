@@ -389,12 +389,10 @@ class KVCacheManagerV2Model:
         return True
 
     # ---- generation allocation ------------------------------------------------------------------
-    def _effective_draft_len(self, req: LlmRequestModel) -> int:
-        drafts = req.py_draft_tokens  # get_draft_token_length, inlined (per request per iteration)
-        return len(drafts) if drafts is not None else 0
-
     def _generation_draft_slots(self, req: LlmRequestModel) -> int:
-        slots = self._effective_draft_len(req)
+        # The real _effective_draft_len differs from get_draft_token_length only for disaggregated
+        # generation requests, which the model does not have.
+        slots = get_draft_token_length(req)
         if self.is_draft:
             slots = max(slots, self._kv_reserve_draft_tokens)
         elif not self.target_reserves_draft_slots:

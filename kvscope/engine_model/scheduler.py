@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import scheduler_deadlock, scheduler_deadlock_first_pass
 from .kv_cache_manager import (
@@ -59,6 +61,43 @@ from .scheduler_types import (  # noqa: F401  (re-exported: the real names live 
 from .versions import EngineBuild
 
 logger = logging.getLogger(__name__)
+
+
+class ContextAttempt(NamedTuple):
+    """One context request's scheduling attempt: what to do, the tokens it charges to the budget,
+    and whether it was cut into a non-last chunk."""
+
+    action: ScheduleAction
+    tokens: int = 0
+    chunking: bool = False
+
+
+_SKIP = ContextAttempt(ScheduleAction.SKIP)
+_STOP = ContextAttempt(ScheduleAction.STOP)
+
+
+class ScheduleLoopResult(NamedTuple):
+    """What one ``_schedule_loop`` pass decided (the fields of ``SchedulerOutput`` it fills)."""
+
+    context_requests: list[LlmRequestModel]
+    generation_requests: list[LlmRequestModel]
+    paused_requests: list[LlmRequestModel]
+    recompute_paused_requests: list[LlmRequestModel]
+    has_chunking: bool
+
+
+@dataclass(slots=True)
+class _PassState:
+    """The state one scheduling pass threads through its generation relief: the list being walked,
+    where it currently ends (eviction shrinks it from the tail), the recompute-pause victims, and
+    the requests paused so far."""
+
+    requests_list: list[LlmRequestModel]
+    req_it_end: int
+    recompute_pause: _RecomputePauseState
+    evicted: list[LlmRequestModel]
+    recompute_paused: list[LlmRequestModel]
+    inflight_request_ids: set[int]
 
 
 _SCHEDULABLE = (LlmRequestState.CONTEXT_INIT, LlmRequestState.GENERATION_IN_PROGRESS)
@@ -149,15 +188,14 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
     def schedule_request(
         self, active_requests: list[LlmRequestModel], inflight_request_ids: set[int]
     ) -> SchedulerOutputModel:
-        ctx, gen, evicted, recompute_paused, has_chunking = self._schedule_loop(
-            active_requests, inflight_request_ids
-        )
-        self._sort_requests(ctx, gen, has_chunking)
+        result = self._schedule_loop(active_requests, inflight_request_ids)
+        ctx, gen = result.context_requests, result.generation_requests
+        self._sort_requests(ctx, gen, result.has_chunking)
         return SchedulerOutputModel(
             context_requests=ctx,
             generation_requests=gen,
-            paused_requests=evicted,
-            recompute_paused_requests=recompute_paused,
+            paused_requests=result.paused_requests,
+            recompute_paused_requests=result.recompute_paused_requests,
             num_fitting_requests=len(ctx) + len(gen),
         )
 
@@ -165,26 +203,24 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         """PP dry-run: always True (V2 has no free-block query)."""
         return True
 
-    def _schedule_loop(self, active_requests, inflight_request_ids):
+    def _schedule_loop(self, active_requests, inflight_request_ids) -> ScheduleLoopResult:
         scheduled_ctx: list[LlmRequestModel] = []
         scheduled_gen: list[LlmRequestModel] = []
-        evicted: list[LlmRequestModel] = []
-        recompute_paused: list[LlmRequestModel] = []
         has_chunking = False
         budget = BudgetTracker(self.max_num_tokens, self.max_num_requests, self.peft_cache_manager)
         requests_list = list(active_requests)
-        req_it_end = len(requests_list)
-        recompute_pause_state = _RecomputePauseState(req_it_end)
+        pass_state = _PassState(requests_list, len(requests_list), _RecomputePauseState(len(requests_list)),
+                                [], [], inflight_request_ids)
+        evicted, recompute_paused = pass_state.evicted, pass_state.recompute_paused
         req_it = 0
         pending_ctx: list[LlmRequestModel] = []
-        scheduled_beam_width = 0
         # Hot loop (runs for every active request every iteration): locals instead of repeated
         # attribute and property lookups; victim_indices is only ever mutated in place.
-        victim_indices = recompute_pause_state.victim_indices
+        victim_indices = pass_state.recompute_pause.victim_indices
         max_num_requests, max_num_tokens = budget.max_num_requests, budget.max_num_tokens
         try_allocate_generation = self._try_allocate_generation
         # --- Phase 1: generation ---
-        while req_it < req_it_end:
+        while req_it < pass_state.req_it_end:
             req = requests_list[req_it]
             if req_it in victim_indices or req.request_id in inflight_request_ids:
                 req_it += 1
@@ -205,24 +241,12 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             req_tokens = 1 + (len(draft_tokens) if draft_tokens is not None else 0)
             if max_num_tokens is not None and budget.num_tokens + req_tokens > max_num_tokens:
                 break  # ScheduleAction.STOP from _try_schedule_generation
-            scheduled_beam_width = scheduled_beam_width or 1
             if try_allocate_generation(req):
                 scheduled_gen.append(req)
                 budget.commit(req, req_tokens, 0)
                 req_it += 1
                 continue
-            action, tokens, scheduled_beam_width, req_it_end = self._relieve_generation_shortage(
-                req,
-                budget,
-                requests_list,
-                req_it,
-                req_it_end,
-                recompute_pause_state,
-                evicted,
-                recompute_paused,
-                inflight_request_ids,
-                scheduled_beam_width,
-            )
+            action, tokens = self._relieve_generation_shortage(req, req_it, pass_state)
             if action is ScheduleAction.STOP:
                 break
             if action is ScheduleAction.SCHEDULED:
@@ -264,16 +288,14 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                 ):
                     deferred_behind_contributor = True
                     continue
-            action, tokens, chunking_flag = self._try_schedule_context(
-                req, budget, preempt_for_pages
-            )
-            if action is ScheduleAction.STOP:
+            attempt = self._try_schedule_context(req, budget, preempt_for_pages)
+            if attempt.action is ScheduleAction.STOP:
                 break
-            if action is ScheduleAction.SKIP:
+            if attempt.action is ScheduleAction.SKIP:
                 continue
-            has_chunking = has_chunking or chunking_flag
+            has_chunking = has_chunking or attempt.chunking
             scheduled_ctx.append(req)
-            budget.commit(req, tokens, 0)
+            budget.commit(req, attempt.tokens, 0)
             if first_new_block is not None:
                 contributed_blocks.add(first_new_block)
 
@@ -295,7 +317,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                     or deferred_behind_contributor
                 ),
             )
-        return scheduled_ctx, scheduled_gen, evicted, recompute_paused, has_chunking
+        return ScheduleLoopResult(scheduled_ctx, scheduled_gen, evicted, recompute_paused, has_chunking)
 
     # ---- prefix-aware deferral --------------------------------------------------------------------
     def _collect_contributed_blocks(self, requests_list, pending_ctx, inflight_request_ids):
@@ -360,7 +382,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         req: LlmRequestModel,
         budget: BudgetTracker,
         preempt_for_pages: Callable[[LlmRequestModel], bool],
-    ):
+    ) -> ContextAttempt:
         first_chunk = req.is_first_context_chunk
         if self.chunking_enabled:
             result = self._try_schedule_context_chunked(req, budget, preempt_for_pages)
@@ -368,7 +390,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             result = self._try_schedule_context_full(req, budget, preempt_for_pages)
         if (
             first_chunk
-            and result[0] is not ScheduleAction.SCHEDULED
+            and result.action is not ScheduleAction.SCHEDULED
             and self._free_failed_first_chunk
         ):
             # A failed admission must not keep its prefix-reuse holds.
@@ -378,26 +400,24 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             rewind_context_after_cache_drop(req, self.tokens_per_block)
         return result
 
-    def _try_schedule_context_full(self, req, budget, preempt_for_pages):
+    def _try_schedule_context_full(self, req, budget, preempt_for_pages) -> ContextAttempt:
         if not self._prepare_context_pair(req):
-            return ScheduleAction.STOP, 0, False
+            return _STOP
         context_tokens = req.context_remaining_length
         req_tokens = context_tokens + get_draft_token_length(req)
         if not budget.can_fit_tokens(req_tokens):
-            return ScheduleAction.STOP, 0, False
+            return _STOP
         req.context_chunk_size = context_tokens
         if not self._try_allocate_context(req, context_tokens + self._draft_len_for_target(req)):
-            if preempt_for_pages(req):
-                return ScheduleAction.STOP, 0, False
-            return ScheduleAction.SKIP, 0, False
-        return ScheduleAction.SCHEDULED, req_tokens, False
+            return _STOP if preempt_for_pages(req) else _SKIP
+        return ContextAttempt(ScheduleAction.SCHEDULED, req_tokens)
 
-    def _try_schedule_context_chunked(self, req, budget, preempt_for_pages):
+    def _try_schedule_context_chunked(self, req, budget, preempt_for_pages) -> ContextAttempt:
         remaining_budget = budget.remaining_tokens
         if not self._has_context_chunk_budget(budget):
-            return ScheduleAction.SKIP, 0, False
+            return _SKIP
         if not self._prepare_context_pair(req):
-            return ScheduleAction.SKIP, 0, False
+            return _SKIP
         context_remaining = req.context_remaining_length
         force_chunk = self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK
         if force_chunk:  # chunks end at snapshot points (00746ef; see mamba_cache_manager)
@@ -416,7 +436,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                 force_chunk and is_forced_context_chunk_boundary(req, chunk_size)):
             chunk_size = (chunk_size // self.chunk_unit_size) * self.chunk_unit_size
         if chunk_size <= 0:
-            return ScheduleAction.SKIP, 0, False
+            return _SKIP
         req.context_chunk_size = min(chunk_size, context_remaining)
         chunk_tokens = chunk_size
         resize_tokens = req.context_chunk_size
@@ -425,13 +445,9 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             chunk_tokens += draft_len
             resize_tokens += self._draft_len_for_target(req)
         if not self._try_allocate_context(req, resize_tokens):
-            if preempt_for_pages(req):
-                return ScheduleAction.STOP, 0, False
-            return ScheduleAction.SKIP, 0, False
-        return (
-            ScheduleAction.SCHEDULED,
-            chunk_tokens,
-            req.context_chunk_size < req.context_remaining_length,
+            return _STOP if preempt_for_pages(req) else _SKIP
+        return ContextAttempt(
+            ScheduleAction.SCHEDULED, chunk_tokens, req.context_chunk_size < req.context_remaining_length
         )
 
     def _reuse_claim_limit(self, req: LlmRequestModel) -> int | None:
@@ -502,42 +518,33 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
 
     # ---- generation -------------------------------------------------------------------------------
     def _relieve_generation_shortage(
-        self,
-        req,
-        budget,
-        requests_list,
-        req_it,
-        req_it_end,
-        recompute_pause_state,
-        evicted,
-        recompute_paused,
-        inflight_request_ids,
-        scheduled_beam_width,
-    ):
+        self, req: LlmRequestModel, req_it: int, state: _PassState
+    ) -> tuple[ScheduleAction, int]:
         """The rest of the real ``_try_schedule_generation`` once its first allocation failed (the
         token check and that first ``_try_allocate_generation`` are inlined in ``_schedule_loop``):
-        evict by suspension, then recompute-pause, then self-suspend."""
+        evict by suspension, then recompute-pause, then self-suspend. Returns (action, tokens) and
+        moves ``state.req_it_end`` past the victims."""
         req_tokens = 1 + get_draft_token_length(req)
-        req_it_end, success = self._try_evict_for_gen(
-            req, requests_list, req_it, req_it_end, evicted, inflight_request_ids
+        state.req_it_end, success = self._try_evict_for_gen(
+            req, state.requests_list, req_it, state.req_it_end, state.evicted, state.inflight_request_ids
         )
         if not success:
-            req_it_end, success = self._try_recompute_pause_for_gen(
+            state.req_it_end, success = self._try_recompute_pause_for_gen(
                 req,
-                requests_list,
+                state.requests_list,
                 req_it,
-                req_it_end,
-                recompute_pause_state,
-                evicted,
-                recompute_paused,
-                inflight_request_ids,
+                state.req_it_end,
+                state.recompute_pause,
+                state.evicted,
+                state.recompute_paused,
+                state.inflight_request_ids,
             )
         if success:
-            return ScheduleAction.SCHEDULED, req_tokens, scheduled_beam_width, req_it_end
+            return ScheduleAction.SCHEDULED, req_tokens
         if self.kv_cache_manager.is_request_active(req.py_request_id):
             self._suspend_request(req)  # self-eviction frees its pages for others' resume
-            evicted.append(req)
-        return ScheduleAction.STOP, 0, scheduled_beam_width, req_it_end
+            state.evicted.append(req)
+        return ScheduleAction.STOP, 0
 
     def _try_allocate_generation(self, req: LlmRequestModel) -> bool:
         """One generation step in the target and (joint) draft pools, atomically."""
