@@ -162,8 +162,10 @@ class RemediatedSession:
         self.trigger: _FindingTrigger | None = None
         self.final_stats: dict[str, Any] = {}
         self.sizing: SizingPlan | None = None
+        self._executor: Any = None
 
     def __call__(self, parts: Any) -> RemediatedSession:
+        self._executor = parts.executor
         uses_auto = self.mode == "auto" or any(m == "auto" for _, m in self.switch_at)
         # The analyzer must see the stream from its first event (the pools' configuration), so its
         # sink is there before the pump starts, like every extra sink.
@@ -208,7 +210,13 @@ class RemediatedSession:
     def close(self) -> None:
         try:
             if self.controller is not None:
-                self.final_stats = self.controller.stats().to_dict()
+                stats = self.controller.stats().to_dict()
+                # A reservation leaks when its request is no longer in the engine; one held by a
+                # request still in flight (a run stopped by max_sim_seconds) is live, not leaked.
+                active = {r.py_request_id for r in getattr(self._executor, "active_requests", ())}
+                held = self.controller.policy.ledger.request_ids() if self.controller.enforcing else []
+                stats["leaked_request_ids"] = sorted(rid for rid in held if rid not in active)
+                self.final_stats = stats
                 self.controller.detach()
         finally:
             if self.session is not None:
@@ -221,7 +229,8 @@ class RemediatedSession:
 
 def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing: SizingPlan | None = None,
                  mode: str = "off", policy: str = DEFAULT_POLICY) -> dict[str, Any]:
-    """``remediation``, ``sizing``, ``reservations_leaked``, ``requests_contained``,
+    """``remediation``, ``sizing``, ``reservations_leaked`` (reservations held for requests no longer in
+    the engine), ``requests_contained``,
     ``rejected_by_reason`` (every rejection: the engine's at arrival and remediation's never-fitting
     ones) and ``deferrals`` (requests remediation deferred at least once)."""
     stats = dict(stats or {})
@@ -235,7 +244,8 @@ def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing
                                                  "shadow_would_defer", "shadow_would_reject", "mode_changes",
                                                  "late_changes", "policy_errors") if k in stats}},
         "sizing": sizing.to_dict() if sizing is not None else None,
-        "reservations_leaked": int(stats.get("live_reservations", 0)),
+        "reservations_leaked": len(stats["leaked_request_ids"]) if "leaked_request_ids" in stats
+        else int(stats.get("live_reservations", 0)),
         "requests_contained": int(stats.get("contained", 0)),
         "rejected_by_reason": by_reason,
         "deferrals": int(stats.get("requests_deferred", 0)),

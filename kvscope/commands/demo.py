@@ -4,9 +4,12 @@
    through the instrumented CPU engine model and writes its event file.
 2. Analyzes the events: the admission gap and time to exhaustion are raised iterations before the
    engine dies with TensorRT-LLM's own message, naming the request that fails.
-3. Replays the same traffic with the draft paired (upstream's joint reuse) and with block reuse off
-   (today's workaround): no crash, no admission gap.
-4. Writes an HTML report with the pool, debt and request figures.
+3. Replays the same traffic with kvscope's remediation on (draft-aware admission, block reuse kept
+   on): the engine finishes it, with the prefix hits stock had.
+4. Replays it with the draft paired (upstream's joint reuse) and with block reuse off (today's
+   workaround): no crash, no admission gap, but reuse off loses the prefix hits.
+5. Writes an HTML report per run that matters: the crash (``report.html``) and the remediated run
+   (``report-remediated.html``), and prints the two side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kvscope import replay as replay_mod
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.engines.model import instrument_replay
+from kvscope.remedy import RemediatedSession
 
 SCENARIO = "glm5-dsa"
 ENGINE = "engine_version=main-00746ef"
@@ -28,8 +32,10 @@ ENGINE = "engine_version=main-00746ef"
 scheduler already admitted (so the analyzer names it well ahead). The scenario's own default is the
 GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
 first resume instead."""
+REMEDIATED = "kvscope remediation on, reuse on"
 RUNS: tuple[tuple[str, list[str]], ...] = (
     ("unpaired, reuse on (today's default)", [ENGINE]),
+    (REMEDIATED, [ENGINE, "max_sim_seconds=150"]),
     ("paired draft (upstream joint reuse)", [ENGINE, "draft_mode=paired", "max_sim_seconds=150"]),
     ("block reuse off (today's workaround)", [ENGINE, "enable_block_reuse=false", "max_sim_seconds=150"]),
 )
@@ -47,7 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
-    summary = replay_mod.run(SCENARIO, overrides, instrument=instrument_replay(str(path), label=SCENARIO))
+    session = None
+    if label == REMEDIATED:
+        session = RemediatedSession(mode="on", events_path=str(path), label=SCENARIO)
+        instrument: Any = session
+    else:
+        instrument = instrument_replay(str(path), label=SCENARIO)
+    summary = replay_mod.run(SCENARIO, overrides, instrument=instrument)
     analysis = analyze_files(path)
     kinds = [f.kind.value for f in analysis.findings]
     leads = lead_times(analysis.findings)
@@ -74,8 +86,11 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
         "requests_failed": summary.requests_failed,
         "peak_utilization": summary.peak_utilization,
         "prefix_hit_rate": summary.prefix_hit_rate,
+        "goodput_tokens_per_s": summary.goodput_tokens_per_s,
+        "sim_seconds": summary.sim_seconds,
         "num_events": analysis.num_events,
         "finding_kinds": sorted(set(kinds)),
+        "remediation": session.summary_keys(summary) if session is not None else None,
         "first_warning": first_warning,
         "failing_request_named": named,
         "_analysis": analysis,
@@ -96,18 +111,43 @@ def run(args: argparse.Namespace) -> int:
             _print_run(res)
     report = out / "report.html"
     _write_report(results[0], report)
+    remediated_report = out / "report-remediated.html"
+    _write_report(results[1], remediated_report)
     summary = {
         "scenario": SCENARIO,
         "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
         "report": str(report),
+        "remediated_report": str(remediated_report),
         "wall_seconds": round(time.perf_counter() - t0, 2),
     }
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"\nreport: {report}   events: {out}/   ({summary['wall_seconds']} s)")
+        _print_side_by_side(results[0], results[1])
+        print(f"\nreports: {report} (stock) and {remediated_report} (remediation on)   events: {out}/   "
+              f"({summary['wall_seconds']} s)")
         print("next: kvscope analyze", results[0]["events"], "--html", str(out / "analysis.html"))
     return 0
+
+
+def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any]) -> None:
+    """The same traffic, same engine, block reuse on: stock vs remediation on."""
+    rem = fixed["remediation"] or {}
+    rows = (
+        ("engine", "FATAL" if stock["engine_fatal"] else "healthy", "FATAL" if fixed["engine_fatal"] else "healthy"),
+        ("requests completed", stock["requests_completed"], fixed["requests_completed"]),
+        ("requests failed", stock["requests_failed"], fixed["requests_failed"]),
+        ("prefix hit rate", f"{stock['prefix_hit_rate']:.0%}", f"{fixed['prefix_hit_rate']:.0%}"),
+        ("peak draft utilization", f"{stock['peak_utilization'].get('draft', 0):.0%}",
+         f"{fixed['peak_utilization'].get('draft', 0):.0%}"),
+        ("simulated seconds served", f"{stock['sim_seconds']:.0f}", f"{fixed['sim_seconds']:.0f}"),
+        ("requests deferred by kvscope", "-", rem.get("deferrals", 0)),
+        ("failures contained / reservations leaked", "-",
+         f"{rem.get('requests_contained', 0)} / {rem.get('reservations_leaked', 0)}"),
+    )
+    print(f"\n{'same traffic, block reuse on':<42}{'stock':>12}{'kvscope on':>14}")
+    for name, a, b in rows:
+        print(f"  {name:<40}{a!s:>12}{b!s:>14}")
 
 
 def _print_run(r: dict[str, Any]) -> None:

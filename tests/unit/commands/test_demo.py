@@ -14,7 +14,7 @@ def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     out = json.loads(lines[0])
-    unpaired, paired, reuse_off = out["runs"]
+    unpaired, remediated, paired, reuse_off = out["runs"]
     assert unpaired["engine_fatal"] is True
     assert unpaired["fatal_message"].startswith(
         f"Draft KV cache context resize failed for request {unpaired['fatal_request_id']}: could not resize to"
@@ -26,3 +26,9 @@ def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_
         assert run["engine_fatal"] is False and run["requests_completed"] > 0
         assert "admission_gap" not in run["finding_kinds"]
     assert (tmp_path / "report.html").stat().st_size > 10_000
+    # Remediation on finishes the same traffic with block reuse kept on.
+    assert remediated["engine_fatal"] is False and remediated["requests_completed"] > 0
+    assert remediated["prefix_hit_rate"] > 0.5
+    keys = remediated["remediation"]
+    assert keys["requests_contained"] == 0 and keys["reservations_leaked"] == 0 and keys["deferrals"] > 0
+    assert (tmp_path / "report-remediated.html").stat().st_size > 10_000
