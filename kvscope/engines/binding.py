@@ -95,7 +95,6 @@ class Binding:
         self.errored: dict[int, str] = {}
         """request id -> error message, for requests the per-request error path is ending (their
         free is reported as REQUEST_FAILED)."""
-        """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
         self._fatal_ids: set[int] = set()
 
     @property
@@ -171,6 +170,7 @@ class Binding:
         held = [self.diffs.sweep(manager) for manager in managers]
         reader, rec, roles, last_evicted = self.reader, self.rec, self.pools.roles, self.pools.evicted
         snapshot = EventKind.POOL_SNAPSHOT
+        reserved_of = getattr(self.admission_policy, "reserved_blocks", None)
         for manager, tokens in zip(managers, held):
             key = id(manager)
             role = roles[key]
@@ -185,6 +185,11 @@ class Binding:
                               state=state if self.state_every else None)
                 last_evicted[key] = evicted
             cap, free, evictable, reserved = state
+            if reserved_of is not None:
+                try:
+                    reserved = int(reserved_of(role))  # the installed policy's ledger, not the engine's 0
+                except Exception:
+                    self.hook_failed()
             # A raw row (RAW_FIELDS order).
             rec.emit((rec.next_seq(), rec.clock(), rec.iteration, -1, role, snapshot, 0, tokens,
                       len(manager.kv_cache_map), cap, free, evictable, reserved, extra))

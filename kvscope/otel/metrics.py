@@ -15,6 +15,7 @@ outcomes and ``max_tracked_requests`` (per-request timing for the histograms).
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole, parse_kv
 from kvscope.events.schema import (
     COL_CAPACITY_BLOCKS,
     COL_EVICTABLE_BLOCKS,
@@ -45,6 +46,7 @@ from kvscope.events.schema import (
     COL_NUM_REQUESTS,
     COL_NUM_TOKENS,
     COL_POOL,
+    COL_REASON,
     COL_REQUEST_ID,
     COL_RESERVED_BLOCKS,
     COL_TS_NS,
@@ -62,10 +64,24 @@ _COUNTED_PER_POOL = {
     EventKind.RESUME_FAILED: (n.RESUME_FAILURES, None),
     EventKind.ADMISSION_DEFERRED: (n.DEFERRALS, None),
     EventKind.RESERVATION_MADE: (n.RESERVATIONS, None),
+    EventKind.RESERVATION_RELEASED: (n.RESERVATIONS_RELEASED, None),
     EventKind.FAILURE_CONTAINED: (n.CONTAINMENTS, None),
     EventKind.ENGINE_FAILED: (n.ENGINE_FAILURES, None),
 }
 _TOUCHES_POOL = (EventKind.BLOCKS_ALLOCATED, EventKind.BLOCKS_REUSED)
+_NEVER_FITS = re.compile(r"can never fit the (\w+) pool")
+
+
+def rejection_reason(reason: str) -> str:
+    """A rejection's reason as a small fixed set (a metric attribute must not carry free text)."""
+    if "max_seq_len" in reason:
+        return "prompt_len > max_seq_len"
+    m = _NEVER_FITS.search(reason)
+    if m is not None:
+        return f"never fits: {m.group(1)} pool"
+    return "other"
+
+
 _POOL_COUNTERS = tuple(m for m, _ in _COUNTED_PER_POOL.values()) + (n.PREFIX_QUERIES, n.PREFIX_HITS)
 
 
@@ -155,6 +171,9 @@ class MetricState:
                 self._deferral[rid] = (self._deferral[rid][0], pool.value)
         elif kind is EventKind.ADMITTED:
             self._end_wait(rid, t_ns)
+        elif kind is EventKind.REMEDIATION_MODE_CHANGED:
+            enforcing = parse_kv(r[COL_REASON]).get("enforcing", 0)
+            self._gauges[(n.REMEDIATION_ENFORCING, _NO_ATTRS)] = 1.0 if enforcing else 0.0
         elif kind in _TOUCHES_POOL and pool is not PoolRole.NONE:
             key = (rid, pool.value)
             if key not in self._queried and rid in self._prompt_tokens:
@@ -165,6 +184,7 @@ class MetricState:
         elif kind in REQUEST_OUTCOMES:
             if kind is EventKind.ADMISSION_REJECTED:
                 self._add(n.REJECTIONS, None, 1)
+                self._add(n.REJECTIONS_BY_REASON, (n.REJECTION_REASON, rejection_reason(r[COL_REASON])), 1)
                 self._end_wait(rid, t_ns, admitted=False)
             self._add(n.REQUESTS_ENDED, (n.OUTCOME, REQUEST_OUTCOMES[kind]), 1)
             self._forget(rid)

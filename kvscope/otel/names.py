@@ -79,6 +79,9 @@ CAPACITY_TOKENS = "kvscope.cache.capacity_tokens"
 CHUNK_TOKENS = "kvscope.chunk.num_tokens"
 CHUNK_POSITION = "kvscope.chunk.position_tokens"
 DEFERRED_ITERATIONS = "kvscope.deferral.num_iterations"
+REJECTION_REASON = "kvscope.rejection.reason"
+"""Why a request was refused for good, as a small fixed set (see ``otel.metrics.rejection_reason``):
+'prompt_len > max_seq_len', 'never fits: <pool> pool', 'other'."""
 OUTCOME = "kvscope.request.outcome"
 """'finished', 'failed', 'cancelled', 'rejected' or 'unfinished' (file ended / evicted)."""
 REASON = "kvscope.reason"
@@ -205,6 +208,22 @@ REJECTIONS = MetricName(
 RESERVATIONS = MetricName(
     "kvscope.remediation.reservations", "{reservation}", C, "Reservations made.", _P
 )
+RESERVATIONS_RELEASED = MetricName(
+    "kvscope.remediation.releases", "{reservation}", C, "Reservations given back.", _P
+)
+REJECTIONS_BY_REASON = MetricName(
+    "kvscope.remediation.rejections",
+    "{request}",
+    C,
+    "Requests refused for good, by reason (the engine's at arrival and remediation's).",
+    (REJECTION_REASON,),
+)
+REMEDIATION_ENFORCING = MetricName(
+    "kvscope.remediation.enforcing",
+    "1",
+    G,
+    "1 while remediation's admission decisions are applied (on, or auto once triggered), else 0.",
+)
 CONTAINMENTS = MetricName(
     "kvscope.remediation.containments",
     "{failure}",
@@ -266,6 +285,9 @@ METRICS: tuple[MetricName, ...] = (
     DEFERRALS,
     REJECTIONS,
     RESERVATIONS,
+    RESERVATIONS_RELEASED,
+    REJECTIONS_BY_REASON,
+    REMEDIATION_ENFORCING,
     CONTAINMENTS,
     ENGINE_FAILURES,
     REQUESTS_ENDED,
