@@ -38,8 +38,10 @@ def debt_projection_figure(
         pools: which pools to draw (the ones admission does not check).
         fatal: ``(t_s, label)`` of the engine's fatal error.
     """
-    fig = style.subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.65, 0.35], vertical_spacing=0.08,
-                        subplot_titles=["debt and availability (blocks)", "time to exhaustion (s)"])
+    layout, traces = style.stacked_panels(["debt and availability (blocks)", "time to exhaustion (s)"],
+                                          y_title=["blocks", "seconds"], x_title="time (s, event clock)",
+                                          heights=[0.65, 0.35])
+    layout["yaxis"]["rangemode"] = "normal"  # debt is negative while the pool can back its admissions
     present = ordered_pools(exhaustion["pool"].astype(str).unique()) if len(exhaustion) else []
     for role in [p for p in present if p in pools]:
         g = exhaustion[exhaustion["pool"].astype(str) == role].sort_values("t_s", kind="stable")
@@ -49,38 +51,31 @@ def debt_projection_figure(
         debt = g["debt_blocks"].to_numpy(float)
         avail = g["available_blocks"].to_numpy(float)
         eta = g["eta_s"].to_numpy(float)
-        fig.add_trace(go.Scatter(
-            x=t, y=avail, mode="lines", name=f"{role} available", line={"color": "#7f7f7f", "dash": "dash",
-                                                                        "width": 1, "shape": "hv"},
-            hovertemplate=f"<b>{role} pool</b> available %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>",
-        ), row=1, col=1)
-        fig.add_trace(go.Scatter(
-            x=t, y=debt, mode="lines", name=f"{role} debt", line={"color": color, "width": 2, "shape": "hv"},
-            hovertemplate=f"<b>{role} pool</b> debt %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>",
-        ), row=1, col=1)
-        shown = np.where(np.isfinite(eta), eta, np.nan)
-        fig.add_trace(go.Scatter(
-            x=t, y=shown, mode="lines", name=f"{role} time to exhaustion", line={"color": color, "width": 1},
-            hovertemplate=f"<b>{role} pool</b> exhausted in %{{y:.2f}} s (estimate at t=%{{x:.3f}} s)<extra></extra>",
-        ), row=2, col=1)
         proj = _projection(t, avail, eta)
-        fig.add_trace(go.Scatter(
-            x=proj[0], y=proj[1], mode="lines+markers", name=f"{role} projection",
-            line={"color": color, "dash": "dot", "width": 2}, marker={"symbol": "x", "size": 9},
-            hovertemplate=f"<b>{role} pool</b> projected: %{{y:,.0f}} blocks available at t=%{{x:.2f}} s"
-                          "<extra></extra>",
-        ), row=1, col=1)
+        traces += [
+            {"type": "scatter", "x": t, "y": avail, "mode": "lines", "name": f"{role} available",
+             "line": {"color": "#7f7f7f", "dash": "dash", "width": 1, "shape": "hv"},
+             "hovertemplate": f"<b>{role} pool</b> available %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>"},
+            {"type": "scatter", "x": t, "y": debt, "mode": "lines", "name": f"{role} debt",
+             "line": {"color": color, "width": 2, "shape": "hv"},
+             "hovertemplate": f"<b>{role} pool</b> debt %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>"},
+            {"type": "scatter", "x": t, "y": np.where(np.isfinite(eta), eta, np.nan), "mode": "lines",
+             "name": f"{role} time to exhaustion", "line": {"color": color, "width": 1}, "xaxis": "x2", "yaxis": "y2",
+             "hovertemplate": f"<b>{role} pool</b> exhausted in %{{y:.2f}} s (estimate at t=%{{x:.3f}} s)"
+                              "<extra></extra>"},
+            {"type": "scatter", "x": proj[0], "y": proj[1], "mode": "lines+markers", "name": f"{role} projection",
+             "line": {"color": color, "dash": "dot", "width": 2}, "marker": {"symbol": "x", "size": 9},
+             "hovertemplate": f"<b>{role} pool</b> projected: %{{y:,.0f}} blocks available at t=%{{x:.2f}} s"
+                              "<extra></extra>"},
+        ]
     shapes, notes = marks(findings, fatal, xref="x", yref="y domain", kinds=("admission_gap", "time_to_exhaustion"))
     s2, _ = marks(None, fatal, xref="x2", yref="y2 domain")
     shapes += s2 + [{"type": "line", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1, "y0": 0, "y1": 0,
                      "line": {"color": "black", "width": 1}}]
-    fig.update_yaxes(title_text="blocks", row=1, col=1)
-    fig.update_yaxes(title_text="seconds", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text="time (s, event clock)", row=2, col=1)
-    fig.update_layout(title="Draft debt and time to exhaustion", height=520,
-                      legend={"orientation": "h", "y": -0.15}, margin={"t": 70, "b": 60, "l": 70, "r": 20},
-                      shapes=shapes, annotations=list(fig.layout.annotations) + notes)
-    return fig
+    layout["annotations"] += notes
+    layout.update(title="Draft debt and time to exhaustion", height=520, shapes=shapes,
+                  legend={"orientation": "h", "y": -0.15}, margin={"t": 70, "b": 60, "l": 70, "r": 20})
+    return go.Figure(data=traces, layout=layout)
 
 
 def _projection(t: np.ndarray, avail: np.ndarray, eta: np.ndarray) -> tuple[list[float], list[float]]:

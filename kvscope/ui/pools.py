@@ -59,37 +59,36 @@ def pool_panels_figure(
     """
     names = ordered_pools(pools["pool"].astype(str).unique()) if len(pools) else []
     rows = max(len(names), 1)
-    fig = style.subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[f"{n} pool" for n in names] or ["(no pool state yet)"])
+    layout, traces = style.stacked_panels([f"{n} pool" for n in names] or ["(no pool state yet)"],
+                                          y_title="blocks", x_title="time (s, event clock)")
     shapes: list[dict] = []
-    notes: list[dict] = list(fig.layout.annotations)
     for i, name in enumerate(names, start=1):
         g = pools[pools["pool"].astype(str) == name].sort_values("t_s", kind="stable")
         g = _layers(thin(g, "used_blocks", max_points))
         cap = g["capacity_blocks"].to_numpy(np.int64)
-        live = g["num_live"].to_numpy(np.int64) if "num_live" in g else np.full(len(g), -1)
+        cap_now = int(cap[-1]) if len(cap) else 0
+        x = g["t_s"].to_numpy(float)
         for col, label, color in LAYERS:
             values = g[col].to_numpy(np.int64)
+            # One float per point (the share of the pool): a 1-D array keeps the figure cheap to
+            # build and send; the capacity (fixed for a pool) goes into the template as text.
             share = np.where(cap > 0, values / np.maximum(cap, 1), 0.0)
-            fig.add_trace(go.Scatter(
-                x=g["t_s"].to_numpy(float), y=values, name=label, legendgroup=label, showlegend=(i == 1),
-                mode="lines", stackgroup=f"pool{i}", line={"width": 0.5, "color": color}, fillcolor=color,
-                customdata=np.stack([share, cap, live], axis=1) if len(g) else None,
-                hovertemplate=(f"<b>{name} pool</b> {label}: %{{y:,}} of %{{customdata[1]:,}} blocks "
-                               "(%{customdata[0]:.1%})<br>t=%{x:.3f} s, live caches %{customdata[2]}"
-                               "<extra></extra>"),
-            ), row=i, col=1)
-        fig.update_yaxes(title_text="blocks", row=i, col=1, rangemode="tozero")
+            traces.append({
+                "type": "scatter", "x": x, "y": values, "name": label, "legendgroup": label,
+                "showlegend": i == 1, "mode": "lines", "stackgroup": f"pool{i}",
+                "line": {"width": 0.5, "color": color}, "fillcolor": color, "customdata": share,
+                "xaxis": style.axis_name("x", i), "yaxis": style.axis_name("y", i),
+                "hovertemplate": (f"<b>{name} pool</b> {label}: %{{y:,}} of {cap_now:,} blocks "
+                                  "(%{customdata:.1%})<br>t=%{x:.3f} s<extra></extra>"),
+            })
         xref, yref = axis_refs(i)
         s, a = marks(findings, fatal, xref=xref, yref=yref, pool=name)
         shapes += s
-        notes += a
-    fig.update_xaxes(title_text="time (s, event clock)", row=rows, col=1)
-    fig.update_layout(title="KV pools: blocks used / reserved / evictable / free",
-                      height=120 + height_per_pool * rows, legend={"orientation": "h", "y": -0.12},
-                      margin={"t": 70, "b": 60, "l": 70, "r": 20}, hovermode="closest",
-                      shapes=shapes, annotations=notes)
-    return fig
+        layout["annotations"] += a
+    layout.update(title="KV pools: blocks used / reserved / evictable / free", height=120 + height_per_pool * rows,
+                  legend={"orientation": "h", "y": -0.12}, margin={"t": 70, "b": 60, "l": 70, "r": 20},
+                  shapes=shapes)
+    return go.Figure(data=traces, layout=layout)
 
 
 def with_reservations(pools: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:

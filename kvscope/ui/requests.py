@@ -53,25 +53,25 @@ def request_events_figure(
     y = [f"req {r}" for r in tl.index]
     deferred = tl["num_deferrals"].to_numpy() > 0 if "num_deferrals" in tl else np.zeros(len(tl), bool)
     chunks = tl["num_chunks"].to_numpy() if "num_chunks" in tl else np.zeros(len(tl))
-    fig = style.figure()
+    traces: list[dict] = []
     for name, mask, color in (("queued", ~deferred, QUEUED_COLOR), ("queued (deferred)", deferred, DEFERRED_COLOR)):
         xs, ys = _segments([v for v, m in zip(y, mask) if m], arrival[mask], queued_to[mask])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line={"color": color, "width": 3},
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=name, line={"color": color, "width": 3},
                                  hovertemplate="%{y}: " + name + " at %{x:.3f} s<extra></extra>"))
     for oc in sorted(set(outcome)):
         m = outcome == oc
         color = OUTCOME_COLORS.get(oc, "#1f77b4")
         ym = [v for v, k in zip(y, m) if k]
         xs, ys = _segments(ym, admitted[m], prefill_to[m])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"prefill ({oc})", legendgroup=oc,
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=f"prefill ({oc})", legendgroup=oc,
                                  line={"color": color, "width": 7},
                                  hovertemplate="%{y}: prefill at %{x:.3f} s (" + oc + ")<extra></extra>"))
         dec_from = np.where(np.isfinite(ctx_done), ctx_done, np.nan)
         xs, ys = _segments(ym, dec_from[m], open_end[m])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"decode ({oc})", legendgroup=oc,
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=f"decode ({oc})", legendgroup=oc,
                                  line={"color": color, "width": 3}, opacity=0.6,
                                  hovertemplate="%{y}: decode at %{x:.3f} s (" + oc + ")<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    traces.append(dict(type="scatter",
         x=arrival, y=y, mode="markers", name="arrival", marker={"symbol": "line-ns-open", "size": 10, "color": "#444"},
         customdata=np.stack([tl["prompt_tokens"].to_numpy(float) if "prompt_tokens" in tl else np.full(len(tl), np.nan),
                              chunks], axis=1) if len(tl) else None,
@@ -80,7 +80,7 @@ def request_events_figure(
     if "first_deferred_s" in tl:
         d = tl["first_deferred_s"].to_numpy(float)
         m = np.isfinite(d)
-        fig.add_trace(go.Scatter(
+        traces.append(dict(type="scatter",
             x=d[m], y=[v for v, k in zip(y, m) if k], mode="markers", name="deferred",
             marker={"symbol": "triangle-right", "size": 8, "color": DEFERRED_COLOR},
             customdata=tl["num_deferrals"].to_numpy()[m],
@@ -88,15 +88,15 @@ def request_events_figure(
     ended = np.isfinite(end)
     for oc in sorted(set(outcome[ended])):
         m = ended & (outcome == oc)
-        fig.add_trace(go.Scatter(
+        traces.append(dict(type="scatter",
             x=end[m], y=[v for v, k in zip(y, m) if k], mode="markers", name=oc,
             marker={"symbol": END_SYMBOLS.get(oc, "circle"), "size": 9, "color": OUTCOME_COLORS.get(oc, "#444"),
                     "line": {"width": 2, "color": OUTCOME_COLORS.get(oc, "#444")}},
             hovertemplate="%{y} " + oc + " at %{x:.3f} s<extra></extra>"))
-    fig.update_layout(title="Requests: queued, deferred, prefill, decode, end (colour: outcome)",
+    layout = dict(template=style.LIGHT, title="Requests: queued, deferred, prefill, decode, end (colour: outcome)",
                       xaxis_title="time (s, event clock)", yaxis_title="request",
                       yaxis={"type": "category", "categoryorder": "array", "categoryarray": y},
                       height=max(320, min(900, 12 * len(y) + 160)),
                       legend={"orientation": "h", "y": -0.12}, margin={"t": 60, "b": 60, "l": 80, "r": 20},
                       hovermode="closest")
-    return fig
+    return go.Figure(data=traces, layout=layout)

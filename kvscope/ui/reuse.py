@@ -46,19 +46,19 @@ def reuse_hit_rate_figure(reuse: pd.DataFrame, *, window: int = 16, max_points: 
     frame = r.assign(cum_rate=cum, recent_rate=recent)
     frame = thin(frame, "cum_rate", max_points)
     rid = frame["request_id"].to_numpy() if "request_id" in frame else np.full(len(frame), -1)
-    fig = style.figure()
-    fig.add_trace(go.Scatter(
+    traces: list[dict] = []
+    traces.append(dict(type="scatter",
         x=frame["t_s"], y=frame["cum_rate"], mode="lines", name="cumulative", line={"color": "#1f77b4", "width": 2},
         customdata=np.stack([rid, frame["cum_reused_tokens"], frame["cum_prompt_tokens"]], axis=1) if len(frame) else None,
         hovertemplate="cumulative hit rate %{y:.1%} after request %{customdata[0]} "
                       "(%{customdata[1]:,} of %{customdata[2]:,} prompt tokens reused)<extra></extra>"))
-    fig.add_trace(go.Scatter(
+    traces.append(dict(type="scatter",
         x=frame["t_s"], y=frame["recent_rate"], mode="lines", name=f"last {window} admissions",
         line={"color": "#2ca02c", "width": 1, "dash": "dot"}, customdata=rid,
         hovertemplate="hit rate over the last " + str(window) + " admissions %{y:.1%} "
                       "(at request %{customdata})<extra></extra>"))
-    fig.update_layout(title="Prefix reuse hit rate (target pool)", xaxis_title="time (s, event clock)",
+    layout = dict(template=style.LIGHT, title="Prefix reuse hit rate (target pool)", xaxis_title="time (s, event clock)",
                       yaxis_title="reused / prompt tokens", yaxis_tickformat=".0%", yaxis_range=[0, 1.02],
                       height=320, legend={"orientation": "h", "y": -0.2},
                       margin={"t": 60, "b": 60, "l": 70, "r": 20})
-    return fig
+    return go.Figure(data=traces, layout=layout)

@@ -29,3 +29,36 @@ def figure() -> go.Figure:
 def subplots(**kwargs: Any) -> go.Figure:
     """``make_subplots`` on a figure that already has the light template."""
     return make_subplots(figure=figure(), **kwargs)
+
+
+def axis_name(letter: str, n: int) -> str:
+    """Trace axis reference of panel ``n`` (1-based): ``x``, ``x2``, ..."""
+    return letter if n == 1 else f"{letter}{n}"
+
+
+def stacked_panels(titles: list[str], *, y_title: str | list[str], x_title: str, spacing: float = 0.08,
+                   heights: list[float] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(layout dict, empty trace list) for panels stacked in one column with a shared time axis.
+
+    What ``make_subplots(rows=n, shared_xaxes=True, subplot_titles=...)`` builds, as plain dicts:
+    the figure is then validated once, in ``go.Figure(data, layout)``, instead of piece by piece.
+    """
+    n = len(titles)
+    weights = heights or [1.0] * n
+    usable = 1.0 - spacing * (n - 1)
+    y_titles = y_title if isinstance(y_title, list) else [y_title] * n
+    layout: dict[str, Any] = {"template": LIGHT, "annotations": []}
+    top = 1.0
+    for i, title in enumerate(titles, start=1):
+        bottom = max(top - usable * weights[i - 1] / sum(weights), 0.0)
+        x, y = axis_name("x", i), axis_name("y", i)
+        layout[f"xaxis{'' if i == 1 else i}"] = {
+            "anchor": y, "domain": [0.0, 1.0], "showticklabels": i == n,
+            **({"matches": "x"} if i > 1 else {}), **({"title": {"text": x_title}} if i == n else {})}
+        layout[f"yaxis{'' if i == 1 else i}"] = {"anchor": x, "domain": [bottom, top], "rangemode": "tozero",
+                                                 "title": {"text": y_titles[i - 1]}}
+        layout["annotations"].append({"text": title, "x": 0.5, "xref": "paper", "xanchor": "center", "y": top,
+                                      "yref": "paper", "yanchor": "bottom", "showarrow": False,
+                                      "font": {"size": 16}})
+        top = bottom - spacing
+    return layout, []
