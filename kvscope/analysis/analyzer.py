@@ -23,6 +23,7 @@ from kvscope.analysis.detectors import (
     find_admission_gaps,
 )
 from kvscope.analysis.findings import Finding, order_findings
+from kvscope.analysis.incidents import counts, verdict
 from kvscope.analysis.frame import (
     header_meta,
     iteration_view,
@@ -75,12 +76,14 @@ class Analysis:
             "pools": {p: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],
+            "counts": counts(self.findings),
+            "verdict": verdict(self.findings),
         }
 
 
 def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:
     """Run every detector over an event frame (or its column view, :func:`as_columns`);
-    findings ordered by time, then severity."""
+    findings ordered by severity, then time (:func:`order_findings`)."""
     cfg = config or DetectorConfig()
     ev = as_columns(events)
     meta = header_meta(ev)

@@ -28,6 +28,10 @@ class DetectorConfig:
     """Starved request: deferred/reserved at least this many iterations without progress..."""
     stall_min_s: float = 10.0
     """...and at least this long in seconds."""
+    stall_warn_s: float = 120.0
+    """A stall incident is a warning when a wait in it lasts this long (or a request is still
+    waiting at the end of the events of a live engine); shorter waits that all resolved are info
+    (back-pressure: see :mod:`kvscope.analysis.incidents`)."""
     reuse_loss_warn_fraction: float = 0.5
     """Reuse loss is a warning when the duplicated prefix held at once reaches this pool fraction."""
     max_named_requests: int = 50
@@ -40,8 +44,8 @@ class DetectorConfig:
             raise ValueError(f"rate_window_iterations must be >= 1, got {self.rate_window_iterations}")
         if not 0.0 <= self.risk_min_utilization <= 1.0:
             raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
-        if self.stall_min_iterations < 1 or self.stall_min_s < 0:
-            raise ValueError("stall_min_iterations must be >= 1 and stall_min_s >= 0")
+        if self.stall_min_iterations < 1 or self.stall_min_s < 0 or self.stall_warn_s < 0:
+            raise ValueError("stall_min_iterations must be >= 1, stall_min_s and stall_warn_s >= 0")
         if self.max_named_requests < 1:
             raise ValueError(f"max_named_requests must be >= 1, got {self.max_named_requests}")
 

@@ -3,7 +3,10 @@
 For every live, admitted request r and KV pool P (vectorized over the whole event frame)::
 
     final(r, P)  = ceil((prompt_len + max_draft_len_P + num_extra_kv_tokens_P) / tokens_per_block_P)
-    held(r, P)   = ceil(max(capacity(r, P), reused(r, P)) / tokens_per_block_P), 0 while suspended
+    held(r, P)   = ceil(max(capacity(r, P), reused(r, P)) / tokens_per_block_P)
+                   (0 while suspended only when the pool has a host tier: without one a suspended
+                   cache's pages stay HELD on the GPU, unavailable to others, and its resume asks
+                   for no new pages; with one they are evictable, i.e. counted available)
     remaining    = max(0, final - held)
 
 ``final`` is :func:`kvscope.events.blocks_needed` (the one scalar definition, shared with the
@@ -33,11 +36,12 @@ from kvscope.analysis.frame import (
     END_KINDS,
     KV_POOLS,
     P,
+    group_pick,
     pool_configs,
     request_ids,
     request_index,
 )
-from kvscope.analysis.queue import prompt_table, prompts_of, queue_spans, queued_need
+from kvscope.analysis.queue import prompt_table, prompts_of, queue_head, queue_spans, queued_need
 from kvscope.analysis.track import (
     CAP_SETTERS,
     DONE_SETTERS,
@@ -71,7 +75,8 @@ class DebtResult:
         full: pool role -> dict of arrays at the evaluation points ``pos`` (:func:`eval_points`
             plus ENGINE_FAILED events): need, decode_held, available, capacity (NaN before the
             pool is first observed), queued, shortfall, debt, projected (debt with the queue
-            admitted); ``alloc_by_run`` blocks newly held per iteration run (``run_ends`` = last
+            admitted), projected_shortfall (what the target could not admit of the queue even once
+            its decoding requests finish, in this pool's blocks: 0 means nothing holds the queue back); ``alloc_by_run`` blocks newly held per iteration run (``run_ends`` = last
             position of each run); ``tpb``.
         points: positions of the consistent evaluation points (:func:`eval_points`).
         ts_ns, iteration: the stream's time and iteration columns (for :attr:`series`).
@@ -258,7 +263,11 @@ def compute_debt(
         done = last.flag(DONE_SETTERS, ROW_DONE)
         if role == PoolRole.TARGET or bool(cfg["paired"]):
             reused = np.maximum(reused, last.value(TGT_SETTERS, ROW_ON, tok))  # paired mirrors get the target's reuse
-        held_tokens = np.where(susp, 0.0, np.maximum(cap, reused))
+        # A suspended cache keeps its pages HELD on the GPU unless a host tier can take them (then
+        # they count as evictable, i.e. available, and the resume must take them back).
+        held_tokens = np.maximum(cap, reused)
+        if int(cfg["num_host_blocks"]) > 0:
+            held_tokens = np.where(susp, 0.0, held_tokens)
         held = np.ceil(held_tokens / tpb)
         group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
         prompt = prompts_of(ev, r[start]) if len(r) else np.zeros(0)
@@ -313,22 +322,115 @@ def compute_debt(
         owing[role.value] = owing_p
         full[role.value] = {**full_p, "queued": q}
     tgt = full.get(PoolRole.TARGET.value)
+    head_prompt, head_reuse = queue_head(ev, q_pos) if tgt is not None else (None, None)
     for role in pools:
         f = full[role.value]
         if role == PoolRole.TARGET or tgt is None:
-            shortfall = projected_shortfall = np.zeros(len(q_pos))
+            shortfall = projected_shortfall = now_shortfall = np.zeros(len(q_pos))
         else:
             avail_t = np.nan_to_num(tgt["available"], nan=np.inf)
             shortfall = np.floor(np.maximum(tgt["need"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"])
             projected_shortfall = np.floor(np.maximum(
                 tgt["need"] + tgt["queued"] - avail_t - tgt["decode_held"], 0.0) * tgt["tpb"] / f["tpb"])
+            ct = configs.loc[PoolRole.TARGET.value]
+            head_t = np.ceil(np.where(head_prompt > 0, np.maximum(
+                head_prompt + ct["max_draft_len"] + ct["num_extra_kv_tokens"] - head_reuse, 0), 0) / tgt["tpb"])
+            cf = configs.loc[role.value]
+            own = head_reuse if bool(cf["paired"]) else 0.0
+            head_f = np.ceil(np.where(head_prompt > 0, np.maximum(
+                head_prompt + cf["max_draft_len"] + cf["num_extra_kv_tokens"] - own, 0), 0) / f["tpb"])
+            now_shortfall = np.maximum(tgt["need"] + head_t - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
         f["shortfall"] = shortfall
         f["debt"] = f["need"] - f["available"] - shortfall
         # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
         # queue is admitted, so only a queue that cannot fit even then is flagged.
         f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
+        f["projected_shortfall"] = projected_shortfall
+        # The scheduler does not wait for decoding requests to finish: when the target can hold
+        # the head of the queue now it admits it. The debt then, with the target pushing back on
+        # what it cannot hold itself: the admission gap one step early.
+        if role == PoolRole.TARGET or tgt is None:
+            f["projected_now"] = f["projected_queue_now"] = np.full(len(q_pos), -np.inf)
+        else:
+            f["projected_now"] = f["need"] + head_f - f["available"] - now_shortfall
+            # Every queued request the target has room and request slots for, admitted at once: an
+            # upper bound (admission also waits for the token budget while others finish).
+            fr = _admissible_fraction(ev, configs, q_pos, q_below)
+            sh = np.maximum(tgt["need"] + fr * tgt["queued"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
+            f["projected_queue_now"] = f["need"] + fr * f["queued"] - f["available"] - sh
+        if role != PoolRole.TARGET and tgt is not None:
+            f["arrival_median"], f["arrival_max"] = _arrival_debt(ev, configs, role, f, tgt, q_pos, hit_window)
+        else:
+            f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
+
+
+def _admissible_fraction(ev: EventColumns, configs: pd.DataFrame, q_pos: np.ndarray, q_below: np.ndarray) -> np.ndarray:
+    """Share of the queued requests the scheduler has request slots for at each query position:
+    free slots (``index_slots`` - 1 minus the live caches at the last target snapshot) over the
+    requests queued; 1 when the slot count is unknown."""
+    nq = len(q_pos)
+    queue = ev.cached("queue", lambda: queue_spans(ev))
+    if queue is None or nq == 0:
+        return np.zeros(nq)
+    _has, apos, stop, _prompt = queue
+    waiting = sum_upto(q_below[np.concatenate([apos, stop])],
+                       np.concatenate([np.ones(len(apos)), -np.ones(len(stop))]), nq)
+    snaps = ev.positions(EventKind.POOL_SNAPSHOT)
+    snaps = snaps[ev.pool[snaps] == P[PoolRole.TARGET]]
+    if len(snaps) == 0:
+        return np.where(waiting > 0, 1.0, 0.0)
+    at = np.searchsorted(snaps, q_pos, side="right") - 1
+    live_s = ev.values_at("num_requests", snaps).astype(np.float64)
+    live = np.where(at >= 0, live_s[np.maximum(at, 0)], 0)
+    slots = float(int(configs.loc[PoolRole.TARGET.value, "index_slots"]) - 1)
+    if slots <= 0:
+        return np.where(waiting > 0, 1.0, 0.0)
+    free = np.maximum(slots - live, 0).astype(np.float64)
+    return np.where(waiting > 0, np.minimum(1.0, free / np.maximum(waiting, 1)), 0.0)
+
+
+def _arrival_debt(
+    ev: EventColumns, configs: pd.DataFrame, role: PoolRole, f: dict, tgt: dict, q_pos: np.ndarray, window: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The debt of ``role`` if one more request like each of the last ``window`` first admissions
+    arrived and was admitted now (median and max over them; -inf before any admission).
+
+    Closed-loop traffic has no queue to project from: the next turn of a session arrives after its
+    think time and is admitted at once. Each recent request a adds ``final_P(a)`` blocks of need
+    (the prompt plus draft and extra tokens; minus the target's reuse when the pool is paired or
+    the target) and the target pushes back on what it cannot hold itself: its shortfall grows by
+    ``max(0, need_T + final_T(a) - available_T)``. With equal pools and reuse off the two cancel;
+    with reuse on an unpaired mirror owes the prefix the target reused, which is what goes wrong.
+    """
+    rid = ev.request_id
+    a_all = ev.request_positions(EventKind.ADMITTED)
+    if len(a_all) == 0 or len(q_pos) == 0:
+        return np.full(len(q_pos), -np.inf), np.full(len(q_pos), -np.inf)
+    first = group_pick(request_index(ev, rid[a_all]), len(request_ids(ev)))
+    a_pos = np.sort(a_all[first[first >= 0]])
+    prompt = np.nan_to_num(prompts_of(ev, rid[a_pos]), nan=0.0)
+    reused = ev.num_tokens[a_pos].astype(np.float64)
+    cp, ct = configs.loc[role.value], configs.loc[PoolRole.TARGET.value]
+    tpb_p, tpb_t = float(cp["tokens_per_block"]), float(ct["tokens_per_block"])
+    own_reuse = reused if bool(cp["paired"]) else 0.0
+    fin_p = np.ceil(np.maximum(prompt + cp["max_draft_len"] + cp["num_extra_kv_tokens"] - own_reuse, 0) / tpb_p)
+    fin_t = np.ceil(np.maximum(prompt + ct["max_draft_len"] + ct["num_extra_kv_tokens"] - reused, 0) / tpb_t)
+    hi = np.searchsorted(a_pos, q_pos, side="right")
+    k = np.arange(window)
+    idx = hi[:, None] - 1 - k[None, :]
+    valid = idx >= 0
+    idx = np.maximum(idx, 0)
+    avail_t = np.nan_to_num(tgt["available"], nan=np.inf)[:, None]
+    short = np.floor(np.maximum(tgt["need"][:, None] + fin_t[idx] - avail_t, 0.0) * tpb_t / tpb_p)
+    base = (f["need"] - f["available"])[:, None]
+    d = np.where(valid, base + fin_p[idx] - short, np.nan)
+    any_valid = valid[:, 0] & ~np.isnan(base[:, 0])
+    with np.errstate(all="ignore"):
+        med = np.where(any_valid, np.nanmedian(np.where(any_valid[:, None], d, 0.0), axis=1), -np.inf)
+        mx = np.where(any_valid, np.nanmax(np.where(any_valid[:, None], d, 0.0), axis=1), -np.inf)
+    return med, mx
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)

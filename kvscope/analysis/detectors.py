@@ -83,7 +83,7 @@ def find_admission_gaps(
     return out
 
 
-_BASIS = np.array(["", "trend", "queue", "debt"], dtype=object)
+_BASIS = np.array(["", "trend", "queue", "debt", "arrival"], dtype=object)
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
 
@@ -92,7 +92,7 @@ def exhaustion_arrays(
     pools: list[str] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """:func:`exhaustion_frame` as arrays: pool role -> column -> array (one value per
-    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt) instead of ``basis``.
+    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt, 4 arrival) instead of ``basis``.
 
     Args:
         events: unused (the debt carries the columns it needs); kept for symmetry.
@@ -129,23 +129,38 @@ def exhaustion_arrays(
         roll_alloc = cs_alloc - cs_alloc[back]
         net = used - used[back]
         certain = np.nan_to_num(d, nan=-np.inf) > cfg.min_debt_blocks
-        queue = ~certain & (np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks)
+        # The head of the queue, which the target admits as soon as it can hold it, would put the
+        # pool in debt (compute_debt's projected_now): heading for the raise, critical. The whole
+        # queue admitted at once (projected_queue_now) is an upper bound: at risk, a warning.
+        # A projection is an estimate: it is critical only beyond a margin of the pool's capacity.
+        margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+        admits = ~certain & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
+        queue = ~certain & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
+                            | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
+        # No queue to project from (closed loop): one more request like the recent ones.
+        arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
+        arrival_typical = arrival & (f["arrival_median"][qi] > margin)
         with np.errstate(divide="ignore", invalid="ignore"):
             alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
             net_rate = np.where(span_t > 0, net / span_t, np.nan)
             per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
             per_it_net = np.where(span_i > 0, net / span_i, np.nan)
-            by_alloc = certain | queue
+            by_alloc = certain | queue | arrival
             eta_s = np.where(by_alloc, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
             eta_it = np.where(by_alloc, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
             utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
-        basis = np.where(certain, 3, np.where(queue, 2, np.where(np.isfinite(eta_s), 1, 0))).astype(np.int8)
+        basis = np.where(certain, 3, np.where(queue, 2, np.where(arrival, 4, np.where(np.isfinite(eta_s), 1, 0))))
+        basis = basis.astype(np.int8)
         out[role] = {
             "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pos": ends,
             "available_blocks": avail, "capacity_blocks": cap, "utilization": utilization,
             "debt_blocks": d, "projected_debt_blocks": proj, "alloc_blocks": alloc, "alloc_rate_blocks_s": alloc_rate,
             "net_rate_blocks_s": net_rate, "eta_s": eta_s, "eta_iterations": eta_it, "basis_code": basis,
             "headroom_blocks": headroom, "target_headroom_blocks": tgt_room, "is_binding": binding,
+            "target_admits_queue": admits | arrival_typical,
+            "projected_now_debt_blocks": f["projected_now"][qi],
+            "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
+            "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
         }
     return out
 
@@ -203,7 +218,8 @@ def estimate_time_to_exhaustion(
     """Time-to-exhaustion findings for pools outside admission, one per episode.
 
     Critical when certain (debt > 0: the pool runs out once ``available`` more blocks are taken,
-    at the current allocation rate); warning when at risk: the queue admitted now would put the
+    at the current allocation rate) or when the queue admitted now would put the pool in debt while
+    the target has room to admit all of it (nothing holds the queue back); warning when at risk: the queue admitted now would put the
     pool in debt (basis ``queue``), or net usage growth empties it within ``risk_horizon_s`` while
     it is at least ``risk_min_utilization`` full and it is the binding pool (basis ``trend``).
     The finding names every request queued for or owed pages in the pool during the episode,
@@ -231,8 +247,9 @@ def estimate_time_to_exhaustion(
             continue
         basis = g["basis_code"]
         certain = basis == 3
+        admits = g["target_admits_queue"].astype(bool)
         with np.errstate(invalid="ignore"):
-            risk = (basis == 2) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
+            risk = (basis == 2) | (basis == 4) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
                                    & (g["utilization"] >= cfg.risk_min_utilization) & g["is_binding"])
         it = g["iteration"]
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
@@ -247,15 +264,23 @@ def estimate_time_to_exhaustion(
             named = namer.during(float(row["t_s"]), float(t_end), int(row["iteration"]))
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
+            admissible = bool(admits[s : e + 1].any())
             eta = float(est["eta_s"])
             runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
                         f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
-                    "queue": f"at risk: with the queue admitted it would owe {row['projected_debt_blocks']:.0f} blocks",
-                    "trend": "at the current growth"}[b]
+                    "queue": (f"at risk: with the queue admitted it would owe "
+                              f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks']):.0f} blocks"
+                              + (" and the target has room to admit it now" if admissible else "")),
+                    "trend": "at the current growth",
+                    "arrival": (f"at risk: one more request like the recent ones would put it "
+                                f"{row['arrival_max_debt_blocks']:.0f} blocks in debt"
+                                + (", a typical one " + f"{row['arrival_debt_blocks']:.0f}"
+                                   if row["arrival_debt_blocks"] > cfg.min_debt_blocks else "")
+                                + ", and the target has room to admit it")}[b]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
-                severity=Severity.CRITICAL if is_certain else Severity.WARNING,
+                severity=Severity.CRITICAL if is_certain or admissible else Severity.WARNING,
                 t_start_s=row["t_s"], t_end_s=t_end,
                 iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
@@ -265,7 +290,7 @@ def estimate_time_to_exhaustion(
                     "eta_s": eta, "eta_iterations": float(est["eta_iterations"]),
                     "estimated_at_iteration": int(est["iteration"]),
                     "predicted_exhaustion_s": float(est["t_s"]) + eta,
-                    "basis": b, "certain": is_certain,
+                    "basis": b, "certain": is_certain, "target_admits_queue": admissible,
                     "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],

@@ -129,8 +129,9 @@ class Finding:
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:
-    """By start time, then most severe first, then kind (a stable, documented order)."""
-    return sorted(findings, key=lambda f: (f.t_start_s, -f.severity.rank, f.kind.value, f.request_ids))
+    """Most severe first, then by start time, then kind (a stable, documented order: an on-call
+    engineer reads the criticals first, each severity in the order things happened)."""
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.t_start_s, f.kind.value, f.request_ids))
 
 
 def _plain(value: Any) -> Any:

@@ -57,6 +57,7 @@ CONFIG_COLUMNS: dict[str, str] = {
     "is_draft": "bool",
     "max_util_for_resume": "float64",
     "in_admission": "bool",
+    "num_host_blocks": "int64",
 }
 
 
@@ -119,10 +120,14 @@ def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     """
     ev = as_columns(events)
     rows: dict[str, dict[str, Any]] = {}
-    meta_pools = header_meta(ev).get("pools") or {}
+    meta = header_meta(ev)
+    meta_pools = meta.get("pools") or {}
+    # A host tier is a run knob of the engine model (not yet a pool config key of the bindings).
+    host = int((meta.get("knobs") or {}).get("num_host_blocks", 0) or 0)
     for role, d in meta_pools.items():
         if isinstance(d, dict):
-            rows[str(role)] = _config_row(str(role), d, capacity=int(d.get("capacity_blocks", -1)))
+            rows[str(role)] = _config_row(str(role), {"num_host_blocks": host, **d},
+                                          capacity=int(d.get("capacity_blocks", -1)))
     idx = ev.positions(EventKind.POOL_CONFIGURED)
     if len(idx):
         slots_at = ev.values_at("num_requests", idx)
@@ -130,6 +135,7 @@ def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
             p = _pool_name(int(ev.pool[i]))
             d = parse_kv(reason)
             d.setdefault("tokens_per_block", int(ev.num_tokens[i]))
+            d.setdefault("num_host_blocks", host)
             rows[p] = _config_row(p, d, capacity=int(ev.capacity_blocks[i]), bytes_per_token=int(ev.num_blocks[i]),
                                   slots=int(slots))
     if not rows:
@@ -156,6 +162,7 @@ def _config_row(
         "is_draft": is_draft,
         "max_util_for_resume": float(d.get("max_util_for_resume", 0.95)),
         "in_admission": role == PoolRole.TARGET.value or paired,
+        "num_host_blocks": int(d.get("num_host_blocks", 0) or 0),
     }
 
 

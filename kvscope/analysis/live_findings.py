@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.incidents import group_stalls
 from kvscope.analysis.request_detectors import fatal_leads
 from kvscope.events import EventKind, PoolRole, blocks_needed
 
@@ -35,7 +36,6 @@ class _Req:
     context_done: bool = False
     dec: dict = field(default_factory=dict)
     stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
-    stall_finding: int = -1
     never_fitting: list = field(default_factory=list)
 
 
@@ -89,7 +89,7 @@ class LiveFindings:
             )
             self._gap[p] = _Episode(self._add(f), it, names)
 
-    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate) -> None:
+    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits) -> None:
         ep = self._tte.get(p)
         cont = ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index)
         start_it = self._findings[ep.index].iteration_start if cont else it
@@ -106,21 +106,24 @@ class LiveFindings:
             ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
                       named_at=[[r, i] for r, i in order])
             ev["certain"] = ev["certain"] or basis == "debt"
-            sev = Severity.CRITICAL if basis == "debt" else f.severity
+            ev["target_admits_queue"] = ev["target_admits_queue"] or admits
+            sev = Severity.CRITICAL if basis == "debt" or admits else f.severity
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
                                                request_ids=tuple(r for r, _ in order))
             return
         what = {"debt": f"certain: admitted requests owe {d:.0f} blocks more",
-                "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks",
+                "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks"
+                         + (" and the target has room to admit it" if admits else ""),
                 "trend": "at the current growth"}[basis]
         f = Finding(
-            kind=FindingKind.TIME_TO_EXHAUSTION, severity=Severity.CRITICAL if basis == "debt" else Severity.WARNING,
+            kind=FindingKind.TIME_TO_EXHAUSTION,
+            severity=Severity.CRITICAL if basis == "debt" or admits else Severity.WARNING,
             t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
             request_ids=tuple(r for r, _ in order),
             summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
                     f"{avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
-                      "certain": basis == "debt", "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "certain": basis == "debt", "target_admits_queue": admits, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
                       "named_at": [[r, i] for r, i in order]},
@@ -128,13 +131,17 @@ class LiveFindings:
         self._tte[p] = _Episode(self._add(f), it, order)
 
     def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
+        """Record (or extend) the request's stall episode once it passes both thresholds; the
+        findings are the incidents :func:`group_stalls` builds from the episodes."""
         t0, it0, kind, pool, ndef = req.stall
         dur_s, dur_it = t - t0, it - it0
         if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
             return
         rid = req.rid
         is_res = kind == EventKind.RESERVATION_MADE.value
-        f = Finding(
+        if (rid, t0) not in self._stall_eps:
+            self._stall_added = True
+        self._stall_eps[(rid, t0)] = Finding(
             kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=t0, t_end_s=t,
             iteration_start=it0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
             request_ids=(rid,),
@@ -143,10 +150,16 @@ class LiveFindings:
             evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
                       "resolved": final, "blocking_pool": pool},
         )
-        if req.stall_finding >= 0 and self._alive(req.stall_finding):
-            self._findings[req.stall_finding] = f
-        else:
-            req.stall_finding = self._add(f)
+        while len(self._stall_eps) > self.max_findings:
+            del self._stall_eps[next(iter(self._stall_eps))]
+            self.dropped_findings += 1
+        self._incidents_cache = None
+
+    def _incidents(self) -> list[Finding]:
+        if self._incidents_cache is None:
+            self._incidents_cache = group_stalls(list(self._stall_eps.values()), self.cfg,
+                                                 engine_failed=self._failed)
+        return self._incidents_cache
 
     # ---- never fitting, fatal, reuse loss -----------------------------------------------------
     def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
@@ -172,13 +185,15 @@ class LiveFindings:
             req.never_fitting.append(self._add(f))
 
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
-        leads = fatal_leads(self._findings, rid, t, it)
+        self._failed = True
+        self._incidents_cache = None
+        leads = fatal_leads(self._findings + self._incidents(), rid, t, it)
         naming = [x for x in leads if x["named_lead_iterations"] is not None]
         best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
         self._add(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
             iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
-            summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {(reason or '')[:160]}",
+            summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {reason or ''}",
             evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
                       "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
                       "lead_iterations": best["named_lead_iterations"] if best else None,
@@ -247,7 +262,6 @@ class LiveFindings:
                     if ep.index < 0:
                         eps[p] = None
         for req in self._reqs.values():
-            req.stall_finding = req.stall_finding - 1 if req.stall_finding >= 0 else -1
             req.never_fitting = [i - 1 for i in req.never_fitting if i - 1 >= 0]
 
     def _alive(self, i: int) -> bool:

@@ -117,3 +117,62 @@ def queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:
     end = first(ev.request_positions(*END_KINDS))[has]
     stop = np.where(adm >= 0, adm, np.where(end >= 0, end, len(ev)))
     return has, arr[has], stop, np.nan_to_num(prompt_table(ev)[has], nan=0.0)
+
+
+def queue_head(ev: EventColumns, q_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The request the scheduler tries next at each query position: the earliest arrival still
+    queued (FCFS). Returns (prompt tokens, the target's latest prefix match for it while queued,
+    0 when none) per query; prompt 0 when nothing is queued.
+
+    A sweep over requests (not events): arrivals and departures are change points, a heap keeps
+    the earliest queued arrival."""
+    import heapq
+
+    nq = len(q_pos)
+    queue = ev.cached("queue", lambda: queue_spans(ev))
+    if queue is None or nq == 0:
+        return np.zeros(nq), np.zeros(nq)
+    has, apos, stop, prompt = queue
+    order = np.argsort(apos, kind="stable")
+    # Change points in position order; at equal positions departures first (stop is exclusive).
+    pts = np.concatenate([stop[order], apos[order]])
+    typ = np.concatenate([np.zeros(len(order), np.int8), np.ones(len(order), np.int8)])
+    who = np.concatenate([order, order])
+    o = np.lexsort((typ, pts))
+    pts, typ, who = pts[o], typ[o], who[o]
+    heap: list[tuple[int, int]] = []
+    gone = np.zeros(len(apos), dtype=bool)
+    head_at = np.full(len(pts), -1, dtype=np.int64)
+    for i, (t, w) in enumerate(zip(typ.tolist(), who.tolist())):
+        if t == 1:
+            heapq.heappush(heap, (int(apos[w]), w))
+        else:
+            gone[w] = True
+        while heap and gone[heap[0][1]]:
+            heapq.heappop(heap)
+        head_at[i] = heap[0][1] if heap else -1
+    at = np.searchsorted(pts, q_pos, side="right") - 1
+    head = np.where(at >= 0, head_at[np.maximum(at, 0)], -1)
+    ok = head >= 0
+    h_prompt = np.where(ok, prompt[np.maximum(head, 0)], 0.0)
+    # The target's latest match for the head while it was queued (the scheduler matches, then
+    # reverts, each time it tries the request).
+    rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
+    rpos = rpos[ev.pool[rpos] == P[PoolRole.TARGET]]
+    slot = np.full(len(request_ids(ev)), -1, dtype=np.int64)
+    slot[has] = np.arange(len(has))
+    r_req = slot[request_index(ev, ev.request_id[rpos])] if len(rpos) else np.zeros(0, np.int64)
+    keep = r_req >= 0
+    rpos, r_req = rpos[keep], r_req[keep]
+    reuse = np.zeros(nq)
+    if len(rpos) and ok.any():
+        # per (request, position) sorted; for each query the last match of its head at or before it
+        key = r_req.astype(np.int64) * (len(ev) + 1) + rpos
+        srt = np.argsort(key)
+        key, tok = key[srt], ev.num_tokens[rpos[srt]].astype(np.float64)
+        qk = np.maximum(head, 0).astype(np.int64) * (len(ev) + 1) + q_pos
+        j = np.searchsorted(key, qk, side="right") - 1
+        same = (j >= 0) & ok & ((key[np.maximum(j, 0)] // (len(ev) + 1)) == np.maximum(head, 0))
+        reuse = np.where(same, tok[np.maximum(j, 0)], 0.0)
+    return h_prompt, reuse
+

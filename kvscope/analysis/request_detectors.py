@@ -16,6 +16,7 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, _pool_name, kind_in
+from kvscope.analysis.incidents import group_stalls
 from kvscope.events import EventKind, PoolRole
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
@@ -23,7 +24,15 @@ _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventK
 
 
 def find_stalled_requests(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:
-    """Requests deferred or holding a reservation without progress for >= both stall thresholds.
+    """Stall incidents: :func:`stall_episodes` grouped by :func:`~kvscope.analysis.incidents.group_stalls`."""
+    ev = as_columns(events)
+    failed = len(ev) > 0 and len(ev.positions(EventKind.ENGINE_FAILED)) > 0
+    return group_stalls(stall_episodes(ev, cfg), cfg, engine_failed=failed)
+
+
+def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:
+    """Requests deferred or holding a reservation without progress for >= both stall thresholds,
+    one finding per request and episode (the raw material of the stall incidents).
 
     An episode starts at the first ADMISSION_DEFERRED / RESERVATION_MADE after the request's last
     progress (admission, context chunk, resume, end) and lasts until its next progress or the end
@@ -194,7 +203,8 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
     """
     out = []
     for g in prior:
-        if g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t:
+        if (g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t
+                or g.severity == Severity.INFO):
             continue
         named = {int(r): int(i) for r, i in g.evidence.get("named_at", [])}
         names = req in g.request_ids or req in named
@@ -247,7 +257,7 @@ def find_engine_fatal(
             request_ids=(req,) if req >= 0 else (),
             summary=(
                 f"engine failed on request {req} in the {role} pool (asked {int(row['num_tokens'])} tokens): "
-                f"{reason[:160]}"
+                f"{reason}"
                 + (f" — first named {best['named_lead_iterations']} iterations earlier by {best['kind']}."
                    if best else " — no earlier finding named this request.")
             ),

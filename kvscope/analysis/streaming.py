@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.findings import Finding, Severity
+from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
 from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole, blocks_needed, parse_kv
@@ -80,12 +80,19 @@ class StreamingAnalyzer(LiveFindings):
         self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
+        self._stall_eps: dict[tuple[int, float], Finding] = {}  # (request, start) -> episode, bounded
+        self._incidents_cache: list[Finding] | None = None
+        self._failed = False
+        self._raised_incidents: set[tuple] = set()
+        self._stall_added = False
+        self._proj_short: dict[str, float] = {}  # pool -> the target's projected shortfall (its blocks)
 
     # ---- public API ------------------------------------------------------------------------
     @property
     def findings(self) -> list[Finding]:
-        """Every finding raised so far, with end times and names updated."""
-        return list(self._findings)
+        """Every finding raised so far, with end times and names updated, in the batch order
+        (:func:`order_findings`); stalls as incidents."""
+        return order_findings(self._findings + self._incidents())
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
@@ -109,7 +116,21 @@ class StreamingAnalyzer(LiveFindings):
             row = e.as_row() if isinstance(e, KVEvent) else e
             self._one(row)
         raised = len(self._findings) + self.dropped_findings - before
-        return self._findings[len(self._findings) - raised:] if raised > 0 else []
+        out = self._findings[len(self._findings) - raised:] if raised > 0 else []
+        return out + self._new_incidents()
+
+    def _new_incidents(self) -> list[Finding]:
+        """Stall incidents not returned by an earlier feed (keyed by pool and first request)."""
+        if not self._stall_added:
+            return []  # a new incident needs a new episode
+        self._stall_added = False
+        new = []
+        for f in self._incidents():
+            key = (f.pools, f.request_ids[:1], f.t_start_s)
+            if key not in self._raised_incidents:
+                self._raised_incidents.add(key)
+                new.append(f)
+        return new
 
     def close(self) -> list[Finding]:
         """End of stream: finish the last iteration, close open episodes, add the reuse-loss summary."""
@@ -123,7 +144,7 @@ class StreamingAnalyzer(LiveFindings):
             for i in req.never_fitting:
                 self._set_end(i, t, it)
         self._reuse_summary()
-        return self._findings[raised_before:]
+        return self._findings[raised_before:] + self._new_incidents()
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple) -> None:
@@ -195,7 +216,6 @@ class StreamingAnalyzer(LiveFindings):
         if kind in _PROGRESS and req.stall is not None:
             self._check_stall(req, t, it, final=True)
             req.stall = None
-            req.stall_finding = -1
         if kind in _END:
             req.counted = False
             self._unqueue(req)
@@ -223,7 +243,9 @@ class StreamingAnalyzer(LiveFindings):
             reused = req.reused.get(p, 0.0)
             if p == PoolRole.TARGET.value or c["paired"]:
                 reused = max(reused, req.target_reuse)
-            held_tok = 0.0 if req.susp.get(p) else max(req.cap.get(p, 0.0), reused)
+            # Suspended pages stay HELD unless a host tier takes them (see kvscope.analysis.debt).
+            frees = req.susp.get(p) and c["num_host_blocks"] > 0
+            held_tok = 0.0 if frees else max(req.cap.get(p, 0.0), reused)
             held = math.ceil(held_tok / tpb)
             dec = held if (req.counted and req.context_done) else 0
             self._decode[p] += dec - req.dec.get(p, 0)
@@ -234,7 +256,7 @@ class StreamingAnalyzer(LiveFindings):
             self._need[p] += rem - req.rem.get(p, 0)
             req.rem[p] = rem
             prev_held = req.held.get(p, 0)
-            if not req.susp.get(p) and held > prev_held:
+            if not frees and held > prev_held:
                 self._alloc_iter[p] += held - prev_held
             req.held[p] = held
         if req.counted and rid not in self._lost:
@@ -268,6 +290,7 @@ class StreamingAnalyzer(LiveFindings):
             short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1] - self._decode[tgt], 0.0) \
                 * self._configs[tgt]["tokens_per_block"]
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
+        self._proj_short[p] = short
         return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - self._decode.get(p, 0.0) - short
 
     # ---- debt / admission gap ---------------------------------------------------------------
@@ -326,7 +349,8 @@ class StreamingAnalyzer(LiveFindings):
                 risk = basis == "queue" or (basis == "trend" and eta <= self.cfg.risk_horizon_s
                                             and util >= self.cfg.risk_min_utilization and binding)
                 if certain or risk:
-                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate)
+                    admits = basis == "queue" and self._proj_short.get(p, math.inf) <= 0
+                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits)
         for req in self._reqs.values():
             if req.stall is not None:
                 self._check_stall(req, t, it, final=False)

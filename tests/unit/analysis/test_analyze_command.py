@@ -30,11 +30,16 @@ def test_json_prints_one_object_with_findings_when_events_crash(tmp_path):
     out = json.loads(res.stdout)
     assert out["scenario"] == "hand-built"
     kinds = [f["kind"] for f in out["findings"]]
-    assert kinds == ["admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal"]
+    # criticals first, each severity in time order
+    assert kinds == ["admission_gap", "time_to_exhaustion", "engine_fatal", "reuse_loss"]
     gap = out["findings"][0]
     assert gap["request_ids"] == [2] and gap["pools"] == ["draft"] and gap["severity"] == "critical"
-    assert gap["t_start_s"] < out["findings"][-1]["t_start_s"]
-    assert out["findings"][-1]["evidence"]["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
+    fatal = out["findings"][2]
+    assert gap["t_start_s"] < fatal["t_start_s"]
+    assert fatal["evidence"]["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
+    assert out["verdict"]["status"] == "engine_fatal" and out["verdict"]["request_id"] == fatal["request_ids"][0]
+    assert out["verdict"]["first_critical"]["kind"] == "admission_gap"
+    assert out["counts"]["by_kind"]["admission_gap"] == 1
 
 
 def test_html_report_shows_lead_time_and_figures(tmp_path):

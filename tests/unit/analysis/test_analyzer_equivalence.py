@@ -10,7 +10,11 @@ change: a time-to-exhaustion estimate is taken at the episode's first iteration 
 consumption rate (new evidence key ``estimated_at_iteration``, summary wording). The diff of that
 regeneration was checked to touch only time-to-exhaustion summaries and estimate fields, and only
 the estimate values of the one episode that opens on a stream's first iteration
-(``qwen-hybrid-mtp-mamba``).
+(``qwen-hybrid-mtp-mamba``). Regenerated once more for the incident view: findings ordered by
+severity then time, new top-level keys ``counts`` and ``verdict``, a new pool config column
+``num_host_blocks``, and the engine_fatal summary carrying the engine's whole message (it was cut
+at 160 characters); the diff was checked to change nothing else (same kinds, severities, times,
+iterations and evidence of every finding).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -150,14 +150,18 @@ def test_no_stall_when_deferral_shorter_than_threshold():
     assert _kinds(analyze(_deferred_script(60).frame(), cfg), FindingKind.STALLED_RESERVATION) == []
 
 
-def test_findings_are_json_serialisable_and_ordered_by_time_then_severity():
+def test_findings_are_json_serialisable_and_ordered_by_severity_then_time():
     script, _ = crash_script()
     a = analyze(script.frame())
     d = json.loads(json.dumps(a.to_dict()))
-    starts = [f["t_start_s"] for f in d["findings"]]
-    assert starts == sorted(starts)
-    first_two = [f["kind"] for f in d["findings"][:3]]
-    assert first_two[0] in ("admission_gap", "time_to_exhaustion")
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    keys = [(rank[f["severity"]], f["t_start_s"]) for f in d["findings"]]
+    assert keys == sorted(keys)
+    assert d["findings"][0]["kind"] in ("admission_gap", "time_to_exhaustion")
+    assert d["findings"][0]["severity"] == "critical"
+    assert d["counts"]["by_kind"]["engine_fatal"] == 1
+    assert sum(d["counts"]["by_kind"].values()) == len(d["findings"])
+    assert d["verdict"]["status"] == "engine_fatal"
     for f in d["findings"]:
         assert {"kind", "severity", "t_start_s", "t_end_s", "pools", "request_ids", "evidence"} <= set(f)
 

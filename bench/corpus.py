@@ -1,0 +1,206 @@
+"""The labelled corpus behind the analyzer scoreboard: engine-model replays, each labelled by what
+the engine model did (crash: iteration, time, request, pool; or healthy), analyzed by the batch
+analyzer and scored with :mod:`kvscope.analysis.scoreboard`.
+
+``FULL`` (``make bench``, bench/bench_scoreboard.py) spans the built-in scenarios, several seeds,
+reuse on/off, paired/unpaired, batch sizes, requests in flight, a host tier, the engine versions
+the model knows, and the Mooncake and Claude Code traces. ``SHORT`` (the test profile,
+tests/integration/test_scoreboard.py) is a few shortened runs. Runs marked ``tuned`` are the ones
+the rules were read against (glm5-dsa seed 0); every other run is held out.
+
+    .venv/bin/python bench/corpus.py [--short] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvscope.analysis import analyze_files
+from kvscope.analysis.scoreboard import RunLabel, format_scoreboard, score_run, scoreboard
+from kvscope.events import EVENT_KINDS, EventKind
+from kvscope.recording import read_frame
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    name: str
+    source: str
+    """A built-in scenario name, or ``trace:FILE`` under the traces directory."""
+    sets: tuple[str, ...] = ()
+    tuned: bool = False
+
+
+def _traces_dir() -> Path:
+    env = os.environ.get("KVSCOPE_TRACES_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def _variants(source: str, seeds, extra=((),), prefix=None) -> list[Run]:
+    out = []
+    for seed in seeds:
+        for sets in extra:
+            tag = ",".join(sets) or "default"
+            out.append(Run(f"{prefix or source}[{tag},seed={seed}]", source, (*sets, f"seed={seed}")))
+    return out
+
+
+REUSE = ((), ("enable_block_reuse=false",), ("draft_mode=paired",))
+
+FULL: list[Run] = [
+    Run("glm5-dsa[default,seed=0]", "glm5-dsa", ("seed=0",), tuned=True),
+    Run("glm5-dsa[reuse-off,seed=0]", "glm5-dsa", ("enable_block_reuse=false", "seed=0"), tuned=True),
+    Run("glm5-dsa[paired,seed=0]", "glm5-dsa", ("draft_mode=paired", "seed=0"), tuned=True),
+    *_variants("glm5-dsa", (1, 2), REUSE),
+    *_variants("glm5-dsa", (3,), ((), ("requests_in_flight=8",), ("requests_in_flight=48",), ("max_batch_size=16",),
+                                  ("num_host_blocks=8192",), ("enable_block_reuse=false", "num_host_blocks=8192"),
+                                  ("max_util_for_resume=0.8",), ("num_extra_kv_tokens=8", "max_draft_len=3"))),
+    *_variants("shared-prefix", (0, 1, 2), REUSE),
+    *_variants("shared-prefix", (0,), (("num_draft_blocks=1800",), ("max_batch_size=8",), ("requests_in_flight=8",))),
+    *_variants("qwen-hybrid-mtp", (0, 1, 2), REUSE),
+    *_variants("qwen-hybrid-mtp", (0,), (("draft_cursor_sizing=prompt",),)),
+    *_variants("near-miss", (0, 1, 2)),
+    *_variants("oversize", (0,)),
+    *_variants("mooncake-conversation", (0, 1)),
+    *_variants("trace:conversation_trace.jsonl", (0,), ((), ("arrival_time_scale=2",), ("enable_block_reuse=false",),
+                                                         ("draft_mode=paired",)), prefix="mooncake-trace"),
+    *_variants("trace:synthetic_trace.jsonl", (0,), ((), ("max_requests=1500",)), prefix="mooncake-synthetic"),
+]
+
+SHORT: list[Run] = [
+    Run("glm5-dsa[64 req]", "glm5-dsa", ("max_requests=64",), tuned=True),
+    Run("glm5-dsa[reuse-off,400 req]", "glm5-dsa", ("max_requests=400", "enable_block_reuse=false"), tuned=True),
+    Run("glm5-dsa[paired,400 req,seed=1]", "glm5-dsa", ("max_requests=400", "draft_mode=paired", "seed=1")),
+    Run("shared-prefix[seed=1]", "shared-prefix", ("seed=1",)),
+    Run("shared-prefix[reuse-off,seed=2]", "shared-prefix", ("seed=2", "enable_block_reuse=false")),
+    Run("qwen-hybrid-mtp[seed=2]", "qwen-hybrid-mtp", ("seed=2",)),
+    Run("near-miss[seed=1]", "near-miss", ("seed=1",)),
+    Run("mooncake-conversation[300 req,seed=1]", "mooncake-conversation", ("max_requests=300", "seed=1")),
+]
+
+
+def engine_version_runs() -> list[Run]:
+    """One crash and one reuse-off run per engine version, when the model has the knob."""
+    res = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--list-knobs", "--scenario", "glm5-dsa"],
+                         capture_output=True, text=True)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("engine_version")), None)
+    if line is None:
+        return []
+    try:
+        from kvscope.engine_model import config as model_config  # the versions it knows
+        versions = list(getattr(model_config, "ENGINE_VERSIONS", ()))
+    except ImportError:
+        versions = []
+    out = []
+    for v in versions:
+        out += [Run(f"glm5-dsa[engine_version={v}]", "glm5-dsa", (f"engine_version={v}", "seed=4")),
+                Run(f"glm5-dsa[reuse-off,engine_version={v}]", "glm5-dsa",
+                    (f"engine_version={v}", "enable_block_reuse=false", "seed=4", "max_requests=600"))]
+    return out
+
+
+def replay(run: Run, out_dir: Path, *, reuse: bool = False) -> tuple[dict, Path]:
+    """Replay ``run`` (or, with ``reuse``, read the event file and summary a previous call left)."""
+    path = out_dir / (run.name.replace("/", "_").replace(",", "_").replace("=", "-") + ".parquet")
+    cached = path.with_suffix(".summary.json")
+    if reuse and path.exists() and cached.exists():
+        return json.loads(cached.read_text()), path
+    cmd = [sys.executable, "-m", "kvscope", "replay", "--json", "--events", str(path)]
+    if run.source.startswith("trace:"):
+        cmd += ["--trace", str(_traces_dir() / run.source.split(":", 1)[1])]
+    else:
+        cmd += ["--scenario", run.source]
+    for s in run.sets:
+        cmd += ["--set", s]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if res.returncode != 0:
+        raise RuntimeError(f"{run.name}: {res.stderr.strip()[-500:]}")
+    cached.write_text(res.stdout)
+    return json.loads(res.stdout), path
+
+
+def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, float]]:
+    """The engine's own record: the replay summary and its ENGINE_FAILED / REQUEST_ARRIVED rows."""
+    ev = read_frame(path)
+    kind = ev["kind"].cat.codes.to_numpy()
+    it = ev["iteration"].to_numpy()
+    ts = ev["ts_ns"].to_numpy() / 1e9
+    sched = kind == EVENT_KINDS.index(EventKind.ITERATION_SCHEDULED)
+    times = dict(zip(it[sched].tolist(), ts[sched].tolist()))
+    if not summary["engine_fatal"]:
+        return RunLabel(run.name, False, float(summary["sim_seconds"]), held_out=not run.tuned), times
+    fpos = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.ENGINE_FAILED))
+    req = summary.get("fatal_request_id")
+    arrival = None
+    if req is not None:
+        apos = np.flatnonzero((kind == EVENT_KINDS.index(EventKind.REQUEST_ARRIVED))
+                              & (ev["request_id"].to_numpy() == int(req)))
+        arrival = int(it[apos[0]]) if len(apos) else None
+    p = int(fpos[0]) if len(fpos) else len(ev) - 1
+    pool = str(ev["pool"].iloc[p]) if len(fpos) else None
+    return RunLabel(run.name, True, float(summary["sim_seconds"]), fatal_iteration=int(it[p]),
+                    fatal_t_s=float(ts[p]), fatal_request=None if req is None else int(req), fatal_pool=pool,
+                    failing_arrival_iteration=arrival, held_out=not run.tuned), times
+
+
+def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool = False) -> list:
+    """Replay (two at a time), label, analyze and score every run; returns the RunScores."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(run: Run):
+        summary, path = replay(run, out_dir, reuse=reuse)
+        lab, times = label(run, summary, path)
+        return score_run(lab, analyze_files(path).findings, times)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, runs))
+
+
+def report(scores: list, *, min_lead_iterations: int = 10) -> tuple[str, dict]:
+    boards = {"all runs": scoreboard(scores, min_lead_iterations=min_lead_iterations),
+              "held-out runs only": scoreboard([s for s in scores if s.label.held_out],
+                                               min_lead_iterations=min_lead_iterations)}
+    text = "\n\n".join(format_scoreboard(b, title) for title, b in boards.items())
+    return text, boards
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--short", action="store_true", help="the test profile")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="directory for the event files (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="re-score the event files a previous --out run left")
+    args = ap.parse_args()
+    import tempfile
+
+    runs = SHORT if args.short else FULL + engine_version_runs()
+    with tempfile.TemporaryDirectory() as tmp:
+        scores = run_corpus(runs, Path(args.out or tmp), reuse=args.reuse)
+    text, boards = report(scores)
+    if args.json:
+        print(json.dumps(boards, default=str))
+    else:
+        print(text)
+        for s in scores:
+            lab = s.label
+            what = (f"CRASH it {lab.fatal_iteration} req {lab.fatal_request} {lab.fatal_pool}" if lab.crashed
+                    else f"healthy {lab.sim_seconds:.0f} s")
+            ow = s.first_warning.get("overall")
+            oc = s.first_critical.get("overall")
+            hc = s.healthy_counts.get("overall")
+            print(f"  {lab.name:<58} {what:<34} "
+                  + (f"warn lead {ow['lead_iterations'] if ow else '-'} it, crit lead {oc['lead_iterations'] if oc else '-'} it"
+                     if lab.crashed else f"{hc['critical']} critical, {hc['warning']} warnings"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Incidents: per-request stall episodes grouped into one finding per overlapping wait, the verdict
+of a run, and counts per kind. Pure functions over findings (batch and streaming share them).
+
+A pool that is full pushes back: requests wait in the queue until others finish. That is the
+engine working as designed, and on a busy healthy run hundreds of requests wait at once. So the
+stall rule reports *incidents* (every wait for the same blocking pool that overlaps another, with
+its requests) and keeps the warning for waits an operator must act on: a request still waiting
+when the events end on a live engine, or a wait longer than ``stall_warn_s``. Shorter waits that
+all resolved are ``info``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.events import PoolRole
+
+
+def group_stalls(episodes: Sequence[Finding], cfg: DetectorConfig, *, engine_failed: bool) -> list[Finding]:
+    """One STALLED_RESERVATION finding per incident: per-request episodes (one request each, as
+    :func:`~kvscope.analysis.request_detectors.stall_episodes` builds them) for the same blocking
+    pool whose waits overlap, or are at most ``merge_gap_iterations`` apart, are one incident.
+
+    Args:
+        engine_failed: the events end with an engine failure (a request still waiting then is the
+            failure's consequence, reported by ``engine_fatal``, not a stall of its own).
+    """
+    by_pool: dict[tuple[str, ...], list[Finding]] = {}
+    for f in sorted(episodes, key=lambda f: (f.t_start_s, f.iteration_start, f.request_ids)):
+        by_pool.setdefault(f.pools, []).append(f)
+    out = []
+    for pools, eps in by_pool.items():
+        group: list[Finding] = []
+        end_it = end_t = None
+        for f in eps:
+            if group and (f.iteration_start - end_it > cfg.merge_gap_iterations and f.t_start_s > end_t):
+                out.append(_incident(pools, group, cfg, engine_failed))
+                group = []
+            if not group:
+                end_it, end_t = f.iteration_end, f.t_end_s
+            group.append(f)
+            end_it, end_t = max(end_it, f.iteration_end), max(end_t, f.t_end_s)
+        if group:
+            out.append(_incident(pools, group, cfg, engine_failed))
+    return out
+
+
+def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig, engine_failed: bool) -> Finding:
+    longest = max(group, key=lambda f: (f.evidence["wait_s"], -f.request_ids[0]))
+    waits = sorted(f.evidence["wait_s"] for f in group)
+    unresolved = [f for f in group if not f.evidence["resolved"]]
+    still_waiting = bool(unresolved) and not engine_failed
+    too_long = longest.evidence["wait_s"] >= cfg.stall_warn_s
+    sev = Severity.WARNING if (still_waiting or too_long) else Severity.INFO
+    blocking = pools[0] if pools else PoolRole.NONE.value
+    ids = [f.request_ids[0] for f in group]
+    rid = longest.request_ids[0]
+    lw_s, lw_it = longest.evidence["wait_s"], longest.evidence["wait_iterations"]
+    by = f" for the {blocking} pool" if blocking != PoolRole.NONE.value else " behind the queue's head"
+    if len(group) == 1:
+        what = "held a reservation" if longest.evidence["reservation"] else "was deferred"
+        summary = (f"request {rid} {what} for {lw_s:.1f} s ({lw_it} iterations) without progress"
+                   + (f", blocked by the {blocking} pool" if blocking != PoolRole.NONE.value else ""))
+    else:
+        summary = (f"{len(group)} requests waited without progress{by}; longest: request {rid}, "
+                   f"{lw_s:.1f} s ({lw_it} iterations)")
+    if unresolved:
+        summary += (f"; {len(unresolved)} still waiting when the events end"
+                    + (" (the engine had failed)" if engine_failed else ""))
+    elif sev == Severity.INFO:
+        summary += "; all made progress (back-pressure)"
+    summary += "."
+    return Finding(
+        kind=FindingKind.STALLED_RESERVATION, severity=sev,
+        t_start_s=min(f.t_start_s for f in group), t_end_s=max(f.t_end_s for f in group),
+        iteration_start=min(f.iteration_start for f in group), iteration_end=max(f.iteration_end for f in group),
+        pools=pools, request_ids=tuple(ids[: cfg.max_named_requests]), summary=summary,
+        evidence={
+            "wait_s": lw_s, "wait_iterations": lw_it,
+            "num_deferrals": sum(f.evidence["num_deferrals"] for f in group),
+            "reservation": any(f.evidence["reservation"] for f in group),
+            "resolved": not unresolved, "blocking_pool": blocking,
+            "num_requests": len(group), "num_unresolved": len(unresolved), "longest_request": rid,
+            "wait_p50_s": waits[len(waits) // 2],
+            "requests": [[f.request_ids[0], f.evidence["wait_s"], f.evidence["wait_iterations"],
+                          f.evidence["resolved"]] for f in group[: cfg.max_named_requests]],
+        },
+    )
+
+
+def counts(findings: Sequence[Finding]) -> dict[str, Any]:
+    """``{"by_kind": {kind: n}, "by_severity": {severity: n}, "by_kind_severity": {kind: {sev: n}}}``
+    (every kind and severity present, zeros included)."""
+    by_kind = Counter(f.kind.value for f in findings)
+    by_sev = Counter(f.severity.value for f in findings)
+    both: dict[str, dict[str, int]] = {k.value: {s.value: 0 for s in Severity} for k in FindingKind}
+    for f in findings:
+        both[f.kind.value][f.severity.value] += 1
+    return {"by_kind": {k.value: by_kind.get(k.value, 0) for k in FindingKind},
+            "by_severity": {s.value: by_sev.get(s.value, 0) for s in Severity},
+            "by_kind_severity": both}
+
+
+def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
+    """The headline of a run: the first engine failure (when, which request, which pool, the whole
+    message) and the earliest alarm that named the failing request before it (its lead time), or
+    healthy. Keys: status ('engine_fatal' | 'healthy'), and when fatal t_s, iteration, request_id
+    (None unknown), pool, message, first_warning (None when nothing named the request earlier:
+    kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape)."""
+    fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
+    worst = max((f.severity.rank for f in findings), default=-1)
+    if not fatals:
+        return {"status": "healthy", "num_findings": len(findings),
+                "worst_severity": next((s.value for s in Severity if s.rank == worst), None)}
+    fatal = fatals[0]
+    req = fatal.request_ids[0] if fatal.request_ids else None
+    return {
+        "status": "engine_fatal", "t_s": fatal.t_start_s, "iteration": fatal.iteration_start,
+        "request_id": req, "pool": fatal.pools[0] if fatal.pools else None,
+        "message": fatal.evidence.get("message"),
+        "first_warning": _first_naming(findings, fatal, req, Severity.WARNING),
+        "first_critical": _first_naming(findings, fatal, req, Severity.CRITICAL),
+        "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value,
+    }
+
+
+def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, at_least: Severity) -> dict | None:
+    """The alarm of at least ``at_least`` severity that named ``req`` earliest before ``fatal``."""
+    best = None
+    for f in findings:
+        if f.kind == FindingKind.ENGINE_FATAL or f.severity.rank < at_least.rank or f.t_start_s > fatal.t_start_s:
+            continue
+        if f.kind == FindingKind.REUSE_LOSS:
+            continue
+        named = {int(r): int(i) for r, i in f.evidence.get("named_at", [])}
+        if req is None or not (req in f.request_ids or req in named):
+            continue
+        it = max(named.get(req, f.iteration_start), f.iteration_start)
+        if best is None or it < best["iteration"]:
+            best = {"kind": f.kind.value, "severity": f.severity.value, "t_s": f.t_start_s, "iteration": it,
+                    "lead_iterations": fatal.iteration_start - it, "lead_s": fatal.t_start_s - f.t_start_s,
+                    "summary": f.summary}
+    return best
