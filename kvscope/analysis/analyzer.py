@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
@@ -22,8 +23,7 @@ from kvscope.analysis.detectors import (
     exhaustion_frame,
     find_admission_gaps,
 )
-from kvscope.analysis.findings import Finding, order_findings
-from kvscope.analysis.incidents import counts, verdict
+from kvscope.analysis.findings import Finding, _plain, order_findings
 from kvscope.analysis.frame import (
     header_meta,
     iteration_view,
@@ -32,6 +32,7 @@ from kvscope.analysis.frame import (
     request_ids,
     request_timeline,
 )
+from kvscope.analysis.incidents import counts, verdict
 from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
@@ -77,8 +78,16 @@ class Analysis:
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],
             "counts": counts(self.findings),
-            "verdict": verdict(self.findings),
+            "verdict": _plain(verdict(self.findings, self.time_of)),
         }
+
+    def time_of(self, iteration: int) -> float:
+        """Time (s) of the first event of ``iteration`` (the next recorded one when it had none)."""
+        it = self.debt.iteration
+        if len(it) == 0:
+            return float("nan")
+        i = min(int(np.searchsorted(it, iteration, side="left")), len(it) - 1)
+        return float(self.debt.ts_ns[i]) / 1e9
 
 
 def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:

@@ -24,6 +24,9 @@ class DetectorConfig:
     risk_margin_fraction: float = 0.02
     """...and its headroom is below the target's by more than this fraction of its capacity (with
     reuse off both pools fill in step and the target's admission pushes back first)."""
+    arrival_min_samples: int = 4
+    """The "one more request like the recent ones" projection is critical only when its median
+    rests on at least this many recent admissions (fewer: a warning at most)."""
     stall_min_iterations: int = 200
     """Starved request: deferred/reserved at least this many iterations without progress..."""
     stall_min_s: float = 10.0

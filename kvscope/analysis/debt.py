@@ -359,9 +359,11 @@ def compute_debt(
             sh = np.maximum(tgt["need"] + fr * tgt["queued"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
             f["projected_queue_now"] = f["need"] + fr * f["queued"] - f["available"] - sh
         if role != PoolRole.TARGET and tgt is not None:
-            f["arrival_median"], f["arrival_max"] = _arrival_debt(ev, configs, role, f, tgt, q_pos, hit_window)
+            f["arrival_median"], f["arrival_max"], f["arrival_samples"] = _arrival_debt(
+                ev, configs, role, f, tgt, q_pos, hit_window)
         else:
             f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
+            f["arrival_samples"] = np.zeros(len(q_pos), dtype=np.int64)
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
 
@@ -407,7 +409,7 @@ def _arrival_debt(
     rid = ev.request_id
     a_all = ev.request_positions(EventKind.ADMITTED)
     if len(a_all) == 0 or len(q_pos) == 0:
-        return np.full(len(q_pos), -np.inf), np.full(len(q_pos), -np.inf)
+        return np.full(len(q_pos), -np.inf), np.full(len(q_pos), -np.inf), np.zeros(len(q_pos), dtype=np.int64)
     first = group_pick(request_index(ev, rid[a_all]), len(request_ids(ev)))
     a_pos = np.sort(a_all[first[first >= 0]])
     prompt = np.nan_to_num(prompts_of(ev, rid[a_pos]), nan=0.0)
@@ -430,7 +432,8 @@ def _arrival_debt(
     with np.errstate(all="ignore"):
         med = np.where(any_valid, np.nanmedian(np.where(any_valid[:, None], d, 0.0), axis=1), -np.inf)
         mx = np.where(any_valid, np.nanmax(np.where(any_valid[:, None], d, 0.0), axis=1), -np.inf)
-    return med, mx
+    n_samples = valid.sum(axis=1)
+    return np.where(n_samples >= 1, med, -np.inf), mx, n_samples
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)

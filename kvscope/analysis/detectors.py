@@ -139,7 +139,8 @@ def exhaustion_arrays(
                             | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
-        arrival_typical = arrival & (f["arrival_median"][qi] > margin)
+        arrival_typical = arrival & (f["arrival_median"][qi] > margin) & (
+            f["arrival_samples"][qi] >= cfg.arrival_min_samples)
         with np.errstate(divide="ignore", invalid="ignore"):
             alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
             net_rate = np.where(span_t > 0, net / span_t, np.nan)
@@ -265,6 +266,8 @@ def estimate_time_to_exhaustion(
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             admissible = bool(admits[s : e + 1].any())
+            crit = np.flatnonzero((certain | admits)[s : e + 1])
+            crit_i = s + int(crit[0]) if len(crit) else None
             eta = float(est["eta_s"])
             runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
                         f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
@@ -291,6 +294,9 @@ def estimate_time_to_exhaustion(
                     "estimated_at_iteration": int(est["iteration"]),
                     "predicted_exhaustion_s": float(est["t_s"]) + eta,
                     "basis": b, "certain": is_certain, "target_admits_queue": admissible,
+                    # when the episode turned critical (its start may be an earlier at-risk warning)
+                    "critical_at_iteration": None if crit_i is None else int(g["iteration"][crit_i]),
+                    "critical_at_s": None if crit_i is None else float(g["t_s"][crit_i]),
                     "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],

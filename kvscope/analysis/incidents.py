@@ -12,7 +12,7 @@ all resolved are ``info``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvscope.analysis.config import DetectorConfig
@@ -105,12 +105,14 @@ def counts(findings: Sequence[Finding]) -> dict[str, Any]:
             "by_kind_severity": both}
 
 
-def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
+def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> dict[str, Any]:
     """The headline of a run: the first engine failure (when, which request, which pool, the whole
     message) and the earliest alarm that named the failing request before it (its lead time), or
     healthy. Keys: status ('engine_fatal' | 'healthy'), and when fatal t_s, iteration, request_id
     (None unknown), pool, message, first_warning (None when nothing named the request earlier:
-    kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape)."""
+    kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape; from
+    when the finding turned critical). ``time_of`` maps an iteration to its time (s) to date the
+    naming iteration; without it the finding's start time is used."""
     fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
     worst = max((f.severity.rank for f in findings), default=-1)
     if not fatals:
@@ -122,13 +124,14 @@ def verdict(findings: Sequence[Finding]) -> dict[str, Any]:
         "status": "engine_fatal", "t_s": fatal.t_start_s, "iteration": fatal.iteration_start,
         "request_id": req, "pool": fatal.pools[0] if fatal.pools else None,
         "message": fatal.evidence.get("message"),
-        "first_warning": _first_naming(findings, fatal, req, Severity.WARNING),
-        "first_critical": _first_naming(findings, fatal, req, Severity.CRITICAL),
+        "first_warning": _first_naming(findings, fatal, req, Severity.WARNING, time_of),
+        "first_critical": _first_naming(findings, fatal, req, Severity.CRITICAL, time_of),
         "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value,
     }
 
 
-def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, at_least: Severity) -> dict | None:
+def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, at_least: Severity,
+                  time_of: Callable[[int], float] | None) -> dict | None:
     """The alarm of at least ``at_least`` severity that named ``req`` earliest before ``fatal``."""
     best = None
     for f in findings:
@@ -140,8 +143,36 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
         if req is None or not (req in f.request_ids or req in named):
             continue
         it = max(named.get(req, f.iteration_start), f.iteration_start)
+        t = f.t_start_s
+        if at_least == Severity.CRITICAL and f.evidence.get("critical_at_iteration") is not None:
+            if f.evidence["critical_at_iteration"] >= it:
+                it, t = int(f.evidence["critical_at_iteration"]), float(f.evidence["critical_at_s"])
+        if time_of is not None and it != f.iteration_start:
+            t = time_of(it)
+        if it > fatal.iteration_start:
+            continue
         if best is None or it < best["iteration"]:
-            best = {"kind": f.kind.value, "severity": f.severity.value, "t_s": f.t_start_s, "iteration": it,
-                    "lead_iterations": fatal.iteration_start - it, "lead_s": fatal.t_start_s - f.t_start_s,
+            best = {"kind": f.kind.value, "severity": f.severity.value, "t_s": t, "iteration": it,
+                    "lead_iterations": fatal.iteration_start - it, "lead_s": fatal.t_start_s - t,
                     "summary": f.summary}
     return best
+
+
+def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> str:
+    """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
+    <whole message>; first warned ... before`` or ``healthy: ...``."""
+    v = verdict(findings, time_of)
+    if v["status"] == "healthy":
+        worst = v["worst_severity"]
+        return ("HEALTHY: no engine failure" + (f"; worst finding {worst}" if worst else "; no findings"))
+    req = "unknown request" if v["request_id"] is None else f"request {v['request_id']}"
+    pool = f"{v['pool']} pool" if v["pool"] else "unknown pool"
+    out = f"ENGINE FATAL at t={v['t_s']:.1f} s (iteration {v['iteration']}), {req}, {pool}: {v['message']}"
+    for key, word in (("first_warning", "warned"), ("first_critical", "critical")):
+        w = v.get(key)
+        if w:
+            out += (f"; first {word} about {req} {w['lead_iterations']} iterations "
+                    f"({w['lead_s']:.1f} s) before ({w['kind']})")
+        elif key == "first_warning":
+            out += f"; no earlier finding named {req}"
+    return out

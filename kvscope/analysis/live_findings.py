@@ -55,8 +55,12 @@ class LiveFindings:
             d = self._debt(p)
             ep = self._gap.get(p)
             if math.isnan(d) or d <= self.cfg.min_debt_blocks:
+                self._gap_break[p] = it
                 continue
-            if ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index):
+            # An episode goes on across consecutive consistent points in debt (iterations with no
+            # events, fast-forwarded, are no break) or a break of at most merge_gap_iterations.
+            unbroken = ep is not None and self._gap_break.get(p, -1) < ep.last_it
+            if ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations) and self._alive(ep.index):
                 ep.last_it = it
                 f = self._findings[ep.index]
                 ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
@@ -89,9 +93,12 @@ class LiveFindings:
             )
             self._gap[p] = _Episode(self._add(f), it, names)
 
-    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits) -> None:
+    def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
+                  arr_med=-math.inf, arr_max=-math.inf) -> None:
         ep = self._tte.get(p)
-        cont = ep is not None and it - ep.last_it <= self.cfg.merge_gap_iterations and self._alive(ep.index)
+        unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
+        cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
+                and self._alive(ep.index))
         start_it = self._findings[ep.index].iteration_start if cont else it
         named = dict(ep.names) if cont else {}
         for r, q in self._reqs.items():
@@ -108,13 +115,17 @@ class LiveFindings:
             ev["certain"] = ev["certain"] or basis == "debt"
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
             sev = Severity.CRITICAL if basis == "debt" or admits else f.severity
+            if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
+                ev["critical_at_iteration"], ev["critical_at_s"] = it, t
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
                                                request_ids=tuple(r for r, _ in order))
             return
         what = {"debt": f"certain: admitted requests owe {d:.0f} blocks more",
                 "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks"
                          + (" and the target has room to admit it" if admits else ""),
-                "trend": "at the current growth"}[basis]
+                "trend": "at the current growth",
+                "arrival": f"at risk: one more request like the recent ones would put it {arr_max:.0f} blocks in "
+                           f"debt, and the target has room to admit it"}[basis]
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION,
             severity=Severity.CRITICAL if basis == "debt" or admits else Severity.WARNING,
@@ -123,7 +134,9 @@ class LiveFindings:
             summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
                     f"{avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
-                      "certain": basis == "debt", "target_admits_queue": admits, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "certain": basis == "debt", "target_admits_queue": admits,
+                      "critical_at_iteration": it if basis == "debt" or admits else None,
+                      "critical_at_s": t if basis == "debt" or admits else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
                       "named_at": [[r, i] for r, i in order]},

@@ -88,14 +88,23 @@ def score_run(label: RunLabel, findings: Sequence[Finding], iteration_times: dic
         named_it = None
         if req is not None and (req in f.request_ids or req in named):
             named_it = max(named.get(req, f.iteration_start), f.iteration_start)
-        entry = {"iteration": f.iteration_start, "t_s": f.t_start_s,
-                 "lead_iterations": fit - f.iteration_start, "lead_s": ft - f.t_start_s,
-                 "named_lead_iterations": None if named_it is None else fit - named_it,
-                 "named_lead_s": None if named_it is None else ft - (iteration_times or {}).get(named_it, f.t_start_s)}
+        def entry_at(it0: int, t0: float, named: int | None) -> dict[str, Any]:
+            return {"iteration": it0, "t_s": t0, "lead_iterations": fit - it0, "lead_s": ft - t0,
+                    "named_lead_iterations": None if named is None else fit - named,
+                    "named_lead_s": None if named is None else ft - (iteration_times or {}).get(named, t0)}
+
+        # a time-to-exhaustion episode may open as an at-risk warning and turn critical later
+        c_it = f.evidence.get("critical_at_iteration")
+        c_t = f.evidence.get("critical_at_s")
+        crit_it, crit_t = (int(c_it), float(c_t)) if c_it is not None else (f.iteration_start, f.t_start_s)
         for k in (f.kind.value, OVERALL):
-            for table, ok in ((first_w, True), (first_c, f.severity == Severity.CRITICAL)):
+            for table, ok in ((first_w, True), (first_c, f.severity == Severity.CRITICAL and crit_it <= fit)):
                 if not ok:
                     continue
+                if table is first_c:
+                    entry = entry_at(crit_it, crit_t, None if named_it is None else max(named_it, crit_it))
+                else:
+                    entry = entry_at(f.iteration_start, f.t_start_s, named_it)
                 cur = table.get(k)
                 if cur is None or entry["iteration"] < cur["iteration"]:
                     best = {b: cur[b] for b in ("best_named_lead_iterations", "best_named_lead_s") if cur and b in cur}
@@ -127,6 +136,8 @@ def scoreboard(scores: Sequence[RunScore], *, min_lead_iterations: int = 10) -> 
         lead_s = [w["lead_s"] for w in warned]
         ahead = [s for s in eligible if k in s.first_critical
                  and s.first_critical[k]["lead_iterations"] >= min_lead_iterations]
+        warned_ahead = [s for s in eligible if k in s.first_warning
+                        and s.first_warning[k]["lead_iterations"] >= min_lead_iterations]
         named = [s.first_warning[k]["best_named_lead_iterations"] for s in crashes
                  if k in s.first_warning and s.first_warning[k].get("best_named_lead_iterations") is not None]
         crit_runs = [s for s in healthy if s.healthy_counts[k]["critical"] > 0]
@@ -138,6 +149,9 @@ def scoreboard(scores: Sequence[RunScore], *, min_lead_iterations: int = 10) -> 
             "lead_s_p50": _pct(lead_s, 50), "lead_s_min": min(lead_s) if lead_s else None,
             "named_lead_iterations_p50": _pct(named, 50), "named_lead_iterations_min": min(named) if named else None,
             "critical_ahead": len(ahead) / len(eligible) if eligible else None,
+            "warning_ahead": len(warned_ahead) / len(eligible) if eligible else None,
+            "critical_lead_iterations_p50": _pct([s.first_critical[k]["lead_iterations"] for s in crashes
+                                                  if k in s.first_critical], 50),
             "missed_critical_ahead": [s.label.name for s in eligible if s not in ahead],
             "false_critical_rate": len(crit_runs) / len(healthy) if healthy else None,
             "false_critical_runs": [s.label.name for s in crit_runs],
@@ -146,6 +160,7 @@ def scoreboard(scores: Sequence[RunScore], *, min_lead_iterations: int = 10) -> 
         }
     o = out["detectors"][OVERALL]
     out["targets"] = {
+        "warning_ahead_100pct": o["warning_ahead"] in (None, 1.0),
         "critical_ahead_100pct": o["critical_ahead"] in (None, 1.0),
         "zero_false_critical": o["healthy_critical"] == 0,
         "warnings_per_hour_le_5": (o["warnings_per_hour"] or 0.0) <= 5.0,
@@ -166,14 +181,15 @@ def format_scoreboard(board: dict[str, Any], title: str = "scoreboard") -> str:
     lines = [f"{title}: {board['runs']} runs ({board['crashing_runs']} crashing, {board['eligible_draft_crashes']} "
              f"eligible draft-capacity crashes; {board['healthy_runs']} healthy, {board['healthy_hours']:.1f} simulated h)",
              f"{'detector':<20}{'recall':>7}{'lead it p50/min':>17}{'lead s p50/min':>17}{'named it p50/min':>18}"
-             f"{'crit>=10it':>11}{'false crit':>11}{'warn/h':>8}"]
+             f"{'warn>=10it':>11}{'crit>=10it':>11}{'crit it p50':>12}{'false crit':>11}{'warn/h':>8}"]
     for k, d in board["detectors"].items():
         lines.append(
             f"{k:<20}{_fmt(d['recall'], '%'):>7}"
             f"{_fmt(d['lead_iterations_p50']) + ' / ' + _fmt(d['lead_iterations_min']):>17}"
             f"{_fmt(d['lead_s_p50'], '.1f') + ' / ' + _fmt(d['lead_s_min'], '.1f'):>17}"
             f"{_fmt(d['named_lead_iterations_p50']) + ' / ' + _fmt(d['named_lead_iterations_min']):>18}"
-            f"{_fmt(d['critical_ahead'], '%'):>11}{_fmt(d['false_critical_rate'], '%'):>11}"
+            f"{_fmt(d['warning_ahead'], '%'):>11}{_fmt(d['critical_ahead'], '%'):>11}"
+            f"{_fmt(d['critical_lead_iterations_p50']):>12}{_fmt(d['false_critical_rate'], '%'):>11}"
             f"{_fmt(d['warnings_per_hour'], '.1f'):>8}")
     o = board["detectors"][OVERALL]
     if o["missed_critical_ahead"]:

@@ -23,6 +23,7 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
+from kvscope.analysis.live_projections import arrival_debt, head_debt, queue_now_debt
 from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole, blocks_needed, parse_kv
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
@@ -85,7 +86,10 @@ class StreamingAnalyzer(LiveFindings):
         self._failed = False
         self._raised_incidents: set[tuple] = set()
         self._stall_added = False
-        self._proj_short: dict[str, float] = {}  # pool -> the target's projected shortfall (its blocks)
+        self._gap_break: dict[str, int] = {}  # pool -> last consistent point without debt
+        self._tte_break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
+        self._live_target: int | None = None  # live caches at the target's last snapshot
+        self._recent_admissions: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (prompt, reuse)
 
     # ---- public API ------------------------------------------------------------------------
     @property
@@ -165,6 +169,8 @@ class StreamingAnalyzer(LiveFindings):
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
         if pool != PoolRole.NONE.value and cap >= 0:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
+        if kind == EventKind.POOL_SNAPSHOT.value and pool == PoolRole.TARGET.value:
+            self._live_target = int(_nr)
         if rid >= 0:
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
         if kind == EventKind.ENGINE_FAILED.value:
@@ -192,6 +198,7 @@ class StreamingAnalyzer(LiveFindings):
             if math.isnan(req.admitted_s):
                 req.admitted_s, req.admitted_it = t, it
                 self._recent.append((float(nt), float(max(req.prompt, 0))))
+                self._recent_admissions.append((float(max(req.prompt, 0)), float(nt)))
             self._unqueue(req)
         elif kind == EventKind.CONTEXT_CHUNK_SCHEDULED.value:
             if req.prompt >= 0 and nb + nt >= req.prompt:  # position before + chunk reaches the end
@@ -290,7 +297,6 @@ class StreamingAnalyzer(LiveFindings):
             short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1] - self._decode[tgt], 0.0) \
                 * self._configs[tgt]["tokens_per_block"]
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
-        self._proj_short[p] = short
         return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - self._decode.get(p, 0.0) - short
 
     # ---- debt / admission gap ---------------------------------------------------------------
@@ -328,10 +334,18 @@ class StreamingAnalyzer(LiveFindings):
             rate = roll / span_t if span_t > 0 else math.nan
             net_rate = net / span_t if span_t > 0 else math.nan
             proj = self._projected(p)
-            queue = not certain and not math.isnan(proj) and proj > self.cfg.min_debt_blocks
-            if certain or queue:
+            margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
+            head, qnow = head_debt(self, p), queue_now_debt(self, p)
+            arr_med, arr_max = arrival_debt(self, p)
+            admits = not certain and head > margin
+            queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
+                                     or qnow > margin)
+            arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
+            admits = admits or (arrival and arr_med > margin
+                                and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
+            if certain or queue or arrival:
                 eta, eta_it = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan)
-                basis = "debt" if certain else "queue"
+                basis = "debt" if certain else ("queue" if queue else "arrival")
             elif net_rate > 0:
                 eta, eta_it, basis = _div(avail, net_rate), _div(avail, net / span_i), "trend"
             else:
@@ -346,11 +360,13 @@ class StreamingAnalyzer(LiveFindings):
                     tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
-                risk = basis == "queue" or (basis == "trend" and eta <= self.cfg.risk_horizon_s
+                risk = basis in ("queue", "arrival") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
                                             and util >= self.cfg.risk_min_utilization and binding)
+                if not (certain or risk):
+                    self._tte_break[p] = it
                 if certain or risk:
-                    admits = basis == "queue" and self._proj_short.get(p, math.inf) <= 0
-                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits)
+                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
+                                   rate, net_rate, admits, arr_med, arr_max)
         for req in self._reqs.values():
             if req.stall is not None:
                 self._check_stall(req, t, it, final=False)

@@ -5,10 +5,12 @@
 
 ``--json`` prints exactly one object: ``num_events``, ``scenario``, ``engine``, ``pools`` and
 ``findings`` (each with at least ``kind``, ``severity``, ``t_start_s``, ``t_end_s``, ``pools``,
-``request_ids``, ``evidence``; times in the event file's clock), plus ``html`` when a report was
-written. Those keys are a public contract and are never renamed. ``input`` says what the input
-was and what of it is missing (``complete``, ``interrupted``, ``rows_dropped``, ``events_dropped``,
-``files``; see ``kvscope.commands._inputs``).
+``request_ids``, ``evidence``; times in the event file's clock; most severe first, then by time),
+``counts`` (per kind, per severity, per kind and severity), ``verdict`` (engine fatal: when, which
+request, which pool, the whole message and the first warning and critical that named the failing
+request; or healthy), plus ``html`` when a report was written. Those keys are a public contract
+and are never renamed. ``input`` says what the input was and what of it is missing (``complete``,
+``interrupted``, ``rows_dropped``, ``events_dropped``, ``files``; see ``kvscope.commands._inputs``).
 
 Exit status: 0 analyzed complete input; 1 analyzed, but the input is partial (rows unreadable, a
 recording interrupted or cut off, events dropped by the recorder: one line on stderr says what);
@@ -25,6 +27,7 @@ from typing import Any
 
 from kvscope.analysis import DetectorConfig, analyze
 from kvscope.analysis.frame import pool_series
+from kvscope.analysis.incidents import counts, headline
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.commands._inputs import load_checked
@@ -35,7 +38,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "analyze", help="find admission gaps, exhaustion, stalls and never-fitting requests in event files",
         description="Analyze kvscope event files (Parquet or JSON Lines; several files, e.g. one per rank, "
-                    "merge into one timeline) and report findings ordered by time and severity.")
+                    "merge into one timeline) and report findings, most severe first, then by time.")
     parser.add_argument("events", nargs="+", metavar="EVENTS", help="event file(s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     parser.add_argument("--html", metavar="REPORT.html", help="write an HTML report with figures")
@@ -84,7 +87,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_text(analysis, args: argparse.Namespace) -> None:
     leads = lead_times(analysis.findings)
-    print(f"{analysis.num_events} events, {len(analysis.findings)} findings")
+    print(headline(analysis.findings, analysis.time_of))
+    c = counts(analysis.findings)
+    per_kind = ", ".join(f"{k} {n}" for k, n in c["by_kind"].items() if n)
+    print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))
     for i, f in enumerate(analysis.findings):
         lead = leads.get(i)
         lead_txt = ""

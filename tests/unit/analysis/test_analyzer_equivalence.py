@@ -14,7 +14,9 @@ the estimate values of the one episode that opens on a stream's first iteration
 severity then time, new top-level keys ``counts`` and ``verdict``, a new pool config column
 ``num_host_blocks``, and the engine_fatal summary carrying the engine's whole message (it was cut
 at 160 characters); the diff was checked to change nothing else (same kinds, severities, times,
-iterations and evidence of every finding).
+iterations and evidence of every finding). The same regeneration carries the at-risk projections
+of the head of the queue and of one more request like the recent ones (time-to-exhaustion episodes
+only: their severity, extent and estimate evidence).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

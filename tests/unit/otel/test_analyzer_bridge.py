@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from opentelemetry._logs import SeverityNumber
 
+from kvscope.analysis import analyze, events_to_frame
 from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.otel import OtelSink
 from kvscope.otel import names as n
@@ -30,11 +31,20 @@ def test_findings_become_logs_and_debt_gauges_update_when_analyzer_bridged(
         if x.log_record.event_name == n.LOG_FINDING
     ]
     assert [(r.attributes[n.FINDING_KIND], r.severity_number) for r in findings] == [
+        ("time_to_exhaustion", SeverityNumber.WARN),  # one more request like the recent ones
         ("engine_fatal", SeverityNumber.FATAL),
         ("reuse_loss", SeverityNumber.INFO),  # the closing summary, logged at shutdown
     ]
-    assert findings[0].attributes[n.REQUEST_ID] == 103
-    assert bridge.num_findings == 2
+    assert findings[1].attributes[n.REQUEST_ID] == 103
+    assert bridge.num_findings == 3
     pts = metric_points(metric_reader)
     assert pts[n.DRAFT_DEBT.name][D].value == -128.0  # 128 free draft blocks, nothing owed
-    assert round(pts[n.TIME_TO_EXHAUSTION.name][D].value, 6) == 0.8
+    # the batch analyzer's estimate for the last complete iteration (the gauge is read before the
+    # stream is closed): one implementation of the rule
+    clock2 = FakeClock()
+    rec2 = Recorder(clock=clock2, clock_name="simulated")
+    record_incident(rec2, clock2)
+    ex = analyze(events_to_frame(rec2.drain())).exhaustion
+    draft = ex[ex["pool"] == "draft"]
+    want = draft[draft["iteration"] == draft["iteration"].max() - 1]["eta_s"].iloc[0]
+    assert round(pts[n.TIME_TO_EXHAUSTION.name][D].value, 6) == round(want, 6)

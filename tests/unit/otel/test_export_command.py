@@ -47,10 +47,11 @@ def test_reports_drops_and_exits_1_when_collector_is_down(tmp_path, capsys):
     assert code == 1
     assert s["events"] == 110
     assert s["spans"] == {"exported": 0, "dropped": 8, "high_water": 8}
-    assert s["findings"] == 2  # the analyzer ran along: engine_fatal and the reuse-loss summary
-    assert s["logs"]["dropped"] == 3 + 2
+    # the analyzer ran along: an at-risk warning, engine_fatal and the reuse-loss summary
+    assert s["findings"] == 3
+    assert s["logs"]["dropped"] == 3 + 3
     assert s["metric_points"]["exported"] == 0 and s["metric_points"]["dropped"] > 0
-    assert s["dropped_total"] == 8 + 5 + s["metric_points"]["dropped"]
+    assert s["dropped_total"] == 8 + 6 + s["metric_points"]["dropped"]
     assert (
         err.strip()
         .splitlines()[-1]

@@ -1,0 +1,75 @@
+"""The at-risk projections of :mod:`kvscope.analysis.debt` on the streaming analyzer's state: the
+head of the queue admitted now, every queued request the target has room and slots for, and one
+more request like the recent admissions. Same formulas as the batch (``compute_debt``), on running
+sums instead of arrays; functions of the analyzer, which owns the state.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING
+
+from kvscope.events import PoolRole, blocks_needed
+
+if TYPE_CHECKING:
+    from kvscope.analysis.streaming import StreamingAnalyzer
+
+_T = PoolRole.TARGET.value
+
+
+def _final(c: dict, prompt: float, reused: float) -> float:
+    return float(blocks_needed(max(prompt, 0.0), c["tokens_per_block"], max_draft_len=c["max_draft_len"],
+                               num_extra_kv_tokens=c["num_extra_kv_tokens"], reused_tokens=reused))
+
+
+def _ready(sa: StreamingAnalyzer, p: str) -> bool:
+    return p != _T and p in sa._state and p in sa._configs and _T in sa._state and _T in sa._configs
+
+
+def head_debt(sa: StreamingAnalyzer, p: str) -> float:
+    """Debt of ``p`` with the earliest queued request admitted now (the target pushing back on
+    what it cannot hold itself); -inf when not computable."""
+    if not _ready(sa, p):
+        return -math.inf
+    c, ct = sa._configs[p], sa._configs[_T]
+    head = next((r for r in sa._reqs.values() if r.queued), None)
+    prompt = float(head.prompt) if head is not None and head.prompt > 0 else 0.0
+    match = head.reused.get(_T, 0.0) if head is not None else 0.0
+    head_t = _final(ct, prompt, match) if prompt > 0 else 0.0
+    head_p = _final(c, prompt, match if c["paired"] else 0.0) if prompt > 0 else 0.0
+    short = max(sa._need[_T] + head_t - sa._state[_T][1], 0.0) * ct["tokens_per_block"] / c["tokens_per_block"]
+    return sa._need[p] + head_p - sa._state[p][1] - short
+
+
+def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
+    """Debt of ``p`` with every queued request the target has request slots for admitted now."""
+    if not _ready(sa, p):
+        return -math.inf
+    c, ct = sa._configs[p], sa._configs[_T]
+    waiting = sum(1 for r in sa._reqs.values() if r.queued)
+    slots = ct["index_slots"] - 1
+    if waiting == 0:
+        frac = 0.0
+    elif slots <= 0 or sa._live_target is None:
+        frac = 1.0
+    else:
+        frac = min(1.0, max(slots - sa._live_target, 0) / waiting)
+    short = max(sa._need[_T] + frac * sa._queued[_T] - sa._state[_T][1], 0.0) * ct["tokens_per_block"] \
+        / c["tokens_per_block"]
+    return sa._need[p] + frac * sa._queued[p] - sa._state[p][1] - short
+
+
+def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
+    """(median, max) debt of ``p`` with one more request like each recent first admission."""
+    if not _ready(sa, p) or not sa._recent_admissions:
+        return -math.inf, -math.inf
+    c, ct = sa._configs[p], sa._configs[_T]
+    conv = ct["tokens_per_block"] / c["tokens_per_block"]
+    base = sa._need[p] - sa._state[p][1]
+    out = []
+    for prompt, reused in sa._recent_admissions:
+        fin_p = _final(c, prompt, reused if c["paired"] else 0.0)
+        fin_t = _final(ct, prompt, reused)
+        out.append(base + fin_p - math.floor(max(sa._need[_T] + fin_t - sa._state[_T][1], 0.0) * conv))
+    return float(statistics.median(out)), float(max(out))

@@ -1,0 +1,121 @@
+"""Incidents: stall episodes grouped per blocking pool and overlap, severity by what an operator
+must do, counts per kind and the verdict of a run; suspended pages in the debt."""
+
+from __future__ import annotations
+
+from analysis_script import EventScript, crash_script
+from test_detectors import _deferred_script
+
+from kvscope.analysis import DetectorConfig, Finding, FindingKind, Severity, analyze
+from kvscope.analysis.incidents import counts, group_stalls, verdict
+from kvscope.events import EventKind, PoolRole
+
+CFG = DetectorConfig(stall_min_iterations=10, stall_min_s=0.0, stall_warn_s=5.0, merge_gap_iterations=2)
+
+
+def _episode(rid: int, it0: int, it1: int, *, pool: str = "target", resolved: bool = True) -> Finding:
+    return Finding(
+        kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=it0 * 0.01,
+        t_end_s=it1 * 0.01, iteration_start=it0, iteration_end=it1, pools=(pool,), request_ids=(rid,),
+        summary="", evidence={"wait_s": (it1 - it0) * 0.01, "wait_iterations": it1 - it0, "num_deferrals": it1 - it0,
+                              "reservation": False, "resolved": resolved, "blocking_pool": pool},
+    )
+
+
+def test_overlapping_waits_for_one_pool_are_one_incident_naming_every_request():
+    eps = [_episode(1, 0, 100), _episode(2, 50, 150), _episode(3, 140, 200), _episode(4, 400, 500),
+           _episode(5, 60, 90, pool="draft")]
+    got = group_stalls(eps, CFG, engine_failed=False)
+    by_pool = {(f.pools, f.request_ids) for f in got}
+    assert by_pool == {(("target",), (1, 2, 3)), (("target",), (4,)), (("draft",), (5,))}
+    big = next(f for f in got if f.request_ids == (1, 2, 3))
+    assert (big.iteration_start, big.iteration_end) == (0, 200)
+    assert big.evidence["num_requests"] == 3 and big.evidence["longest_request"] == 1
+    assert [r[0] for r in big.evidence["requests"]] == [1, 2, 3]
+
+
+def test_short_resolved_waits_are_info_long_or_unresolved_on_a_live_engine_are_warnings():
+    short = group_stalls([_episode(1, 0, 100)], CFG, engine_failed=False)[0]  # 1.0 s < stall_warn_s
+    assert short.severity == Severity.INFO and "back-pressure" in short.summary
+    long = group_stalls([_episode(1, 0, 600)], CFG, engine_failed=False)[0]  # 6.0 s
+    assert long.severity == Severity.WARNING
+    waiting = group_stalls([_episode(1, 0, 100, resolved=False)], CFG, engine_failed=False)[0]
+    assert waiting.severity == Severity.WARNING and "still waiting" in waiting.summary
+    after_crash = group_stalls([_episode(1, 0, 100, resolved=False)], CFG, engine_failed=True)[0]
+    assert after_crash.severity == Severity.INFO and "engine had failed" in after_crash.summary
+
+
+def test_analyze_reports_one_incident_for_requests_deferred_together():
+    s = EventScript()
+    s.iteration()
+    for rid in (5, 6, 7):
+        s.arrive(rid, 160)
+    for _ in range(30):
+        for rid in (5, 6, 7):
+            s.defer(rid, PoolRole.TARGET)
+        s.snapshot()
+        s.iteration()
+    for rid in (5, 6, 7):
+        s.admit(rid)
+        s.chunk(rid, 0, 160)
+    cfg = DetectorConfig(stall_min_iterations=20, stall_min_s=0.1)
+    stalls = [f for f in analyze(s.frame(), cfg).findings if f.kind == FindingKind.STALLED_RESERVATION]
+    assert len(stalls) == 1
+    assert stalls[0].request_ids == (5, 6, 7) and stalls[0].evidence["num_requests"] == 3
+    assert stalls[0].severity == Severity.INFO
+
+
+def test_counts_and_verdict_of_a_crash_name_the_failing_request_and_its_first_warning():
+    script, facts = crash_script()
+    a = analyze(script.frame())
+    c = counts(a.findings)
+    assert c["by_kind"]["engine_fatal"] == 1 and sum(c["by_kind"].values()) == len(a.findings)
+    assert c["by_kind_severity"]["admission_gap"]["critical"] == 1
+    v = verdict(a.findings)
+    fatal = next(f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL)
+    assert v["status"] == "engine_fatal" and v["request_id"] == fatal.request_ids[0] and v["pool"] == "draft"
+    assert v["message"] == fatal.evidence["message"]
+    assert v["first_critical"]["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
+    assert v["first_warning"]["iteration"] <= v["first_critical"]["iteration"]
+
+
+def test_verdict_of_a_quiet_run_is_healthy():
+    s = _deferred_script(5)
+    v = verdict(analyze(s.frame()).findings)
+    assert v["status"] == "healthy" and v["num_findings"] == 0 and v["worst_severity"] is None
+
+
+def _suspend_resume_script() -> EventScript:
+    """Two requests fill both pools with reuse off; both are suspended (no host tier: their pages
+    stay held) and resumed next iteration, the target first (scheduler), the draft after the
+    iteration is scheduled (prepare_resources), as the engine does."""
+    s = EventScript(target_blocks=100, draft_blocks=100, reuse=False)
+    s.iteration()
+    for rid in (1, 2):
+        s.arrive(rid, 720)
+        s.admit(rid)
+        s.chunk(rid, 0, 720)
+    s.snapshot()
+    s.iteration()
+    for role in (PoolRole.TARGET, PoolRole.DRAFT):
+        for rid in (1, 2):
+            s.rec.record(EventKind.SUSPENDED, request_id=rid, pool=role, num_tokens=721,
+                         num_blocks=s.held[(rid, role)], **s._state(role))
+    s.snapshot()
+    s.iteration()
+    for rid in (1, 2):
+        s.rec.record(EventKind.RESUMED, request_id=rid, pool=PoolRole.TARGET, num_tokens=721,
+                     num_blocks=s.held[(rid, PoolRole.TARGET)], **s._state(PoolRole.TARGET))
+    s.rec.record(EventKind.ITERATION_SCHEDULED, num_requests=2, num_tokens=2, num_blocks=0)
+    for rid in (1, 2):
+        s.rec.record(EventKind.RESUMED, request_id=rid, pool=PoolRole.DRAFT, num_tokens=721,
+                     num_blocks=s.held[(rid, PoolRole.DRAFT)], **s._state(PoolRole.DRAFT))
+    s.snapshot()
+    return s
+
+
+def test_suspended_mirror_keeps_its_pages_without_a_host_tier_so_no_debt_while_target_resumes_first():
+    a = analyze(_suspend_resume_script().frame())
+    assert [f for f in a.findings if f.severity == Severity.CRITICAL] == []
+    series = a.debt.series
+    assert (series[series["pool"] == "draft"]["debt_blocks"] <= 0).all()
