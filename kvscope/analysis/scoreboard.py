@@ -88,6 +88,7 @@ def score_run(label: RunLabel, findings: Sequence[Finding], iteration_times: dic
         named_it = None
         if req is not None and (req in f.request_ids or req in named):
             named_it = max(named.get(req, f.iteration_start), f.iteration_start)
+
         def entry_at(it0: int, t0: float, named: int | None) -> dict[str, Any]:
             return {"iteration": it0, "t_s": t0, "lead_iterations": fit - it0, "lead_s": ft - t0,
                     "named_lead_iterations": None if named is None else fit - named,
