@@ -10,9 +10,11 @@ Measured, each case in a fresh interpreter (so peak RSS is the case's own):
   CPU      process CPU time of the loop next to its wall time: on a shared machine wall time also
            counts other jobs' time slices, CPU time does not (compare runs by it; note `uptime`)
 
-The replays run with block reuse OFF (``enable_block_reuse=false``): the glm5-dsa default (reuse on,
-unpaired draft) crashes on the draft pool within minutes of simulated time, which would measure the
-crash, not the loop. Same engine, same traffic otherwise.
+The replays run with block reuse OFF (``enable_block_reuse=false``) on the newest build read
+(``engine_version=main-00746ef``): the glm5-dsa default (reuse on, unpaired draft) crashes on the draft
+pool within minutes of simulated time, which would measure the crash, not the loop; with reuse off the
+report's build (1.3.0rc25, two micro-batches in flight) also ends on a draft resume after ~680 s.
+Same engine, same traffic otherwise.
 
 Usage: ``python bench/bench_engine_model.py [--sessions N]`` (default N = 48: the first 24 sessions run
 without pool pressure, so a 24-session base would compare two regimes).
@@ -31,7 +33,7 @@ import json, resource, sys, time
 from kvscope import replay
 from kvscope.replay.scenarios import get_scenario
 sessions = int(sys.argv[1])
-overrides = ["enable_block_reuse=false", f"max_sessions={sessions}"]
+overrides = ["enable_block_reuse=false", "engine_version=main-00746ef", f"max_sessions={sessions}"]
 scenario = get_scenario("glm5-dsa")
 config = scenario.config.with_overrides(overrides)
 t = time.perf_counter()

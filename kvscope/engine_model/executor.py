@@ -38,17 +38,29 @@ terminated (``free_resources`` in every pool); only a fatal classification (``er
 is not wrapped by the real loops, so its raises never reach this path; a later policy that ends one
 request (rejection, containment) calls it with ``requests=[req], charge_budget=False``.
 
-Simplifications, documented: one micro-batch in flight (``inflight_request_ids`` stays empty; with PP
-the real ``_executor_loop_pp`` keeps pp_size micro-batches in flight and excludes their requests from
-scheduling); the cost model's step time stands for the whole pipeline. Rank placement of state and
-of the raise is ``ranks.RankLayout``'s job, not simulated rank by rank.
+Pipeline parallelism (``pp_size`` > 1), as ``_executor_loop_pp`` runs it on the first PP rank
+(``py_executor.py`` @ 0004396): ``num_micro_batches = pp_size`` slots; each iteration schedules one
+micro-batch with ``inflight_request_ids`` (the requests of the micro-batches still in flight, which
+the scheduler skips), adds its ids (``_add_inflight_ids``), prepares its resources and runs its
+forward, queues it in its slot, and only then handles the micro-batch scheduled ``pp_size - 1``
+iterations ago (``_handle_executed_batch``: request updates, ``_update_v2_context_resources``,
+``update_resources``, finished requests freed, ``_remove_inflight_ids``). So up to ``pp_size``
+micro-batches of up to ``max_batch_size`` requests and ``max_num_tokens`` tokens hold caches at once:
+the IndexMapper's ``max_batch_size x pp_size + reserved`` slots. With ``pp_size`` 1 the current
+batch is the one handled, in the same iteration (the non-PP loop order). Model choices: a
+micro-batch's request states (context cursor, tokens) move when it is handled, not on the last
+stage's earlier sampling (nothing reads them in between: its requests are in flight); an iteration
+lasts as long as its slowest stage, each stage taking the cost model's step time of the micro-batch
+it runs. Rank placement of state and of the raise is ``ranks.RankLayout``'s job, not simulated
+rank by rank.
 
 Speed (simulated time must run >= 1000x faster than real time):
 - idle stretches: when nothing is active the clock jumps to the next arrival;
 - pure-decode stretches: when the last iteration was generation only, nothing waits for context,
   and the next k iterations would change nothing but token counts (no arrival, no finish, no page
   shortage), ``decode_fast_forward`` hook (see ``_fast_forward_decode``) advances k-1 iterations at
-  once and the k-th runs in full. ``iter_counter`` advances by k, so iteration numbers stay those of
+  once and the k-th runs in full. With micro-batches it skips whole rounds of ``pp_size``
+  iterations (``decode_groups``: every micro-batch keeps its requests from round to round). ``iter_counter`` advances by k, so iteration numbers stay those of
   the real loop.
 """
 
@@ -156,6 +168,12 @@ class PyExecutorModel:
         self.decode_fast_forward = decode_fast_forward
         self.active_requests: list[LlmRequestModel] = []
         self.inflight_request_ids: set[int] = set()
+        # _executor_loop_pp: pp_size micro-batch slots (the synchronous sample-state relay, the
+        # default); a micro-batch's results are handled pp_size - 1 iterations after it was scheduled.
+        self.num_micro_batches = max(1, int(getattr(config, "pp_size", 1) or 1))
+        self.micro_batches: list[ScheduledRequestsModel | None] = [None] * self.num_micro_batches
+        self._micro_batch_seconds = [0.0] * self.num_micro_batches
+        self.microbatch_id = 0
         self.iter_counter = 0
         self.is_shutdown = False
         self.event_loop_error: BaseException | None = None
@@ -176,6 +194,8 @@ class PyExecutorModel:
         # last full decode iteration; owned by fast_forward.py.
         self.fast_forward_offsets: dict[tuple[int, int], tuple[int, int]] = {}
         self._last_batch_pure_decode = False
+        self._generation_only_streak = 0
+        self._last_executed: ScheduledRequestsModel | None = None
         self._last_step_s = 0.0
         self._workload: Any = None
         self._stop_requested = False
@@ -264,6 +284,10 @@ class PyExecutorModel:
             paused_requests=list(getattr(output, "paused_requests", []) or []),
         )
         self._note_first_schedule(scheduled_batch)
+        pipelined = self.num_micro_batches > 1
+        if pipelined:
+            # _add_inflight_ids: the next micro-batches are scheduled without these requests.
+            self.inflight_request_ids.update(r.py_request_id for r in scheduled_batch.all_requests())
         # Not guarded: the draft manager's _prepare_draft_resources raises here (fatal).
         self.resource_manager.prepare_resources(scheduled_batch)
         # Forward: its page-table copies can fail (unmapped draft id); the error is handled per
@@ -274,23 +298,119 @@ class PyExecutorModel:
         num_decode = len(scheduled_batch.generation_requests)
         step_s = (self.cost_model.step_seconds(num_prefill_tokens, num_decode)
                   if scheduled_batch.batch_size else IDLE_ITERATION_S)
+        if pipelined:
+            executed, step_s, batch_for_account = self._pipeline_iteration(scheduled_batch, step_s)
+        else:
+            executed = batch_for_account = scheduled_batch
         self.clock.advance(step_s)
         self._last_step_s = step_s
-        self._update_request_states(scheduled_batch)
-        self._update_v2_context_resources(scheduled_batch)
-        self.resource_manager.update_resources(scheduled_batch, None, None)
-        self._terminate_finished(scheduled_batch)
-        self._account(scheduled_batch, step_s)
+        if executed is not None:
+            self._update_request_states(executed)
+            self._update_v2_context_resources(executed)
+            self.resource_manager.update_resources(executed, None, None)
+            self._terminate_finished(executed)
+            if pipelined:
+                # _remove_inflight_ids: its requests may be scheduled again.
+                self.inflight_request_ids.difference_update(r.py_request_id for r in executed.all_requests())
+        self._account(batch_for_account, step_s)
         self.iter_counter += 1
         self.stats.num_iterations_run += 1
         # Pure decode: every generating request ran and nothing else happened. Requests still
         # waiting for their first chunk may exist: their admission failed this iteration and, while
         # only decode runs, pages only get scarcer, so it fails identically until something
         # finishes or arrives (the horizon) -- see fast_forward.py.
+        if pipelined:
+            # Micro-batches: a stretch is whole rounds of pp_size iterations, checked at slot 0
+            # (decode_groups) after pp_size consecutive generation-only iterations.
+            generation_only = (not scheduled_batch.context_requests and not scheduled_batch.paused_requests
+                               and not recompute_paused)
+            self._generation_only_streak = self._generation_only_streak + 1 if generation_only else 0
+            self._last_executed = executed
+            self._last_batch_pure_decode = (self.microbatch_id == 0
+                                            and self._generation_only_streak >= self.num_micro_batches)
+            return
         self._last_batch_pure_decode = (
             num_decode > 0 and not scheduled_batch.context_requests and not scheduled_batch.paused_requests
             and not recompute_paused
             and num_decode == sum(1 for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS))
+
+    def decode_groups(self) -> list[list[LlmRequestModel]] | None:
+        """The generating requests grouped as they run, when the engine is in a steady pure-decode
+        pattern (what ``fast_forward.py`` may skip); None otherwise.
+
+        Without pipeline parallelism: one group, every generating request. With ``pp_size``
+        micro-batches, at slot 0 after ``pp_size`` generation-only iterations: the micro-batch
+        handled last iteration (slot 0 schedules exactly its requests again) and the ones in flight,
+        provided together they are exactly the generating requests and hold nothing else.
+        """
+        generating = [r for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS]
+        if not generating:
+            return None
+        if self.num_micro_batches == 1:
+            return [generating]
+        batches = [self._last_executed, *self.micro_batches[1:]]
+        groups = [list(b.generation_requests) if b is not None else [] for b in batches]
+        if any(b is not None and (b.context_requests or b.paused_requests) for b in batches):
+            return None
+        ids = {r.py_request_id for g in groups for r in g}
+        if len(ids) != sum(len(g) for g in groups) or ids != {r.py_request_id for r in generating}:
+            return None
+        return groups
+
+    def decode_round_seconds(self, groups: list[list[LlmRequestModel]]) -> float:
+        """Simulated time of one round of pure decode over ``groups`` (one step per request): one
+        iteration without micro-batches; ``pp_size`` iterations each as long as the slowest stage."""
+        step = self.cost_model.step_seconds
+        if self.num_micro_batches == 1:
+            return step(0, len(groups[0]))
+        return self.num_micro_batches * max(step(0, len(g)) for g in groups if g)
+
+    def _pipeline_iteration(self, scheduled_batch: ScheduledRequestsModel, step_s: float
+                            ) -> tuple[ScheduledRequestsModel | None, float, ScheduledRequestsModel]:
+        """``_executor_loop_pp`` stages 1-4 on the first PP rank: queue this micro-batch in its slot
+        (an empty one is not queued: ``can_queue`` False), take out the one whose results come back
+        now (scheduled ``pp_size - 1`` iterations ago: offset ``1 - pp_size``), march to the next slot.
+
+        Returns (executed micro-batch or None, iteration seconds, the requests in flight for the
+        running-request account). Timing (model): stage ``s`` runs the micro-batch scheduled ``s``
+        iterations ago, each stage takes the cost model's step time of its micro-batch (``1/pp`` of
+        the layers on ``1/pp`` of the GPUs), so an iteration lasts as long as its slowest stage.
+
+        Requests the executor already terminated (``_handle_errors`` while their micro-batch was in
+        flight) are dropped from the executed batch: their resources are gone and nothing of them is
+        updated (model choice; the real handler runs a per-rank teardown of its own).
+        """
+        slots, times = self.micro_batches, self._micro_batch_seconds
+        slot = self.microbatch_id
+        queued = scheduled_batch.batch_size > 0
+        slots[slot] = scheduled_batch if queued else None
+        times[slot] = step_s if queued else 0.0
+        in_flight = [b for b in slots if b is not None]
+        iteration_s = max(times) if in_flight else IDLE_ITERATION_S
+        running = (in_flight[0] if len(in_flight) == 1 else ScheduledRequestsModel(
+            generation_requests=[r for b in in_flight for r in b.all_requests()]))
+        executed_slot = (slot + 1 - self.num_micro_batches) % self.num_micro_batches
+        executed = slots[executed_slot]
+        slots[executed_slot] = None
+        times[executed_slot] = 0.0
+        self.microbatch_id = (slot + 1) % self.num_micro_batches
+        if executed is None:
+            return None, iteration_s, running
+        active = {r.py_request_id for r in self.active_requests}
+        if all(r.py_request_id in active for r in executed.all_requests()):
+            return executed, iteration_s, running
+        self.inflight_request_ids.difference_update(
+            r.py_request_id for r in executed.all_requests() if r.py_request_id not in active)
+        executed = ScheduledRequestsModel(
+            context_requests=[r for r in executed.context_requests if r.py_request_id in active],
+            generation_requests=[r for r in executed.generation_requests if r.py_request_id in active],
+            paused_requests=list(executed.paused_requests))
+        return executed, iteration_s, running
+
+    @property
+    def num_micro_batches_in_flight(self) -> int:
+        """Micro-batches scheduled and not yet handled (model view of ``micro_batches``)."""
+        return sum(1 for batch in self.micro_batches if batch is not None)
 
     # ------------------------------------------------------------------------------ pieces
     def _fetch_and_activate_new_requests(self) -> None:
@@ -444,23 +564,30 @@ class PyExecutorModel:
                     self.stats.peak_used_fraction[name] = fraction
 
     def _decode_horizon(self) -> int:
-        """Most iterations a pure-decode stretch may span before something else must happen:
-        the next arrival or the first request to finish (the fast-forward hook also bounds by
-        free pages). 0 when nothing may be skipped."""
+        """Most pure-decode rounds (iterations without micro-batches) a stretch may span before
+        something else must happen: the next arrival or the first request to finish (the
+        fast-forward hook also bounds by free pages). 0 when nothing may be skipped."""
         if not self.active_requests or self._last_step_s <= 0:
             return 0
         horizon = min((self.cost_model.steps_to_generate(
             self._acceptance_phase.get(r.py_request_id, 0.0), r.output_len - r.num_generated_tokens)
             for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS), default=0)
+        round_s = self._last_step_s
+        margin = 1  # the step that finishes a request or meets an arrival runs in full
+        if self.num_micro_batches > 1:
+            groups = self.decode_groups()
+            if not groups:
+                return 0
+            round_s = self.decode_round_seconds(groups)
+            margin = 2  # a micro-batch in flight still owes its requests one step
         workload = self._workload
         next_s = workload.next_arrival_s() if workload is not None else None
         if next_s is not None:
-            horizon = min(horizon, int((next_s - self.clock.now_s) / self._last_step_s))
+            horizon = min(horizon, int((next_s - self.clock.now_s) / round_s))
         max_sim = float(getattr(self.config, "max_sim_seconds", 0.0) or 0.0)
         if max_sim:
-            horizon = min(horizon, int((max_sim - self.clock.now_s) / self._last_step_s) + 1)
-        # The step that finishes a request or meets an arrival runs in full.
-        return max(0, horizon - 1)
+            horizon = min(horizon, int((max_sim - self.clock.now_s) / round_s) + 1)
+        return max(0, horizon - margin)
 
     def _on_event_loop_error(self, exc: BaseException) -> None:
         """What ``_event_loop_wrapper`` does: store the error, fail every pending request, stop."""

@@ -54,10 +54,18 @@ def _caches(executor: Any) -> list[tuple[Any, dict[int, Any]]]:
 
 
 def fast_forward_decode(executor: Any, horizon: int) -> int:
-    """Advance up to ``horizon`` pure-decode iterations at once; returns how many were skipped."""
+    """Advance up to ``horizon`` pure-decode rounds at once; returns how many iterations were skipped.
+
+    A round is one iteration, or with ``pp_size`` micro-batches in flight ``pp_size`` iterations in
+    which every generating request runs one step (``executor.decode_groups()``): the micro-batches
+    keep their requests from round to round, so skipping rounds keeps the slot each request is in.
+    """
     if horizon < MIN_STRETCH:
         return 0
-    requests = [r for r in executor.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS]
+    groups = executor.decode_groups()
+    if not groups:
+        return 0
+    requests = [r for group in groups for r in group]
     if not requests or any(r.state not in _WAITING_OR_DECODING for r in executor.active_requests):
         return 0
     cost = executor.cost_model
@@ -118,8 +126,8 @@ def fast_forward_decode(executor: Any, horizon: int) -> int:
         request.num_generated_tokens += gained
         executor._acceptance_phase[request.py_request_id] = new_phase
         request.py_draft_tokens = [0] * max_draft
-    step_s = cost.step_seconds(0, len(requests))
-    executor.clock.advance(step_s * n)
+    round_s = executor.decode_round_seconds(groups)
+    executor.clock.advance(round_s * n)
     batch = ScheduledRequestsModel(generation_requests=list(requests))
-    executor._account(batch, step_s, num_iterations=n)
-    return n
+    executor._account(batch, round_s, num_iterations=n)
+    return n * executor.num_micro_batches

@@ -1,27 +1,37 @@
 """Which rank holds which state and which rank raises, under pipeline and tensor parallelism.
 
-Modelled from the map (``../shared/docs/trtllm-kv-v2.md`` sections 2.3, 2.5, 2.7, 2.8) and
-``py_executor.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412 (``_executor_loop_pp``,
-``_pp_schedule_and_propagate``, ``_event_loop_wrapper``):
+Read in ``NVIDIA/TensorRT-LLM`` @ 0004396720054fd8e205cbf616f21f0b57c6b412 (``py_executor.py``:
+``_executor_loop_pp``, ``_pp_schedule_and_propagate``, ``_event_loop_wrapper``; ``_util.py``:
+``KvCacheCreator.build_managers``, ``_should_create_separate_draft_kv_cache``,
+``_create_one_model_draft_kv_cache_manager``; ``kv_cache/kv_cache_manager_v2.py``:
+``KVCacheManagerV2.__init__``) and ``resource_manager.py`` ``get_pp_layers`` (stored version
+001541bad83b84ae4c5c4a279e464572d5f690f7; the 0004396 version is not stored):
 
 - With PP > 1 the FIRST PP stage (global rank 0) runs ``scheduler.schedule_request`` and sends the
   serialised schedule down the PP chain; other stages rebuild it (``to_scheduler_result``) and replay
   the target allocations for their own layers. ``KVCacheV2Scheduler.can_schedule`` (their dry run)
   always returns True, so they never push back.
-- Every stage holds a target KV manager for its own layers; the one-model DRAFT manager exists only
-  on the LAST PP stage (the MTP layers follow the last decoder layer). So the draft pool's occupancy
-  is not readable where admission is decided, and ``_prepare_draft_resources`` raises on the last
-  stage's ranks.
-- TP ranks of a stage run identical decisions on identical state (the managers' capacities are
-  MIN-allreduced at construction), so a raise happens on every TP rank of that stage together.
+- Every stage holds a target KV manager for its own layers, AND a one-model draft KV manager:
+  ``build_managers`` creates it on every rank (``_should_create_separate_draft_kv_cache`` has no PP
+  condition, except DeepSeek-V4 sparse attention, which folds the draft layers into the target
+  manager). ``get_pp_layers`` puts the MTP layers on the last stage; a stage without any of its
+  layers gets one placeholder layer ("Don't support empty KV cache for now"). At construction
+  ``KVCacheManagerV2`` all-reduces (MIN, over every rank) its resumable token capacity "so the
+  scheduler produces identical batches", so every stage's draft pool has the same capacity and,
+  driven by the same schedule through the same ``_prepare_draft_resources``, the same occupancy.
+  So the scheduling rank CAN read the draft pool's block accounting (its own replica); what it
+  cannot read is the MTP layers' KV itself (last stage only).
+- A draft-pool raise therefore happens on every stage in the same iteration (identical state), and
+  TP ranks of a stage run identical decisions on identical state.
 - A raise ends that rank's loop; ``_event_loop_wrapper`` arms ``hard_kill_on_rank_crash``: with
   world_size > 1 every rank is killed after the grace period (``TLLM_RANK_CRASH_HARD_KILL_GRACE``,
   default 10 s), so the whole engine dies.
 
-The simulation runs ONE set of scheduler and managers (TP ranks would compute the same thing and the
-other PP stages' target managers are replicas in block terms). ``RankLayout`` is the ledger of where
-that state lives, so a binding or remediation policy can be restricted to what the scheduling rank
-can read (``visible_to``) and a fatal error can name the ranks that raised and the ranks it killed.
+The simulation runs ONE set of scheduler and managers (the other ranks' managers are replicas in
+block terms). ``RankLayout`` is the ledger of where state lives: ``require_visible`` refuses a read
+of state that is not resident on a rank (a policy running on the scheduling rank that peeks at the
+MTP layers' KV, or a last-stage reader of the scheduler's queues, fails), and a fatal error names
+the ranks that raised and the ranks it killed.
 """
 
 from __future__ import annotations
@@ -36,9 +46,15 @@ RANK_CRASH_HARD_KILL_GRACE_S = 10.0
 class StateKind(str, Enum):
     """Pieces of engine state whose placement matters to remediation."""
 
-    SCHEDULER = "scheduler"          # the schedule decision and its queues
+    SCHEDULER = "scheduler"          # the schedule decision and its queues (first stage)
     TARGET_POOL = "target_pool"      # target KV manager (every stage, its own layers)
-    DRAFT_POOL = "draft_pool"        # one-model draft KV manager (last stage only)
+    DRAFT_POOL = "draft_pool"        # one-model draft KV manager's block accounting (every stage)
+    DRAFT_LAYERS = "draft_layers"    # the MTP layers' KV held in that pool (last stage only)
+
+
+class StateNotResidentError(LookupError):
+    """A rank read state that is not resident on it (it would need communication the real code
+    does not do at that point)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +99,38 @@ class RankLayout:
 
     @property
     def draft_pool_ranks(self) -> list[int]:
-        """Ranks that hold the one-model draft manager: the last PP stage."""
+        """Ranks that hold a one-model draft manager: every rank (see the module docstring)."""
+        return list(range(self.world_size))
+
+    @property
+    def draft_layer_ranks(self) -> list[int]:
+        """Ranks that hold the MTP layers' KV: the last PP stage."""
         return self.stage_ranks(self.pp_size - 1)
 
     def holders(self, kind: StateKind) -> list[int]:
         if kind == StateKind.SCHEDULER:
             return self.scheduling_ranks
-        if kind == StateKind.DRAFT_POOL:
-            return self.draft_pool_ranks
+        if kind == StateKind.DRAFT_LAYERS:
+            return self.draft_layer_ranks
         return list(range(self.world_size))
 
     def visible_to(self, global_rank: int, kind: StateKind) -> bool:
         """True when ``kind`` is resident on ``global_rank`` (readable without communication)."""
         return global_rank in self.holders(kind)
 
+    def require_visible(self, global_rank: int, kind: StateKind) -> None:
+        """Refuse a read of ``kind`` on ``global_rank`` when it is not resident there.
+
+        Raises:
+            StateNotResidentError: naming the rank, the state and the ranks that hold it.
+        """
+        if not self.visible_to(global_rank, kind):
+            raise StateNotResidentError(
+                f"rank {global_rank} does not hold {kind.value}; it lives on ranks {self.holders(kind)}")
+
     @property
     def draft_visible_to_scheduler(self) -> bool:
-        """Whether admission can read the draft pool locally (only when PP == 1)."""
+        """Whether admission can read the draft pool's block accounting locally (its own replica)."""
         return self.visible_to(self.scheduling_ranks[0], StateKind.DRAFT_POOL)
 
     def raising_ranks(self, kind: StateKind) -> list[int]:

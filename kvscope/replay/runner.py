@@ -39,7 +39,8 @@ class ReplaySummary:
     ``peak_utilization`` per pool, the highest fraction of blocks held by live requests (evictable
     reuse blocks excluded) at the end of any iteration; ``prefix_hit_rate`` prompt tokens reused
     at admission / prompt tokens admitted; ``goodput_tokens_per_s`` output tokens of completed
-    requests per simulated second; ``mean_running_requests`` time-weighted mean batch size;
+    requests per simulated second; ``mean_running_requests`` time-weighted mean batch size (with pipeline parallelism, the requests of
+    every micro-batch in flight);
     ``queue_wait_*`` arrival to first scheduled chunk (nearest-rank percentiles, s);
     ``requests_errored`` requests ended one by one with an error response while the engine served on
     (the executor's per-request error path, ``PyExecutorModel._handle_errors(..., requests=[...])``).

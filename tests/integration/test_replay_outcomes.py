@@ -5,11 +5,14 @@ qwen-hybrid-mtp: 1.3.0rc27; ``versions.py``); the newest build read (main-00746e
 ``engine_version=main`` away.
 
 - Block reuse ON, unpaired draft: fatal on every build, through the raise site the build reaches,
-  with the build's message. On 1.3.0rc25 the glm5-dsa burst ends at the draft mirror's first resume
-  (the mirror is born in ``_prepare_draft_resources`` and refused above ``max_util_for_resume``:
-  "Failed to resume draft KV cache for request N"); shared-prefix ends at the mirror's context
-  resize (no ``[draft pool: ...]`` suffix on that build). main-00746ef creates and resumes the
-  mirror at scheduling (``admit_mirror``), so it dies at the context resize, with the suffix.
+  with the build's message. glm5-dsa and shared-prefix run pp_size 2: two micro-batches are
+  admitted and prepared before the first is handled, so the mirrors of both are sized together
+  and the draft pool runs out at a mirror's context resize ("Draft KV cache context resize failed
+  for request N: could not resize to X tokens", the GLM report's own message; no
+  ``[draft pool: ...]`` suffix on 1.3.0rc25, with it on main-00746ef). Without pipeline
+  parallelism (``pp_size=1``) the rc25 glm5-dsa burst ends instead at a new mirror's first resume
+  (born in ``_prepare_draft_resources`` and refused above ``max_util_for_resume``: "Failed to
+  resume draft KV cache for request N").
 - glm5-dsa and shared-prefix (equal-token pools) with reuse OFF finish the same traffic on their
   default build (the GLM report's fact); paired mode exists from 1.3.0rc27 and finishes too;
   ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
@@ -79,14 +82,21 @@ def assert_finished(summary: replay.ReplaySummary, requests_total: int) -> None:
 
 
 # ---- glm5-dsa -------------------------------------------------------------------------------------
-def test_glm5_dsa_dies_at_the_mirror_resume_when_reuse_on_and_unpaired_on_rc25():
+def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_rc25():
     summary = run("glm5-dsa", *GLM5_SHORT)
     assert summary.config["engine_version"] == "1.3.0rc25"
-    assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 27
-    assert summary.fatal_ranks == [4, 5, 6, 7]  # the draft manager lives on the last PP stage
+    assert summary.config["pp_size"] == 2
+    match = assert_fatal(summary, RESIZE_FAILED_RELEASED)
+    assert (summary.fatal_request_id, int(match.group(2))) == (19, 97023)
+    assert summary.fatal_ranks == list(range(8))  # every stage holds a draft manager (ranks.py)
     assert summary.killed_ranks == list(range(8))
     assert summary.prefix_hit_rate > 0
+
+
+def test_glm5_dsa_dies_at_the_mirror_resume_without_pipeline_parallelism_on_rc25():
+    summary = run("glm5-dsa", *GLM5_SHORT, "pp_size=1")
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.fatal_request_id == 27
     # The draft pool was over the resume gate (max_util_for_resume 0.95) when request 27 arrived.
     assert summary.peak_utilization["draft"] > 0.95
 
@@ -94,8 +104,8 @@ def test_glm5_dsa_dies_at_the_mirror_resume_when_reuse_on_and_unpaired_on_rc25()
 def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_main():
     summary = run("glm5-dsa", *GLM5_SHORT, MAIN)
     assert_fatal(summary, RESIZE_FAILED_NEWEST)
-    assert summary.fatal_request_id == 25
-    assert summary.fatal_ranks == [4, 5, 6, 7]
+    assert summary.fatal_request_id == 23
+    assert summary.fatal_ranks == list(range(8))
 
 
 @pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("enable_block_reuse=false", "max_batch_size=8"),
@@ -117,14 +127,14 @@ def test_paired_is_refused_when_the_build_has_no_joint_reuse():
 def test_shared_prefix_is_fatal_when_reuse_on_and_unpaired_on_rc25():
     summary = run("shared-prefix")
     match = assert_fatal(summary, RESIZE_FAILED_RELEASED)
-    assert (summary.fatal_request_id, int(match.group(2))) == (11, 106239)
+    assert (summary.fatal_request_id, int(match.group(2))) == (10, 108415)
     assert summary.prefix_hit_rate > 0.5
 
 
 def test_shared_prefix_is_fatal_with_the_pool_diagnostic_when_reuse_on_and_unpaired_on_main():
     summary = run("shared-prefix", MAIN)
     match = assert_fatal(summary, RESIZE_FAILED_NEWEST)
-    assert (summary.fatal_request_id, int(match.group(2))) == (11, 106239)
+    assert (summary.fatal_request_id, int(match.group(2))) == (10, 108415)
 
 
 @pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("draft_mode=paired", MAIN)],

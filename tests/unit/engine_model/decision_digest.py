@@ -63,6 +63,12 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("rc25-shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false",)),
     ("rc25-mooncake-300", "mooncake-conversation", ("max_requests=300",)),
     ("rc25-near-miss", "near-miss", ()),
+    # Without pipeline parallelism (one micro-batch in flight): the decisions the model made before
+    # it ran pp_size micro-batches, identical hashes.
+    ("pp1-glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", _MAIN, _NO_HOST,
+                                               "pp_size=1")),
+    ("pp1-rc25-glm5-dsa-64", "glm5-dsa", ("max_requests=64", "pp_size=1")),
+    ("pp1-rc25-shared-prefix", "shared-prefix", ("pp_size=1",)),
 )
 
 

@@ -56,8 +56,8 @@ def test_loop_ends_at_copy_batch_block_offsets_when_draft_mirror_was_skipped(cap
     # Every failed request was terminated: only the draft-only caches are left.
     assert parts.kv_cache_manager.kv_cache_map == {}
     assert sorted(draft.kv_cache_map) == [900, 901, 902, 903]
-    # The draft manager raised: last PP stage (ranks 2-3 of pp2/tp2), every rank killed.
-    assert (executor.fatal_ranks, executor.killed_ranks) == ([2, 3], [0, 1, 2, 3])
+    # The draft manager raised: every stage holds one with the same state (ranks.py), every rank killed.
+    assert (executor.fatal_ranks, executor.killed_ranks) == ([0, 1, 2, 3], [0, 1, 2, 3])
 
 
 def test_both_requests_run_when_draft_index_mapper_has_room():
