@@ -69,8 +69,8 @@ def diff_request(on_result: OnResult | None = None, *, name: str = "req") -> Hoo
 def on_prepare(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if result is None or result is False:
         b.attempts.failed_pool = b.role(m)
-        # "Not admitted yet" is the binding's own record (Binding.waiting): the deferral itself is
-        # reported at the end of the pass (Binding.defer_waiting).
+        # "Not admitted yet" is the binding's own record (RequestLedger.waiting): the deferral itself is
+        # reported at the end of the pass (AdmissionAttempts.defer_waiting).
         b.attempts.defer_cause(req.py_request_id, b.role(m), "prepare_context refused (resume gate or no IndexMapper slot)",
                       0, m)
 

@@ -93,7 +93,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     any cache of the attempt is sized.
 
     Before the call, a first chunk's attempt opens its hold (its block events are kept back until
-    it is admitted, :meth:`Binding.start_hold`). After it: prepared -> the attempt's cause is
+    it is admitted, :meth:`AdmissionAttempts.start_hold`). After it: prepared -> the attempt's cause is
     "prepared" until a resize hook names a failure; refused while the target prepared -> the
     unpaired draft mirror was refused (``admit_mirror`` returned False): RESUME_FAILED and a
     deferral in the draft pool. Observed here rather than on ``admit_mirror``, which the scheduler
