@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +31,8 @@ from kvscope.ui import requests as requests_fig
 from kvscope.ui import reuse as reuse_fig
 from kvscope.ui.beacon import ShownBeacon
 from kvscope.ui.feeds import ERROR, FATAL, FINISHED, IDLE, PAUSED_NOTE, Feed, FeedStatus
+from kvscope.ui.figure_sync import sync_figure
+from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView
 
 FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
@@ -68,46 +69,6 @@ class Launcher(Protocol):
         ...
 
     def start(self, source: str, overrides: Mapping[str, str]) -> tuple[Feed, RemediationSwitch | None]: ...
-
-
-def sync_figure(widget: go.FigureWidget, fig: go.Figure, *, full_state: bool = False) -> None:
-    """Make ``widget`` show ``fig`` in one batched message. Traces are updated in place when the
-    trace list has the same shape (the browser patches instead of redrawing from scratch); of the
-    layout only the top-level keys that changed are sent, and never the template (set once).
-
-    ``full_state`` also stores the whole figure in the widget's synced state (``_widget_data`` /
-    ``_widget_layout``), which is what a view created later starts from (Voila renders the page
-    after the notebook ran; a second view of the same widget): plotly only sets it at construction.
-    The trace list and layout are stored whenever they change; the trace values on request.
-    """
-    same = len(widget.data) == len(fig.data) and all(
-        a.type == b.type and a.name == b.name for a, b in zip(widget.data, fig.data))
-    layout = fig.layout.to_plotly_json()
-    layout.pop("template", None)
-    sent: dict = getattr(widget, "_kvscope_layout", None) or {}
-    changed = {k: v for k, v in layout.items() if sent.get(k) != v}
-    if not same:
-        # A new trace list is sent outside batch_update: plotly.js cannot apply a removal and an
-        # addition batched with restyles ("indices must be valid indices for gd.data").
-        widget.data = ()
-        widget.add_traces(list(fig.data))
-    with widget.batch_update():
-        if same:
-            for old, new in zip(widget.data, fig.data):
-                props = new.to_plotly_json()
-                props.pop("type", None)
-                old.update(props, overwrite=True)
-        if changed:
-            widget.layout.update(changed, overwrite=True)
-        widget.layout.uirevision = "kvscope"  # keep the user's zoom across refreshes
-    widget._kvscope_layout = layout
-    if full_state or not same or changed:
-        # As plain JSON (arrays as plotly.js's base64 typed arrays): the widget's binary buffers in
-        # this trait fail to initialise a late view's model.
-        state = json.loads(widget.to_json())
-        if full_state or not same:
-            widget._widget_data = state["data"]
-        widget._widget_layout = state["layout"]
 
 
 class Dashboard:
@@ -156,7 +117,7 @@ class Dashboard:
         self.policy = _cls(w.Dropdown(options=["(none)"], description="policy", disabled=True), "kvscope-policy")
         self.pause = _cls(w.ToggleButton(value=False, description="pause view", icon="pause"), "kvscope-pause")
         self.counters = _cls(w.HTML(""), "kvscope-counters")
-        self.findings = _cls(w.HTML(_findings_html([])), "kvscope-findings")
+        self.findings = _cls(w.HTML(findings_html([])), "kvscope-findings")
         self.fig_pools = _cls(go.FigureWidget(pools_fig.pool_panels_figure(self.view.pools_frame())),
                               "kvscope-fig-pools")
         self.fig_debt = _cls(go.FigureWidget(debt_fig.debt_projection_figure(self.view.exhaustion_frame())),
@@ -299,7 +260,11 @@ class Dashboard:
         final = status.state in FINAL_STATES
         if not self.pause.value or force:
             t0 = time.perf_counter()
-            self.redraw(full_state=final or self.num_refreshes % FULL_STATE_EVERY == 0)
+            try:
+                self.redraw(full_state=final or self.num_refreshes % FULL_STATE_EVERY == 0)
+            except Exception as exc:  # noqa: BLE001 - shown in the status line, not lost in the event loop
+                self.error = f"{type(exc).__name__} while drawing: {exc}"
+                status = FeedStatus(ERROR, self.error)
             self.last_refresh_ms = (time.perf_counter() - t0) * 1e3
         self._show_status(status)
         self.num_refreshes += 1
@@ -318,7 +283,7 @@ class Dashboard:
             v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown), full_state=full_state)
         sync_figure(self.fig_reuse, reuse_fig.reuse_hit_rate_figure(v.reuse_frame()), full_state=full_state)
         if len(findings) != self._findings_shown:
-            self.findings.value = _findings_html(v.analyzer.findings)
+            self.findings.value = findings_html(v.analyzer.findings)
             self._findings_shown = len(findings)
         c = v.counts
         reserved = ", ".join(f"{p} {n:,}" for p, n in v.reserved_blocks().items())
@@ -332,6 +297,8 @@ class Dashboard:
             f"contained {c['contained']:,}")
 
     def _show_status(self, status: FeedStatus) -> None:
+        """The status line: state in bold, remediation mode, paused note, one line of detail; the
+        state is also a CSS class (``kvscope-state-running`` ...) for tests and styling."""
         state = status.state
         paused = PAUSED_NOTE if self.pause.value else ""
         mode = f" · remediation {self.switch.mode}" if self.switch is not None else ""
@@ -379,15 +346,3 @@ def _cls(widget: Any, *classes: str) -> Any:
     for c in classes:
         widget.add_class(c)
     return widget
-
-
-def _findings_html(findings: list) -> str:
-    head = ("<table class='kvscope-findings-table'><thead><tr><th>t (s)</th><th>kind</th><th>severity</th>"
-            "<th>pools</th><th>requests</th><th>summary</th></tr></thead><tbody>")
-    rows = "".join(
-        f"<tr class='kvscope-finding kvscope-finding-{f.kind.value}'><td>{f.t_start_s:.3f}</td>"
-        f"<td>{f.kind.value}</td><td>{f.severity.value}</td><td>{', '.join(f.pools)}</td>"
-        f"<td>{', '.join(map(str, f.request_ids[:8]))}{' …' if len(f.request_ids) > 8 else ''}</td>"
-        f"<td>{html.escape(f.summary)}</td></tr>" for f in findings)
-    empty = "" if findings else "<tr><td colspan='6'><i>no findings yet</i></td></tr>"
-    return f"<b>Findings</b> ({len(findings)})" + head + rows + empty + "</tbody></table>"
