@@ -120,10 +120,10 @@ def test_every_scenario_is_described_in_the_readme_and_by_list_scenarios_when_li
     assert all(name in help_text for name in SCENARIOS)
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_python_examples_run_when_executed(index, tmp_path):
     examples = [body for info, body in _blocks(README.read_text(encoding="utf-8")) if info.strip() == "python"]
-    assert len(examples) == 3
+    assert len(examples) == 4
     proc = subprocess.run([sys.executable, "-c", examples[index]], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, examples[index] + "\n" + proc.stderr[-2000:]
