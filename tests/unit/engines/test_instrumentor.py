@@ -101,6 +101,15 @@ def test_uninstrument_restores_the_original_functions_when_called():
     assert all(vars(owner)[name] is original for owner, name, original in patched)
 
 
+def test_every_patched_method_is_a_plain_closure_over_its_original_when_instrumented():
+    instrument(recorder=Recorder(), engine="model")
+    patched = instrumentor_for("model").patched
+    for owner, name, original in patched:
+        method = vars(owner)[name]
+        assert type(method) is type(original), name  # a plain function, no proxy object
+        assert method.__wrapped__ is original and method.__name__ == original.__name__
+
+
 def test_second_instrument_is_a_no_op_with_a_warning_when_already_instrumented():
     first = instrument(recorder=Recorder(), engine="model")
     count = len(instrumentor_for("model").patched)
