@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from kvscope import replay
 from kvscope.attach.replay import BackgroundReplay
 from kvscope.attach.stream import StreamFeed
+from kvscope.replay.scenarios import TRACES_DIR
 from kvscope.ui.dashboard import Dashboard, RemediationSwitch
 from kvscope.ui.feeds import FileFeed
 
+TRACE_SUFFIXES = (".jsonl", ".tar.xz")
 KNOBS = ("pace", "max_sim_seconds", "enable_block_reuse", "draft_mode", "max_batch_size")
 """The knobs the picker offers as fields (any other knob: ``replay_dashboard(..., overrides=...)``)."""
 
@@ -40,7 +43,11 @@ class ReplayLauncher:
         self.runs = 0
 
     def sources(self) -> list[str]:
-        return sorted(replay.SCENARIOS)
+        """Built-in scenarios, then the trace files found in the traces folder (replayed on the
+        ``glm5-dsa`` engine, as ``kvscope replay --trace``)."""
+        traces = sorted(str(p) for p in Path(TRACES_DIR).glob("*")
+                        if p.name.endswith(TRACE_SUFFIXES)) if Path(TRACES_DIR).is_dir() else []
+        return sorted(replay.SCENARIOS) + traces
 
     def knobs(self, source: str) -> dict[str, Any]:
         config = replay.resolve(source)[0].with_overrides({k: v for k, v in self.overrides.items() if k != "pace"})

@@ -133,7 +133,8 @@ class Dashboard:
         picker: list[w.Widget] = []
         if self.launcher is not None:
             sources = self.launcher.sources()
-            self.source = _cls(w.Dropdown(options=sources, value=sources[0], description="scenario"),
+            self.source = _cls(w.Dropdown(options=sources, value=sources[0], description="scenario",
+                                          layout=w.Layout(width="420px")),
                                "kvscope-source")
             self.knob_box = _cls(w.HBox([], layout=w.Layout(flex_flow="row wrap")), "kvscope-knobs")
             self.start_button = _cls(w.Button(description="start replay", icon="play", button_style="primary"),
@@ -313,12 +314,20 @@ class Dashboard:
         return self._state
 
     # ------------------------------------------------------------------ steady refresh
-    def start(self, refresh_s: float | None = None) -> None:
-        """Refresh every ``refresh_s`` on the running event loop (the kernel's) until the feed ends."""
+    def start(self, refresh_s: float | None = None) -> bool:
+        """Refresh every ``refresh_s`` on the running event loop (the kernel's) until the feed ends.
+
+        Returns False outside a running loop (a plain script): there, :meth:`wait` refreshes.
+        """
         if refresh_s is not None:
             self.refresh_s = refresh_s
         self.stop()
-        self._task = asyncio.get_event_loop().create_task(self._loop())
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._task = loop.create_task(self._loop())
+        return True
 
     def stop(self) -> None:
         if self._task is not None and not self._task.done():
