@@ -12,7 +12,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 
-from kvscope.events.schema import RawRow
+from kvscope.events.schema import RAW_SEQ, RawRow
 
 
 class EventRing:
@@ -48,7 +48,7 @@ class EventRing:
             return []
         pop = dq.popleft
         rows = [pop() for _ in range(n)]
-        top = max(rows[-1][0], rows[0][0])
+        top = max(rows[-1][RAW_SEQ], rows[0][RAW_SEQ])
         gap = (top - self._expected_seq + 1) - n
         if gap > 0:
             self.dropped += gap
