@@ -76,6 +76,16 @@ class ProcessSession:
         self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta, self.closers)
         self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)
         self._closed = False
+        self.remediation = None
+        """The remediation controller attached from ``KVSCOPE_REMEDIATION`` / ``..._CHANNEL`` (or None)."""
+        if env.get("KVSCOPE_REMEDIATION") or env.get("KVSCOPE_REMEDIATION_CHANNEL"):
+            try:
+                from kvscope.remedy import attach_from_env
+
+                self.remediation = attach_from_env(self.binding, env)
+            except Exception:
+                # A bad value must not stop the engine from starting: it runs as stock, and says so.
+                log.exception("kvscope: KVSCOPE_REMEDIATION not applied; the engine runs without remediation")
 
     def close(self) -> None:
         if self._closed:

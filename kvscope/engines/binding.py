@@ -92,6 +92,9 @@ class Binding:
         Read once per context attempt by the ``_prepare_context_pair`` hook (one branch when None)."""
         self.remedy: Any = None
         """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
+        self.gate_at_pair = False
+        """True when ``_prepare_context_pair`` is wrapped (the admission gate's seam); False on builds
+        without it (1.3.0rc25), where the gate sits in the target's ``prepare_context``."""
         self.errored: dict[int, str] = {}
         """request id -> error message, for requests the per-request error path is ending (their
         free is reported as REQUEST_FAILED)."""

@@ -29,7 +29,7 @@ from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
 
 HOOKS: dict[str, HookFactory] = {
     # KV cache manager: per-request calls (context path), diffed before/after.
-    "KVCacheManagerV2.prepare_context": manager.diff_request(manager.on_prepare),
+    "KVCacheManagerV2.prepare_context": manager.prepare_context,
     "KVCacheManagerV2.prepare_context_cache": manager.diff_request(manager.on_prepare),
     "KVCacheManagerV2.resize_context": manager.diff_request(manager.on_context_resize),
     "KVCacheManagerV2.try_allocate_draft_context": manager.diff_request(manager.on_context_resize),

@@ -244,3 +244,23 @@ def _record_batch(b: Binding, manager: Any, befores: list[tuple[int, Any]]) -> N
             b.diffs.emit_cache_diff(manager, rid, before)
     except Exception:
         b.hook_failed()
+
+
+def prepare_context(b: Binding, original: Method) -> Method:
+    """``prepare_context(req)``: :func:`diff_request` with :func:`on_prepare`, and the admission gate
+    on builds whose scheduler has no ``_prepare_context_pair`` (1.3.0rc25): there the scheduler calls
+    the target's ``prepare_context`` directly once per context attempt, and a False makes the chunked
+    path skip the request and the non-chunked path stop the pass, never preempt (the stored rc25
+    ``scheduler_v2.py`` has no page preemption at all). Where ``_prepare_context_pair`` is wrapped the
+    gate runs there instead (it is set at instrument time by that hook's factory)."""
+    inner = diff_request(on_prepare)(b, original)
+
+    @functools.wraps(original)
+    def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        policy = b.admission_policy
+        if (policy is not None and not b.gate_at_pair and not getattr(self, "is_draft", False)
+                and not gate.gate(b, policy, req)):
+            return False  # deferred or rejected by the installed policy: nothing prepared
+        return inner(self, req, *args, **kwargs)
+
+    return method

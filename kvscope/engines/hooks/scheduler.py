@@ -107,6 +107,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     """
     rec = b.rec
     attempts = b.attempts
+    b.gate_at_pair = True  # this build has the seam: the admission gate runs here, not in prepare_context
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:

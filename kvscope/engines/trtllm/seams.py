@@ -88,7 +88,10 @@ def _manager_common(module: str, commit: str, *, late_note: str = "", late_commi
     return (
         Seam(module, m + "_prepare_draft_resources", "(self, scheduled_batch)", commit,
              "draft mirror BLOCKS_ALLOCATED / RESIZED / RESUMED; RESIZE_FAILED / RESUME_FAILED before the raise"),
-        Seam(module, m + "prepare_context", "(self, req)", commit, "BLOCKS_REUSED (prefix hit) on a new cache"),
+        Seam(module, m + "prepare_context", "(self, req)", commit,
+             "BLOCKS_REUSED (prefix hit) on a new cache; the admission gate where the scheduler has no "
+             "_prepare_context_pair (rc25: its stored scheduler_v2.py calls the target's prepare_context "
+             "once per context attempt; False skips/stops, never preempts)"),
         Seam(module, m + "resize_context", "(self, req, num_tokens)", commit,
              "BLOCKS_ALLOCATED on growth, RESIZE_FAILED (asked capacity) on failure"),
         Seam(module, m + "try_allocate_generation", "(self, req)", commit,

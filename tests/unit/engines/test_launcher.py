@@ -168,3 +168,23 @@ def test_forked_child_writes_its_own_file_when_the_parent_was_instrumented(tmp_p
     assert [f["pid"].nunique() for f in frames] == [1, 1]
     assert frames[0]["pid"].iloc[0] != frames[1]["pid"].iloc[0]
     assert [int((f["kind"] == EventKind.REQUEST_FINISHED.value).sum()) for f in frames] == [3, 3]
+
+
+def test_kvscope_remediation_in_the_environment_attaches_remediation_at_start_in_every_rank(tmp_path):
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    out = tmp_path / "events"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    env["KVSCOPE_REMEDIATION"] = "on:draft-reserve"
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+                           "--engine", "model", sys.executable, str(tmp_path / "parent.py")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    frame = read_frame(sorted(out.glob("events-rank*-pid*.jsonl")))
+    for rank in (0, 1):
+        mine = frame[frame["rank"] == rank]
+        changes = mine[mine["kind"] == EventKind.REMEDIATION_MODE_CHANGED.value]
+        assert list(changes["reason"].str.split().str[0]) == ["mode=on"]
+        assert (mine["kind"] == EventKind.RESERVATION_MADE.value).sum() == 4
+        assert (mine["kind"] == EventKind.RESERVATION_RELEASED.value).sum() == 4
+        assert (mine["kind"] == EventKind.REQUEST_FINISHED.value).sum() == 4
