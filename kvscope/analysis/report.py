@@ -1,4 +1,7 @@
-"""HTML report: findings ordered by time and severity, lead time before the fatal event, figures.
+"""HTML report that leads with the incident: the verdict (engine fatal: when, which request, which
+pool, the whole message; or healthy) and the first warning that named the failing request, counts
+per kind, the findings grouped by kind and filterable by severity, figures, and a comparison when
+several runs are given.
 
 The analyzer must not import the front end (import-linter), so the figures come in as objects with
 plotly's ``to_html(full_html=False, include_plotlyjs=...)``; the composition root
@@ -9,11 +12,15 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from kvscope.analysis.analyzer import Analysis
-from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind
+from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.incidents import counts, verdict
 
 
 class HtmlFigure(Protocol):
@@ -23,7 +30,7 @@ class HtmlFigure(Protocol):
 def lead_times(findings: Sequence[Finding]) -> dict[int, dict[str, Any]]:
     """For each alarm finding (by index) that precedes an engine failure: the lead time to the
     first failure after it, in seconds and iterations, and whether it named the failing request."""
-    fatals = [f for f in findings if f.kind == FindingKind.ENGINE_FATAL]
+    fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
     out: dict[int, dict[str, Any]] = {}
     for i, f in enumerate(findings):
         if f.kind not in ALARM_KINDS or f.kind == FindingKind.ENGINE_FATAL:
@@ -44,52 +51,178 @@ def lead_times(findings: Sequence[Finding]) -> dict[int, dict[str, Any]]:
 
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1500px}
 table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px solid #ddd;padding:4px 8px;
 text-align:left;vertical-align:top}th{background:#f4f4f4}.critical{color:#b00020;font-weight:600}
-.warning{color:#c05600;font-weight:600}.info{color:#555}code{font-size:12px}details{margin:2px 0}
-.meta{color:#555;font-size:13px}
+.warning{color:#c05600;font-weight:600}.info{color:#555}code{font-size:12px}details{margin:6px 0}
+.meta{color:#555;font-size:13px}.verdict{padding:12px 16px;border-radius:6px;margin:12px 0}
+.fatal{background:#fde8ea;border:2px solid #b00020}.healthy{background:#e8f5e9;border:2px solid #2e7d32}
+.verdict h2{margin:0 0 6px 0}.verdict pre{white-space:pre-wrap;word-break:break-word;margin:6px 0;font-size:13px}
+.filters label{margin-right:14px}.kind{font-weight:600}.unknown{color:#888;font-style:italic}
+.counts td,.counts th{text-align:right}.counts td:first-child,.counts th:first-child{text-align:left}
+"""
+
+_FILTER_JS = """
+<script>
+function kvscopeFilter(){
+  for (const s of ['critical','warning','info']){
+    const on=document.getElementById('show-'+s).checked;
+    document.querySelectorAll('tr.sev-'+s).forEach(r=>{r.style.display=on?'':'none';});
+  }
+}
+</script>
 """
 
 
-def render_html(analysis: Analysis, figures: Sequence[HtmlFigure] = (), *, title: str = "kvscope analysis") -> str:
-    """The whole report as one self-contained HTML string (plotly.js inlined once)."""
-    findings = analysis.findings
-    leads = lead_times(findings)
-    meta = analysis.meta or {}
-    rows = []
-    for i, f in enumerate(findings):
-        lead = leads.get(i)
-        if f.kind == FindingKind.ENGINE_FATAL and f.evidence.get("lead_iterations") is not None:
-            lead_txt = (f"request first named {f.evidence['lead_iterations']} it earlier "
-                        f"({f.evidence['lead_kind']})")
-        elif lead:
-            it_txt = f"{lead['lead_iterations']} it / " if lead["lead_iterations"] is not None else ""
-            lead_txt = f"{it_txt}{lead['lead_s']:.3f} s before the failure" + (
-                f" (names the failing request {lead['named_lead_iterations']} it before)"
-                if lead["named_lead_iterations"] is not None else "")
+def _unknown(v: Any, fmt: str = "{}") -> str:
+    """A value, or an explicit "unknown" (never a -1 sentinel or a NaN shown as data)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)) or (isinstance(v, (int, np.integer)) and v < 0):
+        return "<span class='unknown'>unknown</span>"
+    return html.escape(fmt.format(v))
+
+
+def _verdict_html(analysis: Analysis) -> str:
+    v = verdict(analysis.findings, analysis.time_of)
+    if v["status"] == "healthy":
+        worst = v.get("worst_severity")
+        return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
+                f"<div>{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "")
+                + ".</div></div>")
+    req = v["request_id"]
+    req_txt = f"request {req}" if req is not None else "<span class='unknown'>unknown request</span>"
+    pool_txt = f"{html.escape(v['pool'])} pool" if v["pool"] else "<span class='unknown'>unknown pool</span>"
+    parts = [f"<div class='verdict fatal'><h2>ENGINE FATAL at t={v['t_s']:.1f} s (iteration {_unknown(v['iteration'])}), "
+             f"{req_txt}, {pool_txt}</h2>",
+             f"<pre>{html.escape(str(v['message'] or 'no message recorded'))}</pre>"]
+    for key, word in (("first_warning", "First warning"), ("first_critical", "First critical finding")):
+        w = v.get(key)
+        if w:
+            parts.append(f"<div><b>{word} that named {req_txt}</b>: {html.escape(w['kind'])} at iteration "
+                         f"{w['iteration']}, <b>{w['lead_iterations']} iterations / {w['lead_s']:.1f} s before the "
+                         f"failure</b>. <span class='meta'>{html.escape(w['summary'])}</span></div>")
         else:
-            lead_txt = ""
-        ids = ", ".join(str(r) for r in f.request_ids[:20]) + (" …" if len(f.request_ids) > 20 else "")
-        rows.append(
-            f"<tr><td>{f.t_start_s:.3f}–{f.t_end_s:.3f}</td><td>{f.iteration_start}–{f.iteration_end}</td>"
-            f"<td class='{f.severity.value}'>{f.severity.value}</td><td>{f.kind.value}</td>"
-            f"<td>{html.escape(', '.join(f.pools))}</td><td>{html.escape(ids)}</td><td>{html.escape(lead_txt)}</td>"
-            f"<td>{html.escape(f.summary)}<details><summary>evidence</summary><code>"
-            f"{html.escape(json.dumps(f.evidence, separators=(', ', ': '))[:4000])}</code></details></td></tr>"
-        )
+            parts.append(f"<div><b>{word}</b>: no earlier finding named {req_txt}.</div>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def _counts_html(findings: Sequence[Finding]) -> str:
+    c = counts(findings)["by_kind_severity"]
+    rows = [f"<tr><td>{html.escape(k)}</td>" + "".join(f"<td class='{s}'>{n or ''}</td>" for s, n in
+            ((s.value, c[k][s.value]) for s in (Severity.CRITICAL, Severity.WARNING, Severity.INFO))) + "</tr>"
+            for k in c if sum(c[k].values())]
+    if not rows:
+        return "<p>No findings.</p>"
+    return ("<table class='counts' style='width:auto'><tr><th>kind</th><th>critical</th><th>warning</th>"
+            "<th>info</th></tr>" + "".join(rows) + "</table>")
+
+
+def _finding_row(f: Finding, lead: dict | None) -> str:
+    if f.kind == FindingKind.ENGINE_FATAL and f.evidence.get("lead_iterations") is not None:
+        lead_txt = f"request first named {f.evidence['lead_iterations']} it earlier ({f.evidence['lead_kind']})"
+    elif lead:
+        it_txt = f"{lead['lead_iterations']} it / " if lead["lead_iterations"] is not None else ""
+        lead_txt = f"{it_txt}{lead['lead_s']:.3f} s before the failure" + (
+            f" (names the failing request {lead['named_lead_iterations']} it before)"
+            if lead["named_lead_iterations"] is not None else "")
+    else:
+        lead_txt = ""
+    ids = ", ".join(str(r) for r in f.request_ids[:20]) + (f" … ({len(f.request_ids)})" if len(f.request_ids) > 20 else "")
+    n_req = f.evidence.get("num_requests")
+    if n_req and n_req > len(f.request_ids):
+        ids += f" (of {n_req})"
+    crit_at = f.evidence.get("critical_at_iteration")
+    crit_txt = (f"<br><span class='meta'>critical from iteration {crit_at}</span>"
+                if crit_at is not None and crit_at != f.iteration_start else "")
+    return (
+        f"<tr class='sev-{f.severity.value}'><td>{f.t_start_s:.3f}–{f.t_end_s:.3f}</td>"
+        f"<td>{_unknown(f.iteration_start)}–{_unknown(f.iteration_end)}{crit_txt}</td>"
+        f"<td class='{f.severity.value}'>{f.severity.value}</td>"
+        f"<td>{html.escape(', '.join(f.pools)) or '–'}</td><td>{html.escape(ids)}</td><td>{html.escape(lead_txt)}</td>"
+        f"<td>{html.escape(f.summary)}<details><summary>evidence</summary><code>"
+        f"{html.escape(json.dumps(f.evidence, separators=(', ', ': ')))}</code></details></td></tr>"
+    )
+
+
+def _findings_html(findings: Sequence[Finding]) -> str:
+    leads = lead_times(findings)
+    by_kind: dict[str, list[int]] = {}
+    for i, f in enumerate(findings):  # findings come most severe first, then by time
+        by_kind.setdefault(f.kind.value, []).append(i)
+    order = sorted(by_kind, key=lambda k: (min(-findings[i].severity.rank for i in by_kind[k]), k != "engine_fatal",
+                                          min(findings[i].t_start_s for i in by_kind[k])))
+    parts = ["<div class='filters'>show: " + "".join(
+        f"<label><input type='checkbox' id='show-{s}' checked onchange='kvscopeFilter()'> {s}</label>"
+        for s in ("critical", "warning", "info")) + "</div>"]
+    for k in order:
+        idx = by_kind[k]
+        sev = counts([findings[i] for i in idx])["by_severity"]
+        label = ", ".join(f"{n} {s}" for s, n in sev.items() if n)
+        worst = max(findings[i].severity.rank for i in idx)
+        parts.append(f"<details {'open' if worst >= Severity.WARNING.rank else ''}><summary><span class='kind'>"
+                     f"{html.escape(k)}</span> ({label})</summary>")
+        parts.append("<table><tr><th>time (s)</th><th>iterations</th><th>severity</th><th>pools</th>"
+                     "<th>requests</th><th>lead time</th><th>what</th></tr>")
+        parts += [_finding_row(findings[i], leads.get(i)) for i in idx]
+        parts.append("</table></details>")
+    return "\n".join(parts)
+
+
+def _peak_utilization(a: Analysis) -> dict[str, float]:
+    """Peak used / capacity per pool at the iteration ends (the snapshot definition, see
+    :func:`kvscope.analysis.frame.pool_series`)."""
+    ex = a.exhaustion
+    if ex.empty:
+        return {}
+    return {str(p): float(np.nanmax(g["utilization"].to_numpy(dtype=float)))
+            for p, g in ex.groupby("pool", sort=False) if np.isfinite(g["utilization"].to_numpy(dtype=float)).any()}
+
+
+def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
+    rows = []
+    for label, a in runs:
+        v = verdict(a.findings, a.time_of)
+        c = counts(a.findings)["by_severity"]
+        if v["status"] == "engine_fatal":
+            what = (f"<span class='critical'>ENGINE FATAL</span> at t={v['t_s']:.1f} s, request "
+                    f"{_unknown(v['request_id'])}, {html.escape(str(v['pool']))} pool")
+            w = v.get("first_warning")
+            lead = f"{w['lead_iterations']} it / {w['lead_s']:.1f} s ({html.escape(w['kind'])})" if w else "none"
+        else:
+            what, lead = "<span style='color:#2e7d32;font-weight:600'>healthy</span>", "–"
+        util = ", ".join(f"{p} {u:.0%}" for p, u in _peak_utilization(a).items())
+        rows.append(f"<tr><td>{html.escape(label)}</td><td>{what}</td><td>{lead}</td><td>{c['critical']}</td>"
+                    f"<td>{c['warning']}</td><td>{c['info']}</td><td>{util}</td><td>{a.num_events:,}</td></tr>")
+    return ("<h2>Runs compared</h2><table><tr><th>run</th><th>verdict</th><th>first warning naming the failing "
+            "request</th><th>critical</th><th>warning</th><th>info</th><th>peak utilization</th><th>events</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def render_html(
+    analysis: Analysis, figures: Sequence[HtmlFigure] = (), *, title: str = "kvscope analysis",
+    runs: Sequence[tuple[str, Analysis]] = (),
+) -> str:
+    """The whole report as one self-contained HTML string (plotly.js inlined once).
+
+    Args:
+        runs: (label, analysis) of every run to compare, ``analysis`` among them; a comparison
+            table comes after the verdict of ``analysis`` when there are two or more.
+    """
+    findings = analysis.findings
+    meta = analysis.meta or {}
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style>{_FILTER_JS}</head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p class='meta'>{analysis.num_events} events · scenario {html.escape(str(meta.get('scenario', '-')))} · "
-        f"engine {html.escape(str(meta.get('engine', '-')))} · times in the event file's clock (s)</p>",
-        f"<h2>Findings ({len(findings)})</h2>",
-        "<table><tr><th>time (s)</th><th>iterations</th><th>severity</th><th>kind</th><th>pools</th>"
-        "<th>requests</th><th>lead time</th><th>what</th></tr>",
-        *rows,
-        "</table>" if rows else "</table><p>No findings.</p>",
+        f"<p class='meta'>{analysis.num_events:,} events · scenario {html.escape(str(meta.get('scenario') or 'unknown'))} · "
+        f"engine {html.escape(str(meta.get('engine') or 'unknown'))} · times in the event file's clock (s)</p>",
+        _verdict_html(analysis),
     ]
+    if len(runs) >= 2:
+        parts.append(_comparison_html(runs))
+    parts += [f"<h2>Findings ({len(findings)})</h2>", _counts_html(findings)]
+    if findings:
+        parts.append(_findings_html(findings))
     for k, fig in enumerate(figures):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(k == 0)))
     parts.append("</body></html>")

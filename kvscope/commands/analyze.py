@@ -42,6 +42,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("events", nargs="+", metavar="EVENTS", help="event file(s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
     parser.add_argument("--html", metavar="REPORT.html", help="write an HTML report with figures")
+    parser.add_argument("--compare", action="store_true",
+                        help="each EVENTS file is its own run (not ranks of one): the report compares them; "
+                             "text and --json describe the first, --json adds 'runs' (file, verdict, counts)")
     d = DetectorConfig()
     parser.add_argument("--stall-min-iterations", type=int, default=d.stall_min_iterations,
                         help=f"starved request threshold in iterations (default {d.stall_min_iterations})")
@@ -57,27 +60,40 @@ def run(args: argparse.Namespace) -> int:
                          risk_horizon_s=args.risk_horizon_s)
     if args.html:
         check_writable(args.html)
-    events, facts = load_checked(args.events, load_events)
-    warning = facts.warning()
-    if warning:
-        # Analyze what was readable; say what was not (on stderr, so --json stays one object).
-        print(f"kvscope analyze: warning: {warning}", file=sys.stderr)
-    analysis = analyze(events, cfg)
+    groups = [[p] for p in args.events] if args.compare else [list(args.events)]
+    loaded = []
+    for paths in groups:
+        events, facts = load_checked(paths, load_events)
+        warning = facts.warning()
+        if warning:
+            # Analyze what was readable; say what was not (on stderr, so --json stays one object).
+            print(f"kvscope analyze: warning: {warning}", file=sys.stderr)
+        loaded.append((paths, events, facts, analyze(events, cfg)))
+    _paths, events, facts, analysis = loaded[0]
     out = analysis.to_dict()
     out["input"] = facts.to_dict()
+    if args.compare:
+        out["runs"] = [{"file": str(p[0]), "verdict": a.to_dict()["verdict"], "counts": a.to_dict()["counts"]}
+                       for p, _e, _f, a in loaded]
     if args.html:
         from kvscope.ui import figures  # composition root: the analyzer itself never imports the UI
 
         f = analysis.findings_frame()
+        fatal = [r for f_ in analysis.findings if f_.kind.value == "engine_fatal" for r in f_.request_ids]
         figs = [
             figures.pool_usage_figure(pool_series(events), f),
             figures.debt_figure(analysis.debt.series, f),
-            figures.request_timeline_figure(analysis.timeline),
+            figures.request_timeline_figure(analysis.timeline, always=tuple(fatal)),
         ]
+        if args.compare:
+            from kvscope.ui.compare import compare_runs_figure
+
+            figs.insert(0, compare_runs_figure({Path(p[0]).name: pool_series(e) for p, e, _f, _a in loaded}))
         title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
-        Path(args.html).write_text(render_html(analysis, figs, title=title), encoding="utf-8")
+        runs = [(Path(p[0]).name, a) for p, _e, _f, a in loaded] if args.compare else ()
+        Path(args.html).write_text(render_html(analysis, figs, title=title, runs=runs), encoding="utf-8")
         out["html"] = str(args.html)
-    status = 0 if facts.complete else 1
+    status = 0 if all(x[2].complete for x in loaded) else 1
     if args.json:
         print(json.dumps(out, allow_nan=False))
         return status

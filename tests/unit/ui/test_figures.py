@@ -26,7 +26,8 @@ def test_pool_usage_has_one_trace_per_pool_and_marks_alarm_findings():
     assert [t.name for t in fig.data] == ["target pool", "draft pool"]
     assert max(fig.data[1].y) == 399 / 400
     texts = sorted(ann.text for ann in fig.layout.annotations)
-    assert texts == ["admission_gap", "engine_fatal", "time_to_exhaustion"]  # reuse_loss is not a moment
+    # each alarm kind labelled once (reuse_loss is not a moment); the fatal names its request
+    assert texts == ["ENGINE FATAL request 2", "admission_gap (critical)", "time_to_exhaustion (critical)"]
 
 
 def test_debt_figure_plots_debt_need_available_for_draft():
@@ -36,12 +37,14 @@ def test_debt_figure_plots_debt_need_available_for_draft():
     assert max(fig.data[0].y) == 2
 
 
-def test_request_timeline_colors_failed_requests_red():
+def test_request_timeline_colors_failed_requests_red_with_a_legend_entry():
     _, a, _ = _analysis()
     fig = request_timeline_figure(a.timeline)
-    assert [t.name for t in fig.data] == ["queued", "prefill", "decode"]
+    assert [(t.name, t.showlegend is not False) for t in fig.data] == [
+        ("queued", True), ("failed", True), ("failed", False)]
     assert list(fig.data[1].y) == ["1", "2"]
-    assert list(fig.data[1].marker.color) == ["#d62728", "#d62728"]
+    assert fig.data[1].marker.color == "#d62728"
+    assert "showing" not in fig.layout.title.text
 
 
 def test_thin_keeps_maximum_when_series_is_long():
@@ -50,3 +53,80 @@ def test_thin_keeps_maximum_when_series_is_long():
     out = thin(df, "v", 100)
     assert len(out) <= 102
     assert out["v"].max() == 9.0
+
+
+def _timeline(n: int, failed: set[int]) -> pd.DataFrame:
+    from kvscope.analysis.frame import OUTCOME_DTYPE
+
+    ids = pd.Index(range(n), name="request_id")
+    t = pd.Series(range(n), index=ids, dtype=float)
+    return pd.DataFrame({
+        "arrival_s": t, "admitted_s": t + 0.5, "context_done_s": t + 1.0, "end_s": t + 2.0,
+        "prompt_tokens": pd.Series([-1 if i == 3 else 100 for i in range(n)], index=ids),
+        "outcome": pd.Categorical(["failed" if i in failed else "finished" for i in range(n)], dtype=OUTCOME_DTYPE),
+    })
+
+
+def test_request_timeline_says_how_many_it_shows_and_always_draws_failures():
+    tl = _timeline(50, failed={45, 49})
+    fig = request_timeline_figure(tl, max_requests=10, always=(47,))
+    drawn = {y for t in fig.data for y in t.y}
+    assert {"45", "47", "49"} <= drawn and len(drawn) == 10
+    assert "showing 10 of 50 requests" in fig.layout.title.text
+    every = request_timeline_figure(tl)
+    assert {y for t in every.data for y in t.y} == {str(i) for i in range(50)}
+    # an unknown prompt length is shown as unknown, never as -1
+    queued = every.data[0]
+    assert queued.customdata[3] == "prompt length unknown" and "-1" not in " ".join(queued.customdata)
+
+
+def _many_findings(n: int) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        sev = ("critical", "warning", "info")[i % 3]
+        rows.append({"kind": ("admission_gap", "stalled_reservation", "time_to_exhaustion")[i % 3], "severity": sev,
+                     "t_start_s": float(i), "t_end_s": float(i) + 0.5, "pools": ["draft"], "request_ids": [i],
+                     "evidence": {}})
+    rows.append({"kind": "engine_fatal", "severity": "critical", "t_start_s": float(n), "t_end_s": float(n),
+                 "pools": ["draft"], "request_ids": [7], "evidence": {}})
+    return pd.DataFrame(rows)
+
+
+def test_figures_with_600_findings_take_one_layout_update_each(monkeypatch):
+    """Linear in findings: shapes and annotations are built as dicts and set in one layout update
+    per figure (no per-finding add_vrect/add_vline/add_annotation, each of which re-validates)."""
+    import plotly.graph_objects as go
+
+    calls = {"update_layout": 0, "per_finding": 0}
+    real = go.Figure.update_layout
+
+    def counting(self, *a, **k):
+        calls["update_layout"] += 1
+        return real(self, *a, **k)
+
+    def forbidden(self, *a, **k):
+        calls["per_finding"] += 1
+        raise AssertionError("per-finding layout call")
+
+    monkeypatch.setattr(go.Figure, "update_layout", counting)
+    for name in ("add_vrect", "add_vline", "add_annotation", "add_shape"):
+        monkeypatch.setattr(go.Figure, name, forbidden)
+    f = _many_findings(600)
+    df, a, _ = _analysis()
+    fig = pool_usage_figure(pool_series(df), f)
+    assert calls == {"update_layout": 2, "per_finding": 0}
+    # criticals and warnings drawn (400 lines + bands), info not; one label per kind + the fatal
+    assert len(fig.layout.annotations) == 3
+    assert len(fig.layout.shapes) > 400
+
+
+def test_time_to_exhaustion_band_starts_when_it_turned_critical_not_at_t0():
+    f = pd.DataFrame([{"kind": "time_to_exhaustion", "severity": "critical", "t_start_s": 0.0, "t_end_s": 20.0,
+                       "pools": ["draft"], "request_ids": [], "evidence": {"critical_at_s": 18.0}},
+                      {"kind": "time_to_exhaustion", "severity": "warning", "t_start_s": 0.0, "t_end_s": 30.0,
+                       "pools": ["draft"], "request_ids": [], "evidence": {}}])
+    from kvscope.ui.figures import finding_marks
+
+    shapes, _ = finding_marks(f)
+    rects = [s for s in shapes if s["type"] == "rect"]
+    assert [(r["x0"], r["x1"]) for r in rects] == [(18.0, 20.0)]
