@@ -30,13 +30,12 @@ import pandas as pd
 
 from kvscope.analysis import StreamingAnalyzer
 from kvscope.analysis.findings import Finding
-from kvscope.events import EventKind, KVEvent, PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole
 
 _VALUE = {**{m: m.value for m in EventKind}, **{m.value: m.value for m in EventKind},
           **{m: m.value for m in PoolRole}, **{m.value: m.value for m in PoolRole}}
 _K = {k.name: k.value for k in EventKind}
-_END = {_K["REQUEST_FINISHED"]: "finished", _K["REQUEST_FAILED"]: "failed",
-        _K["REQUEST_CANCELLED"]: "cancelled", _K["ADMISSION_REJECTED"]: "rejected"}
+_END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
 _COUNTED = {_K["ADMISSION_DEFERRED"]: "deferrals", _K["RESERVATION_MADE"]: "reservations",
             _K["FAILURE_CONTAINED"]: "contained", **{k: v for k, v in _END.items()}}
 _RESERVATION = {_K["RESERVATION_MADE"], _K["RESERVATION_RELEASED"]}
