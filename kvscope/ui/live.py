@@ -31,6 +31,7 @@ import pandas as pd
 from kvscope.analysis import StreamingAnalyzer
 from kvscope.analysis.findings import Finding
 from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole
+from kvscope.events.schema import COL_ITERATION
 
 _VALUE = {**{m: m.value for m in EventKind}, **{m.value: m.value for m in EventKind},
           **{m: m.value for m in PoolRole}, **{m.value: m.value for m in PoolRole}}
@@ -142,11 +143,11 @@ class LiveView:
         start = 0
         it_now = self.iteration
         for i, row in enumerate(rows):
-            if row[1] != it_now:
+            if row[COL_ITERATION] != it_now:
                 if i > start:
                     raised += self.analyzer.feed(rows[start:i])
                     self._sample_gauges()
-                start, it_now = i, row[1]
+                start, it_now = i, row[COL_ITERATION]
             self._one(row)
         if start < len(rows):
             raised += self.analyzer.feed(rows[start:])
@@ -155,33 +156,34 @@ class LiveView:
         return raised
 
     def _one(self, row: tuple) -> None:
-        ts, it, rank, _pid, rid, pool, kind = row[:7]
+        # A canonical row, unpacked in kvscope.events.FIELDS order (COL_* in events/schema.py).
+        ts, it, rank, _pid, rid, pool, kind, nb, nt, nr, cap, free, evict, resv, reason = row[:15]
         kind = _VALUE[kind]
         t = ts / 1e9
         self.t_s, self.iteration = t, it
         if kind == "pool_snapshot":
             pool = _VALUE[pool]
-            if self._pool_rank.setdefault(pool, rank) == rank and row[10] >= 0:
+            if self._pool_rank.setdefault(pool, rank) == rank and cap >= 0:
                 series = self.pools.get(pool)
                 if series is None:
                     series = self.pools[pool] = DecimatedSeries(self.window, self.history)
-                reserved = row[13] if row[13] > 0 else self._ledger.get(pool, 0)
-                series.append((t, it, row[10], max(row[11], 0), max(row[12], 0), reserved, row[9]))
+                reserved = resv if resv > 0 else self._ledger.get(pool, 0)
+                series.append((t, it, cap, max(free, 0), max(evict, 0), reserved, nr))
             return
-        if kind in _RESERVATION and row[13] >= 0:
-            self._ledger[_VALUE[pool]] = row[13]
+        if kind in _RESERVATION and resv >= 0:
+            self._ledger[_VALUE[pool]] = resv
         counted = _COUNTED.get(kind)
         if counted is not None:
             self.counts[counted] += 1
         if kind == "engine_failed":
-            self.fatal = FatalError(t, rid, str(row[14]))
+            self.fatal = FatalError(t, rid, str(reason))
         if rid < 0:
             return
         req = self.running.get(rid)
         if req is None:
             if kind != "request_arrived":
                 return  # late events of an ended request, or one that arrived before we attached
-            req = self.running[rid] = [t, math.nan, math.nan, math.nan, "running", 0, math.nan, 0, row[8], 0]
+            req = self.running[rid] = [t, math.nan, math.nan, math.nan, "running", 0, math.nan, 0, nt, 0]
             return
         if kind == "admission_deferred":
             req[_NDEF] += 1
@@ -190,13 +192,13 @@ class LiveView:
         elif kind == "admitted":
             if math.isnan(req[_ADM]):
                 req[_ADM] = t
-                req[_REUSED] = row[8]
+                req[_REUSED] = nt
                 self._cum[0] += max(req[_PROMPT], 0)
-                self._cum[1] += max(row[8], 0)
-                self.reuse.append((t, rid, req[_PROMPT], row[8], self._cum[0], self._cum[1]))
+                self._cum[1] += max(nt, 0)
+                self.reuse.append((t, rid, req[_PROMPT], nt, self._cum[0], self._cum[1]))
         elif kind == "context_chunk_scheduled":
             req[_NCH] += 1
-            if row[7] + row[8] >= req[_PROMPT] and math.isnan(req[_CTX]):
+            if nb + nt >= req[_PROMPT] and math.isnan(req[_CTX]):
                 req[_CTX] = t
         elif kind in _END:
             req[_END_S], req[_OUT] = t, _END[kind]
