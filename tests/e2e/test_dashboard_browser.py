@@ -84,6 +84,7 @@ def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_er
             held = _count(page, ".kvscope-count-deferrals") + _count(page, ".kvscope-count-reservations")
             assert held > 0, page.locator(".kvscope-counters").inner_text()
             assert "engine fatal" not in plot.inner_text()
+            assert page.locator(".kvscope-findings .kvscope-finding").count() > 0  # the table grew
         except Exception:
             _shot(page, f"dashboard-{mode}-failure.png")
             print("browser console errors:", errors[:10])
