@@ -189,8 +189,8 @@ class CacheDiffs:
             return
         role = pools.role(manager)
         if after is None:
-            if before[0]:
-                self._emit(EventKind.BLOCKS_FREED, rid, role, before[0], before[1], manager=manager)
+            if before[VIEW_NUM_BLOCKS]:
+                self._emit(EventKind.BLOCKS_FREED, rid, role, before[VIEW_NUM_BLOCKS], before[VIEW_CAPACITY], manager=manager)
             return
         nb1, cap1, active1, committed1 = after
         tpb = manager.tokens_per_block

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvscope.engines import gate
 from kvscope.engines.binding import REQUEST_RE, Binding, parse_asked_tokens
-from kvscope.engines.diffs import cache_view
+from kvscope.engines.diffs import VIEW_CAPACITY, VIEW_NUM_BLOCKS, cache_view
 from kvscope.engines.hooks.base import HookFactory, Method, report_fatal
 from kvscope.events import EventKind, PoolRole
 
@@ -89,7 +89,7 @@ def on_context_resize(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, r
 
 def on_resume(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if not result and before is not None:
-        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, b.role(m), before[0], before[1], m,
+        b.emit_once(EventKind.RESUME_FAILED, req.py_request_id, b.role(m), before[VIEW_NUM_BLOCKS], before[VIEW_CAPACITY], m,
                     "resume refused")
 
 
@@ -139,7 +139,7 @@ def _generation_refused(b: Binding, m: Any, req: Any, view: Any) -> None:
     role = b.role(m)
     b.attempts.failed_pool = role
     # A failed resize leaves the capacity as it was: ask = capacity + 1 + draft slots.
-    asked = (view[1] if view else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
+    asked = (view[VIEW_CAPACITY] if view else 0) + 1 + len(getattr(req, "py_draft_tokens", ()) or ())
     b.emit_once(EventKind.RESIZE_FAILED, req.py_request_id, role, b.shortfall(m, req.py_request_id, asked), asked, m)
 
 
