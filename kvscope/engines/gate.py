@@ -93,8 +93,9 @@ class RemedyState:
     pools: dict[PoolRole, PoolConfig] = field(default_factory=dict)
     managers: dict[PoolRole, Any] = field(default_factory=dict)
     rejects: list[tuple[Any, str]] = field(default_factory=list)
-    deferred: dict[int, tuple[Any, Any]] = field(default_factory=dict)
-    """request id -> (policy's decision_epoch, deferral): repeated without asking while the epoch holds."""
+    deferred: dict[int, tuple[Any, tuple[PoolRole, str, int, Any]]] = field(default_factory=dict)
+    """request id -> (policy's decision_epoch, the deferral's cause: pool, reason, blocks short,
+    manager): repeated without asking while the epoch holds."""
     num_deferrals_repeated: int = 0
     epoch: Any = None
     """The policy's ``decision_epoch`` read at the start of this pass (None: it has none). Nothing in
@@ -186,10 +187,8 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     if epoch is not None:
         hit = remedy.deferred.get(rid)
         if hit is not None and hit[0] == epoch:
-            decision = hit[1]
             remedy.num_deferrals_repeated += 1
-            b.attempts.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short,
-                                   remedy.managers.get(decision.pool))
+            b.attempts.defer_cause(rid, *hit[1])
             return False
     try:
         decision = policy.decide(admission_request(req))
@@ -204,9 +203,10 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
         return True
     manager = state_of(b).managers.get(decision.pool)
     if verdict is Verdict.DEFER:
+        cause = (decision.pool, decision.reason, decision.num_blocks_short, manager)
         if epoch is not None:
-            state_of(b).deferred[rid] = (epoch, decision)
-        b.attempts.defer_cause(rid, decision.pool, decision.reason, decision.num_blocks_short, manager)
+            state_of(b).deferred[rid] = (epoch, cause)
+        b.attempts.defer_cause(rid, *cause)
         return False
     remedy = state_of(b)
     if remedy.error_path is None:

@@ -109,11 +109,22 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     attempts = b.attempts
     b.gate_at_pair = True  # this build has the seam: the admission gate runs here, not in prepare_context
 
+    defer_cause = attempts.defer_cause
+
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
         policy = b.admission_policy
-        if policy is not None and not gate.gate(b, policy, req):
-            return False  # deferred or rejected by the installed policy: nothing prepared
+        if policy is not None:
+            # A waiting request retried while its deferral still holds (the policy's decision epoch
+            # is unchanged): repeated inline, the common case at a full pool (see gate.gate).
+            remedy = b.remedy
+            hit = remedy.deferred.get(req.py_request_id)
+            if hit is not None and hit[0] == remedy.epoch and hit[0] is not None:
+                remedy.num_deferrals_repeated += 1
+                defer_cause(req.py_request_id, *hit[1])
+                return False
+            if not gate.gate(b, policy, req):
+                return False  # deferred or rejected by the installed policy: nothing prepared
         if not rec.enabled:
             return original(self, req, *args, **kwargs)
         try:
