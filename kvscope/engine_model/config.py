@@ -102,6 +102,8 @@ class EngineConfig:
     requests_in_flight: int = _knob(24, "closed loop: requests kept in flight")
     think_time_cap_s: float = _knob(60.0, "closed loop: cap on recorded think time (s; <0: no cap)")
     share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
+    session_start_interval_s: float = _knob(
+        0.0, "closed loop: least time between two session starts (s; 0: start together, a burst)")
     max_requests: int = _knob(0, "stop admitting after this many requests (0: workload default)")
     max_sessions: int = _knob(0, "sessions to replay (0: workload default)")
     arrival_time_scale: float = _knob(1.0, "open loop: multiplies trace arrival times (2: half the rate)")
@@ -141,7 +143,7 @@ class EngineConfig:
                         "max_gpu_total_bytes", "num_target_blocks", "num_draft_blocks",
                         "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
                         "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
-                        "max_requests", "max_sessions", "max_sim_seconds", "pace",
+                        "max_requests", "max_sessions", "max_sim_seconds", "pace", "session_start_interval_s",
                         "step_overhead_s", "prefill_s_per_token", "decode_s_per_request")
         for name in non_negative:
             if getattr(self, name) < 0:

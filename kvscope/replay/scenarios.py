@@ -93,7 +93,7 @@ def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> An
         requests_in_flight=config.requests_in_flight,
         max_think_time_s=None if config.think_time_cap_s < 0 else config.think_time_cap_s,
         share_system_prefix=config.share_system_prefix, max_requests=config.max_requests or None,
-        max_sessions=config.max_sessions or None)
+        max_sessions=config.max_sessions or None, session_start_interval_s=config.session_start_interval_s)
 
 
 def _mooncake_workload(config: EngineConfig) -> Any:

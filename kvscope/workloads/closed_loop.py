@@ -6,7 +6,10 @@ first turn is released when the parent turn that spawned it finished, plus its r
 times are capped by ``max_think_time_s``. Sessions idle between turns.
 
 The driver keeps about ``requests_in_flight`` REQUESTS outstanding (released and not finished):
-whenever fewer are outstanding at an event (a pop or a finish), it starts new sessions at that time.
+whenever fewer are outstanding at an event (a pop or a finish), it starts new sessions. With
+``session_start_interval_s`` > 0 two session starts are at least that far apart (a session due
+earlier starts at the next free instant, and counts as outstanding until then), so the first
+sessions ramp up instead of all arriving at time zero.
 Sessions that come back from thinking can push the count above the target for a while; that is the
 closed loop working as a user population does, so the target is "about", not a cap. A session is
 loaded when it starts and dropped when its last turn finishes, so the driver holds only the active
@@ -63,6 +66,7 @@ class ClosedLoopWorkload(ABC):
         max_think_time_s: cap on every think time / spawn gap (None: as recorded).
         max_requests: stop releasing after this many requests (None: no limit).
         end_session_on_failure: a failed request ends its session (else the session goes on).
+        session_start_interval_s: least simulated time between two session starts (0: none).
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class ClosedLoopWorkload(ABC):
         max_think_time_s: float | None,
         max_requests: int | None,
         end_session_on_failure: bool,
+        session_start_interval_s: float = 0.0,
     ) -> None:
         if isinstance(requests_in_flight, bool) or not isinstance(requests_in_flight, int):
             raise ValueError(f"requests_in_flight must be an int, got {requests_in_flight!r}")
@@ -82,11 +87,16 @@ class ClosedLoopWorkload(ABC):
             raise ValueError(f"max_think_time_s must be >= 0 or None, got {max_think_time_s}")
         if max_requests is not None and max_requests < 1:
             raise ValueError(f"max_requests must be >= 1 or None, got {max_requests}")
+        if not session_start_interval_s >= 0:
+            raise ValueError(f"session_start_interval_s must be >= 0, got {session_start_interval_s}")
         self.tokens_per_block = tokens_per_block
         self.requests_in_flight = requests_in_flight
         self.max_think_time_s = max_think_time_s
         self.max_requests = max_requests
         self.end_session_on_failure = end_session_on_failure
+        self.session_start_interval_s = float(session_start_interval_s)
+        self._next_start_s = 0.0  # earliest time the next session may start
+        self._future_starts: list[float] = []  # start times not reached yet (a heap)
         self._now_s = 0.0
         self._started = False
         self._no_more_sessions = False
@@ -193,10 +203,14 @@ class ClosedLoopWorkload(ABC):
         self._top_up(now_s)
 
     def _outstanding_now(self, now_s: float) -> int:
-        return len(self._in_flight) + sum(1 for a, _, _ in self._pending if a <= now_s)
+        starts = self._future_starts
+        while starts and starts[0] <= now_s:
+            heapq.heappop(starts)
+        # A session whose start is still ahead counts as one outstanding request until it starts.
+        return len(self._in_flight) + sum(1 for a, _, _ in self._pending if a <= now_s) + len(starts)
 
     def _top_up(self, now_s: float) -> None:
-        # NOTE(W): sessions only start at events; a session's first request arrives "now".
+        # Sessions start at events (a pop or a finish): "now", or with an interval the next free start.
         while (
             not self._no_more_sessions
             and not self._limit_reached()
@@ -210,8 +224,14 @@ class ClosedLoopWorkload(ABC):
             self._sessions[session.session_id] = session
             self._session_outstanding[session.session_id] = 0
             self.peak_loaded_sessions = max(self.peak_loaded_sessions, len(self._sessions))
+            start_s = now_s
+            if self.session_start_interval_s > 0:
+                start_s = max(now_s, self._next_start_s)
+                self._next_start_s = start_s + self.session_start_interval_s
+                if start_s > now_s:
+                    heapq.heappush(self._future_starts, start_s)
             for chain, delay in session.start_delays():
-                self._release(session, chain, 0, now_s + self._cap(delay))
+                self._release(session, chain, 0, start_s + self._cap(delay))
             if self._session_outstanding[session.session_id] == 0:
                 # nothing released (request limit hit): the session never became active
                 del self._session_outstanding[session.session_id]

@@ -300,6 +300,7 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         end_session_on_failure: a failed/rejected request ends its session.
         archive_window: members kept ahead of the session order while traversing the archive
             (>= 1): larger = fewer traversals, more memory (about 650 kB per member).
+        session_start_interval_s: least time between two session starts (``closed_loop.py``).
     """
 
     def __init__(
@@ -316,6 +317,7 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
         recycle: bool = True,
         end_session_on_failure: bool = False,
         archive_window: int = 128,
+        session_start_interval_s: float = 0.0,
     ) -> None:
         check_tokens_per_block(tokens_per_block)
         super().__init__(
@@ -324,6 +326,7 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
             max_think_time_s=max_think_time_s,
             max_requests=max_requests,
             end_session_on_failure=end_session_on_failure,
+            session_start_interval_s=session_start_interval_s,
         )
         if max_sessions is not None and max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1 or None, got {max_sessions}")
@@ -411,4 +414,5 @@ class ClaudeCodeTraceWorkload(ClosedLoopWorkload):
             "recycle": self.recycle,
             "end_session_on_failure": self.end_session_on_failure,
             "archive_window": self.archive_window,
+            "session_start_interval_s": self.session_start_interval_s,
         }

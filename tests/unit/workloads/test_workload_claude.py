@@ -318,6 +318,7 @@ def test_describe_lists_every_knob_when_asked(two_sessions: Path) -> None:
         "recycle": True,
         "end_session_on_failure": False,
         "archive_window": 128,
+        "session_start_interval_s": 0.0,
     }
 
 
@@ -409,3 +410,28 @@ def test_goes_on_with_the_session_when_a_request_fails_by_default(two_sessions: 
     assert w.next_arrival_s() == 12.0
     (nxt,) = w.pop_arrivals(12.0)
     assert (nxt.session_id, nxt.prompt_len) == (0, 6 * 64 + 10)
+
+
+def test_sessions_start_together_when_no_start_interval(tmp_path: Path) -> None:
+    path = write_archive(tmp_path / "four.tar.xz", {f"trace_000{i}.json": _three_turns(3) for i in range(1, 5)})
+    workload = _workload(path, requests_in_flight=4)
+    assert [r.arrival_s for r in workload.pop_arrivals(0.0)] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_sessions_ramp_up_one_interval_apart_when_a_start_interval_is_set(tmp_path: Path) -> None:
+    path = write_archive(tmp_path / "four.tar.xz", {f"trace_000{i}.json": _three_turns(3) for i in range(1, 5)})
+    workload = _workload(path, requests_in_flight=4, session_start_interval_s=3.0)
+    assert workload.next_arrival_s() == 0.0
+    assert [r.arrival_s for r in workload.pop_arrivals(0.0)] == [0.0]
+    # The three later starts count as outstanding, so no fifth session starts early.
+    assert workload.num_sessions_started == 4
+    assert workload.next_arrival_s() == 3.0
+    assert [r.arrival_s for r in workload.pop_arrivals(7.0)] == [3.0, 6.0]
+    assert [r.arrival_s for r in workload.pop_arrivals(9.0)] == [9.0]
+    assert workload.num_sessions_started == 4
+
+
+def test_rejects_a_negative_start_interval(tmp_path: Path) -> None:
+    path = write_archive(tmp_path / "one.tar.xz", {"trace_0001.json": _three_turns(3)})
+    with pytest.raises(ValueError, match="session_start_interval_s must be >= 0, got -1"):
+        _workload(path, session_start_interval_s=-1.0)
