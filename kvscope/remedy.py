@@ -320,6 +320,26 @@ def observe_for_sizing(source: str, overrides: list[str], *, probe_requests: int
     return (peak.get("draft", 0.0) * target_blocks * 16 * tpb, peak.get("target", 0.0) * target_blocks * tpb)
 
 
+def observed_from_events(paths: Any) -> tuple[float, float]:
+    """Peak draft and target tokens in use in a recorded run (its POOL_SNAPSHOT rows: capacity -
+    free - evictable, times tokens per block from POOL_CONFIGURED). A run that crashed on the draft
+    pool still tells the ratio the traffic needed up to the crash."""
+    from kvscope.recording import read_frame
+
+    frame = read_frame(paths)
+    configured = frame[frame["kind"] == "pool_configured"]
+    tokens_per_block = {str(p): int(t) for p, t in zip(configured["pool"], configured["num_tokens"])}
+    snaps = frame[frame["kind"] == "pool_snapshot"]
+    peaks = {}
+    for pool in ("draft", "target"):
+        rows = snaps[snaps["pool"] == pool]
+        if rows.empty or pool not in tokens_per_block:
+            raise ValueError(f"no {pool} pool snapshots in the recorded run: cannot size from it")
+        used = rows["capacity_blocks"] - rows["free_blocks"] - rows["evictable_blocks"].clip(lower=0)
+        peaks[pool] = float(used.max()) * tokens_per_block[pool]
+    return peaks["draft"], peaks["target"]
+
+
 def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None) -> Controller | None:
     """``kvscope-instrument``: attach remediation when ``KVSCOPE_REMEDIATION`` is set (see module
     docstring). Returns the controller, or None when the variable is unset or ``off`` without a

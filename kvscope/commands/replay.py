@@ -16,8 +16,9 @@ one). ``--events PATH`` writes the replay's event file through the instrumentati
 
 ``--remediation`` attaches remediation before the loop (:mod:`kvscope.remedy`): a mode with the
 default policy, or a policy name (mode ``on``); ``--list-policies`` prints them. ``--sizing`` splits
-the KV byte budget between target and draft before the engine starts: ``auto`` (from a probe
-replay's observed peak usage with the draft pool out of the way), a draft byte share (``0.09``) or
+the KV byte budget between target and draft before the engine starts: ``auto`` (from observed peak
+usage: a recorded run given with ``--sizing-from EVENTS``, else a probe replay with the draft pool
+out of the way), a draft byte share (``0.09``) or
 a draft-to-target token ratio (``4x``). ``KVSCOPE_REMEDIATION_CHANNEL=PATH`` (and ``KVSCOPE_RANK``) attach
 remediation to a shared control file even when off, so several ranks switch on the same iteration.
 ``--json`` always carries ``remediation``, ``sizing``,
@@ -67,6 +68,9 @@ def register(subparsers: Any) -> None:
                         help="off (default), shadow, on, auto, or a policy name (on); see --list-policies")
     parser.add_argument("--sizing", metavar="auto|SHARE|RATIOx",
                         help="split the KV byte budget at start: auto, a draft byte share (0.09) or a token ratio (4x)")
+    parser.add_argument("--sizing-from", metavar="EVENTS", nargs="+",
+                        help="with --sizing auto: size from this recorded run's peak pool usage "
+                             "(default: a probe replay of the same traffic with the draft pool out of the way)")
     parser.add_argument("--list-policies", action="store_true", help="print the admission policies")
     parser.set_defaults(func=run)
 
@@ -117,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "sizing", None):
         base = engine_config or replay_mod.resolve(source)[0]
         config = base.with_overrides(overrides)
-        observed = remedy.observe_for_sizing(source, overrides) if args.sizing.strip().lower() == "auto" else None
+        observed = None
+        if args.sizing.strip().lower() == "auto":
+            observed = (remedy.observed_from_events(args.sizing_from) if getattr(args, "sizing_from", None)
+                        else remedy.observe_for_sizing(source, overrides))
         _, plan = remedy.sized_config(config, args.sizing, observed=observed)
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
     session = None

@@ -166,3 +166,19 @@ def test_two_ranks_switch_on_the_same_iteration_through_a_shared_channel(tmp_pat
         assert list(changes["iteration"]) == [0, 6]
         assert set(frame["rank"]) == {rank}
     assert summaries[0]["remediation"]["late_changes"] == 0
+
+
+def test_sizing_from_a_recorded_crash_gives_the_draft_pool_what_the_traffic_needed(tmp_path):
+    events = tmp_path / "stock.parquet"
+    first = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "shared-prefix", "--events",
+                            str(events), "--json"], capture_output=True, text=True, timeout=300)
+    assert json.loads(first.stdout)["engine_fatal"] is True
+    done = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "shared-prefix", "--remediation",
+                           "on", "--sizing", "auto", "--sizing-from", str(events), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    sizing = data["sizing"]
+    assert sizing["basis"].startswith("observed: peak draft") and sizing["draft_token_ratio"] > 4
+    assert data["pool_capacity_blocks"] == {"target": sizing["target_blocks"], "draft": sizing["draft_blocks"]}
+    assert not data["engine_fatal"] and data["requests_contained"] == 0 and data["reservations_leaked"] == 0
