@@ -86,12 +86,14 @@ class KVCacheManagerCoreModel:
         tree = self.tree
         max_blocks = input_tokens.num_tokens // tpb
         cached = memo.get(id(self)) if memo is not None else None
-        if cached is not None and cached[0] == tree.version and cached[1] == max_blocks and cached[2] == reuse_scope:
+        if (cached is not None and cached[0] == tree.version and cached[1] == max_blocks
+                and cached[2] == reuse_scope and cached[5] is input_tokens.block_keys):
             path, num_blocks = cached[3], cached[4]
         else:
             path, num_blocks = tree.match(reuse_scope, input_tokens.block_keys, max_blocks)
             if memo is not None:
-                memo[id(self)] = (tree.version, max_blocks, reuse_scope, path, num_blocks)
+                memo[id(self)] = (tree.version, max_blocks, reuse_scope, path, num_blocks,
+                                  input_tokens.block_keys)
         num_reused = max(num_blocks * tpb - self.reuse_match_backoff, 0)
         return path, num_reused, -(-num_reused // tpb)
 

@@ -76,6 +76,7 @@ def rewind_context_after_cache_drop(req: LlmRequestModel, tokens_per_block: int)
     """The cache was dropped: the whole prompt is computed again from position 0 (real helper)."""
     req.set_prepopulated_prompt_len(0, tokens_per_block)
     req.context_chunk_size = req.prompt_len
+    req.py_ctx_pre_resize_cap = None
 
 
 class IndexMapperModel:

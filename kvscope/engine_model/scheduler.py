@@ -129,7 +129,8 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         engine_build: EngineBuild | None = None,
     ) -> None:
         if not isinstance(kv_cache_manager, KVCacheManagerV2Model):
-            raise TypeError(
+            # The real constructor asserts (AssertionError); raised explicitly so it survives -O.
+            raise AssertionError(
                 f"KVCacheV2Scheduler requires KVCacheManagerV2, got {type(kv_cache_manager).__name__}"
             )
         self.max_num_tokens = max_num_tokens
@@ -169,6 +170,10 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             build.scheduler_admits_mirror if admit_unpaired_mirror is None else admit_unpaired_mirror
         )
         self._DEADLOCK_STALL_ITERS = build.deadlock_stall_passes
+        self._chunk_unit_after_prepare = build.chunk_unit_checked_after_prepare
+        # Builds with prefix-aware scheduling charge the pre-reuse prompt when it is turned off
+        # (scheduler_v2.py @ 00746ef); the older build has no such switch.
+        self._charges_pre_reuse_tokens = not enable_prefix_aware_scheduling and build.prefix_aware_skip
         if ctx_chunk_config is None and enable_chunked_prefill:
             # Model-only convenience: what create_py_executor_instance builds when chunked prefill is
             # on (default policy, chunk unit = tokens_per_block).
@@ -272,7 +277,8 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         for req in pending_ctx:
             if budget.requests_full:
                 break
-            if self.chunking_enabled and not self._has_context_chunk_budget(budget):
+            if (self.chunking_enabled and not self._chunk_unit_after_prepare
+                    and not self._has_context_chunk_budget(budget)):
                 # The budget only changes on a commit below, so every later request would be
                 # skipped here too: stop (same outcome, without a check per waiting request).
                 break
@@ -401,12 +407,21 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         return result
 
     def _try_schedule_context_full(self, req, budget, preempt_for_pages) -> ContextAttempt:
+        draft_len = get_draft_token_length(req)
+        # With prefix-aware scheduling off the real code charges the prompt as it was before the
+        # reuse claim, and checks it before preparing; the resize below still uses the claim.
+        charge_pre_reuse = self._charges_pre_reuse_tokens
+        if charge_pre_reuse:
+            req_tokens = req.context_remaining_length + draft_len
+            if not budget.can_fit_tokens(req_tokens):
+                return _STOP
         if not self._prepare_context_pair(req):
             return _STOP
         context_tokens = req.context_remaining_length
-        req_tokens = context_tokens + get_draft_token_length(req)
-        if not budget.can_fit_tokens(req_tokens):
-            return _STOP
+        if not charge_pre_reuse:
+            req_tokens = context_tokens + draft_len
+            if not budget.can_fit_tokens(req_tokens):
+                return _STOP
         req.context_chunk_size = context_tokens
         if not self._try_allocate_context(req, context_tokens + self._draft_len_for_target(req)):
             return _STOP if preempt_for_pages(req) else _SKIP
@@ -414,25 +429,35 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
 
     def _try_schedule_context_chunked(self, req, budget, preempt_for_pages) -> ContextAttempt:
         remaining_budget = budget.remaining_tokens
-        if not self._has_context_chunk_budget(budget):
+        pre_reuse_remaining = req.context_remaining_length
+        force_chunk = self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK
+        if not self._chunk_unit_after_prepare:
+            if not self._has_context_chunk_budget(budget):
+                return _SKIP
+        elif remaining_budget is not None and remaining_budget <= 0:
             return _SKIP
         if not self._prepare_context_pair(req):
             return _SKIP
+        if (self._chunk_unit_after_prepare and not force_chunk and remaining_budget is not None
+                and remaining_budget < self.chunk_unit_size):
+            return _SKIP  # older order: the cache was already created and resumed
         context_remaining = req.context_remaining_length
-        force_chunk = self.chunking_policy == ContextChunkingPolicy.FORCE_CHUNK
         if force_chunk:  # chunks end at snapshot points (00746ef; see mamba_cache_manager)
             chunk_size = get_forced_context_chunk_size(req)
+            budget_remaining = context_remaining
         else:
+            # Prefix-aware scheduling off: sized from the prompt as it was before the reuse claim.
+            budget_remaining = pre_reuse_remaining if self._charges_pre_reuse_tokens else context_remaining
             chunk_size = (
-                min(remaining_budget, context_remaining)
+                min(remaining_budget, budget_remaining)
                 if remaining_budget is not None
-                else context_remaining
+                else budget_remaining
             )
         if self.max_context_length is not None:
             chunk_size = min(chunk_size, self.max_context_length)
         if force_chunk and remaining_budget is not None:
             chunk_size = min(chunk_size, remaining_budget)
-        if chunk_size < context_remaining and self.chunk_unit_size > 0 and not (
+        if chunk_size < budget_remaining and self.chunk_unit_size > 0 and not (
                 force_chunk and is_forced_context_chunk_boundary(req, chunk_size)):
             chunk_size = (chunk_size // self.chunk_unit_size) * self.chunk_unit_size
         if chunk_size <= 0:

@@ -72,6 +72,10 @@ class EngineBuild:
             first new block (``probe_first_new_block_key``).
         free_failed_first_chunk: a first chunk that fails admission has its caches freed (and its
             reuse holds released) instead of staying suspended.
+        chunk_unit_checked_after_prepare: the chunked context path skips a request before preparing it
+            only when the token budget is spent, and checks the chunk unit after ``prepare_context``
+            (the older order: a first chunk met with less than a chunk unit of budget has its target
+            cache created, resumed and its reuse claimed first); newer builds check both first.
         deadlock_stall_passes: passes with no progress before the scheduler raises its deadlock
             error (1: the older check, which raises on the first pass that schedules nothing while
             generation requests wait and none was evicted, with the older message).
@@ -92,6 +96,7 @@ class EngineBuild:
     recompute_pause: bool
     prefix_aware_skip: bool
     free_failed_first_chunk: bool
+    chunk_unit_checked_after_prepare: bool
     deadlock_stall_passes: int
 
     @property
@@ -109,7 +114,8 @@ RC25 = EngineBuild(
     kv_manager_module=_OLD_MODULE, scheduler_admits_mirror=False, draft_pool_diagnostic=False,
     draft_len_on_every_chunk=True, joint_reuse=False, missing_gen_mirror=MissingGenMirror.RAISE_MISSING,
     context_mirror_unchecked=True, has_cache_tier_below_gpu=False, recompute_pause=False,
-    prefix_aware_skip=False, free_failed_first_chunk=False, deadlock_stall_passes=1,
+    prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=True,
+    deadlock_stall_passes=1,
 )
 RC27 = EngineBuild(
     version="1.3.0rc27", build="v1.3.0rc27 (commit not given; read as 0004396)",
@@ -118,7 +124,8 @@ RC27 = EngineBuild(
     kv_manager_module=_NEW_MODULE, scheduler_admits_mirror=False, draft_pool_diagnostic=False,
     draft_len_on_every_chunk=False, joint_reuse=True, missing_gen_mirror=MissingGenMirror.CREATE_OR_RAISE,
     context_mirror_unchecked=False, has_cache_tier_below_gpu=False, recompute_pause=True,
-    prefix_aware_skip=True, free_failed_first_chunk=True, deadlock_stall_passes=1000,
+    prefix_aware_skip=True, free_failed_first_chunk=True, chunk_unit_checked_after_prepare=False,
+    deadlock_stall_passes=1000,
 )
 MAIN_00746EF = EngineBuild(
     version="main-00746ef", build="00746ef9992943a9bb604dbf1ecf00c64af58c32",
@@ -127,7 +134,8 @@ MAIN_00746EF = EngineBuild(
     kv_manager_module=_NEW_MODULE, scheduler_admits_mirror=True, draft_pool_diagnostic=True,
     draft_len_on_every_chunk=False, joint_reuse=True, missing_gen_mirror=MissingGenMirror.CREATE_OR_RAISE,
     context_mirror_unchecked=False, has_cache_tier_below_gpu=True, recompute_pause=True,
-    prefix_aware_skip=True, free_failed_first_chunk=True, deadlock_stall_passes=1000,
+    prefix_aware_skip=True, free_failed_first_chunk=True, chunk_unit_checked_after_prepare=False,
+    deadlock_stall_passes=1000,
 )
 
 ENGINE_BUILDS: dict[str, EngineBuild] = {b.version: b for b in (RC25, RC27, MAIN_00746EF)}

@@ -140,14 +140,15 @@ SCENARIOS: dict[str, Scenario] = {
         GLM5_DSA, _claude_workload,
         "the incident: target reuse keeps the target pool small while every unpaired draft mirror "
         "holds its whole context; the draft pool runs out and the engine dies on a draft resize or "
-        "resume. It stays healthy with enable_block_reuse=false, or with draft_mode=paired on a build "
-        "with joint reuse (--set engine_version=main-00746ef)."),
+        "resume. On its default build (1.3.0rc25) reuse off survives only at the deployment guide's "
+        "max_batch_size=8; on main-00746ef reuse off or draft_mode=paired survive."),
     "shared-prefix": Scenario(
         "shared-prefix", "glm5-dsa engine; 100k+ token prompts sharing one long prefix at 16+ concurrency",
         dataclasses.replace(GLM5_DSA, requests_in_flight=24, max_requests=96),
         _synthetic("create_shared_prefix_workload"),
         "the minimal reproduction without agentic traffic: the draft pool fills within seconds of "
-        "simulated time and the engine dies; reuse off (or paired, on a build with joint reuse) survives."),
+        "simulated time and the engine dies; on main-00746ef reuse off or paired survive (on 1.3.0rc25 "
+        "reuse off dies too, at a mirror's resume)."),
     "qwen-hybrid-mtp": Scenario(
         "qwen-hybrid-mtp", "hybrid GDN/attention 27B tp2 MTP3; 12 clients warm a long prefix then ~81k follow-ups",
         QWEN_HYBRID_MTP, _synthetic("create_qwen_followup_workload"),

@@ -52,9 +52,6 @@ class TestTokenParity:
         assert engine.target.probe_first_new_block_key(base) == (None, base.block_keys[3])
         assert engine.target.probe_first_new_block_key(lora) == (3, base.block_keys[0])
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "model disagrees with upstream (fix pending): the per-request probe memo is keyed on the tree "
-        "version and length, not on the prompt, so a changed prompt of the same length is not seen"))
     def test_request_changes_are_visible_to_next_probe(self, version):
         """TestTokenParity::test_request_changes_are_visible_to_next_probe @ 04fbd27: a request whose
         first block changes is probed afresh (the first block is now the changed one)."""

@@ -38,9 +38,6 @@ class TestConstruction:
         engine = build(version=version)
         assert (engine.scheduler.max_num_tokens, engine.scheduler.max_num_requests) == (1024, 100)
 
-    @pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-        "model disagrees with upstream (fix pending): the model raises TypeError, the real "
-        "constructor asserts isinstance (AssertionError)"))
     def test_reject_non_v2_manager(self, version):
         """TestConstruction::test_reject_non_v2_manager @ 00746ef: anything but a V2 manager is
         refused at construction with an AssertionError naming KVCacheManagerV2."""
@@ -410,9 +407,6 @@ class TestPrepareBeforeBudget:
         assert ids(out.context_requests) == [0]
         assert req.context_current_position == 500
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "model disagrees with upstream (fix pending): with prefix-aware scheduling off the real "
-        "scheduler charges the pre-reuse prompt length; the model charges the post-reuse one"))
     @pytest.mark.builds_with("prefix_aware_skip")
     def test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens(self, version):
         """TestPrepareBeforeBudget::test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens @
@@ -544,8 +538,6 @@ class TestChunkedAdmissionBeforeFirstChunksWereFreed:
     path skips before ``prepare_context`` only when no budget is left, checks the chunk unit after
     it, visits every pending request, and never frees a first chunk that was not scheduled."""
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "model disagrees with the rc25 scheduler (fix pending): it stops phase 2 before preparing"))
     def test_min_budget_check(self, version):
         """TestChunkedContext::test_min_budget_check @ 00746ef, on rc25: budget 50 < unit 64
         schedules nothing, but both pending first chunks have had their target caches created and

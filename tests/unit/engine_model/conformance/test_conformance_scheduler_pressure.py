@@ -486,9 +486,6 @@ class TestKVCacheFailuresCtxChunked:
         out = engine.schedule([ctx(engine, 0, 500)])
         assert out.context_requests == []
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "model disagrees with upstream (fix pending): rewind_context_after_cache_drop leaves "
-        "py_ctx_pre_resize_cap set"))
     @pytest.mark.builds_with("free_failed_first_chunk")
     @pytest.mark.parametrize("chunk", [None, 64], ids=["full", "chunked"])
     def test_context_resize_failure_releases_caches_and_rewinds(self, version, chunk):
