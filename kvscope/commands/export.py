@@ -18,9 +18,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from kvscope.events import WallClockAnchor
 from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
-from kvscope.otel.analyzer_bridge import AnalyzerBridge
+from kvscope.otel.analyzer_bridge import AnalysisTimeline, PoolTimeline, TimelineBridge
 from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
@@ -70,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-analyze",
         action="store_true",
-        help="do not run the analyzer's streaming detector (no finding logs, no debt gauges)",
+        help="do not run the analyzer (no finding logs, no debt / time-to-exhaustion / alarm-level gauges)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
@@ -90,8 +92,9 @@ def export_files(
     """Replay each file into OTLP; returns the summary (see :meth:`OtelSink.summary`) summed over files.
 
     ``on_progress(num_events_so_far)`` is called after each batch (tests use it to break the
-    collector mid-replay). With ``analyze`` the analyzer's streaming detector runs along: its
-    findings become log records and its draft debt / time to exhaustion become gauges.
+    collector mid-replay). With ``analyze`` the batch analyzer (the one ``kvscope analyze`` runs)
+    reads the file first: its findings become log records and its draft debt, time to exhaustion
+    and alarm level become gauges along the event timeline (one value per metric snapshot).
     """
     total: dict[str, Any] = {}
     files = []
@@ -102,7 +105,6 @@ def export_files(
         anchor = WallClockAnchor.from_dict(header["anchor"])
         meta = header.get("meta") or {}
         rows = frame_to_rows(df)
-        del df
         pipeline = OtlpPipeline(
             config,
             resource=kvscope_resource(meta, service_name=service_name),
@@ -117,7 +119,8 @@ def export_files(
             metric_interval_s=metric_interval_s,
             shutdown_timeout_s=shutdown_timeout_s,
         )
-        bridge = _attach_analyzer(sink) if analyze else None
+        bridge = _attach_analysis(sink, df) if analyze else None
+        del df
         for i in range(0, len(rows), BATCH_ROWS):
             sink.export(EventBatch.from_rows(rows[i : i + BATCH_ROWS], anchor))
             done += len(rows[i : i + BATCH_ROWS])
@@ -145,12 +148,47 @@ def export_files(
     return total
 
 
-def _attach_analyzer(sink: OtelSink) -> AnalyzerBridge | None:
+def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:
+    """The batch analyzer (the one ``kvscope analyze`` runs) over the whole file, its findings and
+    gauges laid out on the event clock for the sink."""
     try:
-        from kvscope.analysis.streaming import StreamingAnalyzer
+        from kvscope.analysis import analyze as run_analyzer
     except ImportError:  # analyzer not available in this build: export without findings
         return None
-    return AnalyzerBridge(sink, StreamingAnalyzer())
+    return TimelineBridge(sink, timeline_of(run_analyzer(frame)))
+
+
+_ALARM_KINDS_EXPORTED = ("admission_gap", "time_to_exhaustion", "never_fitting", "stalled_reservation")
+
+
+def timeline_of(analysis: Any, pools: Sequence[str] = ("target", "draft")) -> AnalysisTimeline:
+    """An :class:`~kvscope.analysis.Analysis` as an export timeline: the debt at every consistent
+    point, the time to exhaustion per iteration end, and each warning/critical finding about a pool
+    as an alarm interval (a time-to-exhaustion episode is a warning until ``critical_at_s``)."""
+    series = analysis.debt.series
+    ex = analysis.exhaustion
+    out = {}
+    for pool in pools:
+        d = series[series["pool"] == pool]
+        e = ex[ex["pool"] == pool] if not ex.empty else ex
+        if d.empty:
+            continue
+        alarms = []
+        for f in analysis.findings:
+            if pool not in f.pools or f.kind.value not in _ALARM_KINDS_EXPORTED or f.severity.value == "info":
+                continue
+            a, b = int(f.t_start_s * 1e9), int(f.t_end_s * 1e9)
+            crit_at = f.evidence.get("critical_at_s")
+            if f.severity.value == "critical" and crit_at is not None and crit_at > f.t_start_s:
+                alarms += [(a, int(crit_at * 1e9), 1), (int(crit_at * 1e9), b, 2)]
+            else:
+                alarms.append((a, b, 2 if f.severity.value == "critical" else 1))
+        out[pool] = PoolTimeline(
+            debt_ts_ns=d["ts_ns"].to_numpy(np.int64), debt_blocks=d["debt_blocks"].to_numpy(float),
+            eta_ts_ns=e["ts_ns"].to_numpy(np.int64) if len(e) else np.zeros(0, np.int64),
+            eta_s=e["eta_s"].to_numpy(float) if len(e) else np.zeros(0),
+            alarms=tuple(alarms))
+    return AnalysisTimeline(findings=tuple(analysis.findings), pools=out)
 
 
 def _add(acc: dict[str, Any], s: dict[str, Any]) -> None:

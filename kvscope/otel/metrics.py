@@ -347,6 +347,10 @@ class AnalyzerGauges:
         """``None`` = no exhaustion in sight: the series is removed (absent, not +Inf)."""
         self._state.set_gauge(n.TIME_TO_EXHAUSTION, ((n.POOL, _pool(pool)),), seconds)
 
+    def set_alarm_level(self, pool: PoolRole | str, level: int) -> None:
+        """Most severe finding about ``pool`` in force: 2 critical, 1 warning, 0 none."""
+        self._state.set_gauge(n.ALARM_LEVEL, ((n.POOL, _pool(pool)),), float(level))
+
 
 def _pool(pool: PoolRole | str) -> str:
     return PoolRole(pool).value

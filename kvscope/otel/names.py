@@ -249,14 +249,24 @@ DRAFT_DEBT = MetricName(
     "kvscope.analysis.draft_debt",
     "{block}",
     G,
-    "Analyzer: blocks owed to admitted requests beyond what the pool can give (< 0: headroom).",
+    "Analyzer: blocks owed to admitted requests beyond what the pool can give (< 0: headroom); "
+    "the highest at a consistent point since the previous sample.",
     _P,
 )
 TIME_TO_EXHAUSTION = MetricName(
     "kvscope.analysis.time_to_exhaustion",
     "s",
     G,
-    "Analyzer: estimated time until the pool runs out.",
+    "Analyzer: estimated time until the pool runs out, while a finding says it is at risk "
+    "(absent otherwise).",
+    _P,
+)
+ALARM_LEVEL = MetricName(
+    "kvscope.analysis.alarm_level",
+    "{level}",
+    G,
+    "Analyzer: most severe finding about the pool in force (2 critical, 1 warning, 0 none): "
+    "the findings of kvscope analyze.",
     _P,
 )
 EXPORT_DROPPED = MetricName(
@@ -295,6 +305,7 @@ METRICS: tuple[MetricName, ...] = (
     DEFERRAL_DURATION,
     DRAFT_DEBT,
     TIME_TO_EXHAUSTION,
+    ALARM_LEVEL,
     EXPORT_DROPPED,
 )
 """Every metric kvscope exports (the README table is generated from this)."""

@@ -140,6 +140,9 @@ class OtelSink:
         self.queues = list(queues) + ([self._metric_queue] if self._metric_queue else [])
         self.shutdown_timeout_s = shutdown_timeout_s
         self.on_batch = on_batch
+        self.before_snapshot: Callable[[int, int], None] | None = None
+        """Called with (snapshot time in epoch ns, the file's epoch offset) before each pushed
+        metric snapshot: sets gauges whose values follow the event timeline (analyzer gauges)."""
         self.on_close: Callable[[], None] | None = None
         """Called once at shutdown, before open spans end (the analyzer bridge's closing findings)."""
         self._lock = threading.RLock()  # one translator at a time; re-entered by on_batch findings
@@ -272,6 +275,11 @@ class OtelSink:
         if (t, self.num_events) == self._last_push:
             return  # nothing new since the last snapshot (flush then shutdown)
         self._last_push = (t, self.num_events)
+        if self.before_snapshot is not None:
+            try:
+                self.before_snapshot(t, self._offset_ns or 0)
+            except Exception:
+                log.exception("kvscope before_snapshot hook failed")
         self._metric_queue.offer(self.state.to_metrics_data(self.resource, self._scope, t))
 
     def _push_metrics(self, batch: list[MetricsData]) -> bool:

@@ -30,7 +30,7 @@ def test_rules_file_is_valid_when_checked_by_promtool(promtool):
         [promtool, "check", "rules", "kvscope-rules.yml"], cwd=RULES, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 10 rules found" in out.stdout
 
 
 def test_alerts_fire_as_specified_when_promtool_runs_the_rule_tests(promtool):
@@ -52,6 +52,8 @@ def test_rules_use_only_exported_metric_names_when_read():
     alerts = set(re.findall(r"alert: (\w+)", text))
     assert alerts == {
         "KVScopeDraftDebt",
+        "KVScopePoolAtRisk",
+        "KVScopePoolCritical",
         "KVScopeTimeToExhaustion",
         "KVScopeDeferralsRising",
         "KVScopeEngineFailure",
