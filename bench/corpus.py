@@ -78,7 +78,8 @@ FULL: list[Run] = [
 
 SHORT: list[Run] = [
     Run("glm5-dsa[64 req]", "glm5-dsa", ("max_requests=64",), tuned=True),
-    Run("glm5-dsa[reuse-off,400 req]", "glm5-dsa", ("max_requests=400", "enable_block_reuse=false"), tuned=True),
+    Run("glm5-dsa[reuse-off,400 req,main]", "glm5-dsa",
+        ("max_requests=400", "enable_block_reuse=false", "engine_version=main-00746ef"), tuned=True),
     Run("glm5-dsa[paired,400 req,seed=1]", "glm5-dsa", ("max_requests=400", *PAIRED, "seed=1")),
     Run("shared-prefix[seed=1]", "shared-prefix", ("seed=1",)),
     Run("shared-prefix[reuse-off,seed=2]", "shared-prefix", ("seed=2", "enable_block_reuse=false")),

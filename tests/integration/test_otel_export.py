@@ -60,8 +60,8 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
         [str(tmp_path / "incident.parquet")], OtlpConfig(endpoint, protocol), service_name=service
     )
     assert (s["events"], s["dropped_total"]) == (110, 0)
-    # 3 failure records + 2 analyzer findings (engine_fatal, and the reuse-loss summary at the end)
-    assert (s["spans"]["exported"], s["logs"]["exported"], s["findings"]) == (8, 5, 2)
+    # 3 failure records + 3 analyzer findings (the at-risk warning, engine_fatal, the reuse-loss summary)
+    assert (s["spans"]["exported"], s["logs"]["exported"], s["findings"]) == (8, 6, 3)
 
     # Traces, read back from Phoenix.
     spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) == 8 and sp)
@@ -117,8 +117,8 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
     assert series[0]["values"] == [384, 512]
 
     # Logs, read back from rotel's debug log.
-    recs = poll(lambda: len(r := log_records(otel_stack.rotel_log_text(), service)) == 5 and r)
-    assert recs, "rotel never logged the 5 records"
+    recs = poll(lambda: len(r := log_records(otel_stack.rotel_log_text(), service)) == 6 and r)
+    assert recs, "rotel never logged the 6 records"
     fatal = next(r for r in recs if "EventName: kvscope.engine.failed" in r)
     assert "SeverityText: FATAL" in fatal
     assert f"Body: Str({MSG})" in fatal
