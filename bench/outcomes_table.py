@@ -18,15 +18,18 @@ import sys
 # (glm5 family: 1.3.0rc25; qwen-hybrid-mtp: 1.3.0rc27); main-00746ef is the newest build read.
 MAIN = "engine_version=main"
 RUNS: list[tuple[str, list[str], str]] = [
-    ("glm5-dsa", [], "mirror born in prepare_resources, first resume refused above max_util_for_resume"),
-    ("glm5-dsa", ["enable_block_reuse=false"], "target reserves what the mirror asks; its shortage is back-pressure"),
-    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "deployment guide's batch: 8 prompts fit both pools"),
+    ("glm5-dsa", [], "target cache prepared in an earlier pass; the mirror, born in prepare_resources, "
+                      "is refused at its first resume (draft above max_util_for_resume)"),
+    ("glm5-dsa", ["enable_block_reuse=false"], "same rc25 admission order: a mirror meets the resume gate alone"),
+    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "same path, later: batch 8 delays it, does not stop it"),
     ("glm5-dsa", [MAIN], "admit_mirror resumes at scheduling; the unsized mirror fails its context resize"),
     ("glm5-dsa", [MAIN, "draft_mode=paired"], "joint reuse: both pools sized and reverted together at admission"),
-    ("glm5-dsa", [MAIN, "enable_block_reuse=false"], "as rc25 with reuse off"),
+    ("glm5-dsa", [MAIN, "enable_block_reuse=false"], "admit_mirror defers a refused mirror; the target reserves what "
+                                                  "the mirror asks, so its shortage is back-pressure"),
     ("shared-prefix", [], "mirror (no reuse) asks a full private copy of each shared prompt: context resize"),
-    ("shared-prefix", ["enable_block_reuse=false"], "target reserves what the mirror asks"),
+    ("shared-prefix", ["enable_block_reuse=false"], "same rc25 admission order: a mirror's first resume refused"),
     ("shared-prefix", [MAIN], "same resize, with the [draft pool: ...] diagnostic"),
+    ("shared-prefix", [MAIN, "enable_block_reuse=false"], "admit_mirror defers; the target reserves what the mirror asks"),
     ("shared-prefix", [MAIN, "draft_mode=paired"], "joint reuse: the draft shares prefixes too"),
     ("qwen-hybrid-mtp", [], "prompt-cursor mirror fills the smaller draft pool; a new mirror's first resume refused"),
     ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"], "chunk-sized mirrors still outgrow the smaller draft pool"),
@@ -69,13 +72,21 @@ def row(scenario: str, overrides: list[str], mechanism: str, d: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jsonl", help="also write every summary as one JSON line here")
+    parser.add_argument("--from-jsonl", help="render the table from a --jsonl file instead of replaying "
+                                             "(rows it lacks are replayed)")
     args = parser.parse_args()
+    recorded: dict[tuple[str, tuple[str, ...]], dict] = {}
+    if args.from_jsonl:
+        with open(args.from_jsonl) as f:
+            for line in f:
+                d = json.loads(line)
+                recorded[(d.pop("scenario"), tuple(d.pop("set")))] = d
     sink = open(args.jsonl, "w") if args.jsonl else None  # noqa: SIM115 - closed below
     print(HEADER)
     print("|" + "---|" * HEADER.count(" | ") + "---|")
     try:
         for scenario, overrides, mechanism in RUNS:
-            data = replay_json(scenario, overrides)
+            data = recorded.get((scenario, tuple(overrides))) or replay_json(scenario, overrides)
             if sink is not None:
                 sink.write(json.dumps({"scenario": scenario, "set": overrides, **data}) + "\n")
             print(row(scenario, overrides, mechanism, data), flush=True)

@@ -14,10 +14,10 @@ qwen-hybrid-mtp: 1.3.0rc27; ``versions.py``); the newest build read (main-00746e
   cache context resize failed for request N: could not resize to X tokens", no ``[draft pool: ...]``
   suffix on rc25). main-00746ef admits the mirror at scheduling and dies at the context resize,
   with the suffix.
-- Block reuse OFF (equal-token pools): on 1.3.0rc25 glm5-dsa finishes at the deployment guide's
-  batch 8 but dies at a mirror's resume at batch 64 (the same rc25 admission order), and so does
-  shared-prefix; the GLM report saw no failure at batch 64 (OUTCOMES.md says what the model cannot
-  explain). On main-00746ef both finish. Paired mode exists from 1.3.0rc27 and finishes;
+- Block reuse OFF (equal-token pools): on 1.3.0rc25 glm5-dsa's first 64 requests finish at the
+  deployment guide's batch 8 (the full replay dies later, request 149) but die at a mirror's resume
+  at batch 64 (the same rc25 admission order), and so does shared-prefix; the GLM report saw no
+  failure (SOURCES.md says what the model cannot explain). On main-00746ef both finish. Paired mode exists from 1.3.0rc27 and finishes;
   ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
 - qwen-hybrid-mtp (1.3.0rc27) is fatal with either cursor sizing; with reuse off on main its smaller
   draft pool fails the generation resize.
