@@ -25,6 +25,7 @@ in the next; paced: +1.1 and +11 us/event).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import socket
 import subprocess
@@ -100,13 +101,37 @@ class PacedClock(FakeClock):
             time.sleep(self.pause_s)
 
 
-def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float, float, int]:
-    """Returns (engine wall ns/event excluding the nominal pauses, engine CPU ns/event, events)."""
+def start_follower(endpoint: str, grpc_port: int) -> subprocess.Popen:
+    """``kvscope export --follow`` in its own process (the out-of-process export path)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kvscope", "export", "--follow", endpoint, "--otlp-endpoint",
+         f"http://127.0.0.1:{grpc_port}", "--protocol", "grpc", "--metric-interval", "60", "--idle-exit", "1",
+         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple[float, float, int]:
+    """Returns (engine wall ns/event excluding the nominal pauses, engine CPU ns/event, events).
+
+    ``export_on``: False (no sink), True (OtelSink in the engine's process), "follow" (the engine
+    process only publishes on ZeroMQ; ``kvscope export --follow`` translates in another process).
+    """
     clock = PacedClock(pause_s)
     rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 16)
     pipeline = None
     sinks = []
-    if export_on:
+    follower = None
+    if export_on == "follow":
+        from kvscope.engines.live import ZmqPublisherSink
+
+        pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
+        sinks = [pub]
+        follower = start_follower(pub.endpoint, grpc_port)
+        for _ in range(400):  # until the follower's subscription arrives
+            pub._drain_subscriptions()
+            if pub.num_subscribers:
+                break
+            time.sleep(0.025)
+    elif export_on:
         pipeline = OtlpPipeline(OtlpConfig(f"http://127.0.0.1:{grpc_port}", "grpc"),
                                 resource=kvscope_resource(file_meta(ENGINE_SHAPE)))  # fmt: skip
         # Live cadence: a metric snapshot per minute of (simulated) engine time.
@@ -129,8 +154,39 @@ def bench_engine(export_on: bool, pause_s: float, grpc_port: int) -> tuple[float
         dropped = sinks[0].summary()["dropped_total"]
         if dropped:
             print(f"    (export on: {dropped} items dropped)")
+    if follower is not None:
+        out, err = follower.communicate(timeout=120)
+        s = json.loads(out) if out.strip() else {}
+        if s.get("events") != pump.num_exported or s.get("dropped_total"):
+            print(f"    (follow: received {s.get('events')} of {pump.num_exported}, dropped {s.get('dropped_total')}"
+                  f", publisher dropped {sinks[0].num_dropped_events}) {err.strip()[-200:]}")
     events = pump.num_exported
     return (wall - steps[0] * pause_s * 1e9) / events, cpu / events, events
+
+
+def bench_follow_e2e(grpc_port: int, shape: IncidentShape) -> tuple[float, dict]:
+    """End to end out of process: the engine side records and publishes as fast as it can; the
+    follower receives, translates (spans, metrics, logs, streaming analyzer) and exports over OTLP
+    gRPC. Events/s from the first event to the follower's last one (its 1 s idle exit excluded)."""
+    from kvscope.engines.live import ZmqPublisherSink
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
+    follower = start_follower(pub.endpoint, grpc_port)
+    for _ in range(400):
+        pub._drain_subscriptions()
+        if pub.num_subscribers:
+            break
+        time.sleep(0.025)
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 22)
+    pump = BatchPump(rec, [pub], interval_s=0.05)
+    t = time.perf_counter()
+    record_incident(rec, clock, shape)
+    pump.shutdown()
+    out, _err = follower.communicate(timeout=300)
+    elapsed = time.perf_counter() - t - 1.0
+    s = json.loads(out) if out.strip() else {}
+    return s.get("events", 0) / elapsed, s
 
 
 def main() -> int:
@@ -154,22 +210,27 @@ def main() -> int:
                     f"  {proto:<14} {best:10,.0f} events/s   spans {summary['spans']['exported']:,} "
                     f"metric points {summary['metric_points']['exported']:,} dropped {summary['dropped_total']}"
                 )
+            rate, s = max((bench_follow_e2e(g, SHAPE) for _ in range(ROUNDS)), key=lambda x: x[0])
+            print(f"  follow (out of process, grpc) {rate:10,.0f} events/s   received {s.get('events', 0):,} "
+                  f"spans {s.get('spans', {}).get('exported', 0):,} dropped {s.get('dropped_total')}")
             print(
                 f"engine-thread cost (best of {ROUNDS}; ns/event; wall excludes the nominal pauses):"
             )
+            modes = (False, True, "follow")
             for label, pause in (("busy", 0.0), ("paced", 0.0005)):
-                wall = {False: float("inf"), True: float("inf")}
-                cpu = {False: float("inf"), True: float("inf")}
+                wall = {m: float("inf") for m in modes}
+                cpu = {m: float("inf") for m in modes}
                 for _ in range(ROUNDS):
-                    for on in (False, True):  # interleaved so drift hits both alike
-                        w, c, events = bench_engine(on, pause, g)
-                        wall[on], cpu[on] = min(wall[on], w), min(cpu[on], c)
-                print(
-                    f"  {label:<6} wall off {wall[False]:7.0f}  on {wall[True]:7.0f}  "
-                    f"(export adds {wall[True] - wall[False]:+.0f}, {wall[True] / wall[False]:.2f}x)   "
-                    f"engine CPU off {cpu[False]:6.0f}  on {cpu[True]:6.0f}  "
-                    f"({cpu[True] - cpu[False]:+.0f})  [{events:,} events]"
-                )
+                    for m in modes:  # interleaved so drift hits all alike
+                        w, c, events = bench_engine(m, pause, g)
+                        wall[m], cpu[m] = min(wall[m], w), min(cpu[m], c)
+                for m, name in ((True, "in-process"), ("follow", "follow")):
+                    print(
+                        f"  {label:<6} {name:<10} wall off {wall[False]:7.0f}  on {wall[m]:7.0f}  "
+                        f"(export adds {wall[m] - wall[False]:+.0f}, {wall[m] / wall[False]:.2f}x)   "
+                        f"engine CPU off {cpu[False]:6.0f}  on {cpu[m]:6.0f}  "
+                        f"({cpu[m] - cpu[False]:+.0f})  [{events:,} events]"
+                    )
         finally:
             proc.terminate()
             proc.wait(10)

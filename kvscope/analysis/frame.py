@@ -8,6 +8,9 @@ Input is an event frame as :func:`kvscope.recording.read_frame` returns it (FIEL
 ``kind``/``pool`` categoricals in :data:`kvscope.events.EVENT_KINDS` order). Every builder is a pure,
 vectorized function of that frame: no Python loop runs per event. Times are seconds in the event
 file's clock (``t_s = ts_ns / 1e9``; the simulated clock in engine-model replays).
+
+Size: the builders share the categorical codes, the request index and the pick/take helpers; each
+is a short vectorized function and the module is their one home.
 """
 
 from __future__ import annotations

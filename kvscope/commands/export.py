@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,12 @@ import numpy as np
 
 from kvscope.events import WallClockAnchor
 from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
-from kvscope.otel.analyzer_bridge import AnalysisTimeline, PoolTimeline, TimelineBridge
+from kvscope.otel.analyzer_bridge import (
+    AnalysisTimeline,
+    AnalyzerBridge,
+    PoolTimeline,
+    TimelineBridge,
+)
 from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
@@ -41,9 +47,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "events",
-        nargs="+",
+        nargs="*",
         metavar="EVENTS",
-        help="event file(s): .parquet or .jsonl, one per rank",
+        help="event file(s): .parquet or .jsonl, one per rank (or --follow a live stream)",
+    )
+    p.add_argument(
+        "--follow",
+        metavar="ZMQ_ENDPOINT",
+        help="export a running engine's live ZeroMQ stream (kvscope-instrument --sinks zmq, e.g. "
+             "tcp://127.0.0.1:5557) from this process instead of files: the engine process pays only "
+             "its recorder and publisher; the analyzer's streaming detector runs here",
+    )
+    p.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="S",
+        help="with --follow: stop after S seconds without events once some arrived (default: run until interrupted)",
     )
     p.add_argument(
         "--otlp-endpoint",
@@ -148,6 +167,61 @@ def export_files(
     return total
 
 
+def follow(
+    endpoint: str,
+    config: OtlpConfig,
+    *,
+    service_name: str | None = None,
+    metric_interval_s: float = 1.0,
+    idle_exit_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
+    analyze: bool = True,
+    max_queue_size: int = 2048,
+) -> dict[str, Any]:
+    """Subscribe to a live event stream and export it as it comes (out of the engine's process).
+
+    Spans, metric snapshots (event-time stamped, every ``metric_interval_s`` of event time) and
+    logs as for files; the analyzer's streaming detector (the same rules as the batch analyzer)
+    raises finding logs and sets the debt / time-to-exhaustion gauges. Runs until ``stop()`` is
+    true, or ``idle_exit_s`` seconds pass without events after the first ones.
+    """
+    from kvscope.engines.live import LiveSubscriber  # composition root: the live stream's reader
+
+    sub = LiveSubscriber(endpoint)
+    pipeline = OtlpPipeline(config, resource=kvscope_resource({}, service_name=service_name),
+                            max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
+                            max_block_s=0.0)
+    sink = OtelSink(**pipeline.sink_options(), threaded=False, metric_interval_s=metric_interval_s)
+    bridge = None
+    if analyze:
+        from kvscope.analysis.streaming import StreamingAnalyzer
+
+        bridge = AnalyzerBridge(sink, StreamingAnalyzer())
+    last = None
+    try:
+        while not (stop is not None and stop()):
+            events = sub.poll(timeout_ms=200)
+            now = time.monotonic()
+            if events:
+                last = now
+                sink.export(EventBatch.from_rows([e.as_row() for e in events], sub.anchor,
+                                                 dropped_total=sub.publisher_dropped_total))
+            elif idle_exit_s is not None and last is not None and now - last >= idle_exit_s:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink.shutdown()
+        pipeline.shutdown()
+        sub.close()
+    s = sink.summary()
+    s["findings"] = bridge.num_findings if bridge is not None else 0
+    s["files"] = []
+    s["endpoint"], s["protocol"], s["followed"] = config.endpoint, config.protocol, endpoint
+    s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
+    return s
+
+
 def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:
     """The batch analyzer (the one ``kvscope analyze`` runs) over the whole file, its findings and
     gauges laid out on the event clock for the sink."""
@@ -207,18 +281,27 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.metric_interval <= 0:
         raise ValueError(f"--metric-interval must be > 0, got {args.metric_interval}")
-    s = export_files(
-        args.events,
-        config,
-        service_name=args.service_name,
-        metric_interval_s=args.metric_interval,
-        analyze=not args.no_analyze,
-    )
+    if args.follow:
+        if args.events:
+            raise ValueError("give event files or --follow, not both")
+        s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
+                   idle_exit_s=args.idle_exit, analyze=not args.no_analyze)
+    else:
+        if not args.events:
+            raise ValueError("give event files to export, or --follow a live stream")
+        s = export_files(
+            args.events,
+            config,
+            service_name=args.service_name,
+            metric_interval_s=args.metric_interval,
+            analyze=not args.no_analyze,
+        )
     if args.json:
         print(json.dumps(s))
     else:
         print(
-            f"kvscope export: {s['events']} events from {len(s['files'])} file(s) -> {config.endpoint} "
+            f"kvscope export: {s['events']} events from "
+            f"{args.follow or str(len(s['files'])) + ' file(s)'} -> {config.endpoint} "
             f"({config.protocol}): spans {s['spans']['exported']} exported / {s['spans']['dropped']} dropped, "
             f"metric points {s['metric_points']['exported']} / {s['metric_points']['dropped']}, "
             f"logs {s['logs']['exported']} / {s['logs']['dropped']} ({s['findings']} analyzer findings)"

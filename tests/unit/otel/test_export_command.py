@@ -64,3 +64,34 @@ def test_errors_with_one_line_when_file_missing(tmp_path, capsys):
     _out, err = capsys.readouterr()
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "nope.parquet" in err
+
+
+def test_follow_exports_a_live_stream_from_another_process_side_with_the_analyzer(tmp_path):
+    """``export --follow``: the engine side only records and publishes (ZeroMQ); the follower
+    translates, analyzes and exports (here to a closed port: everything it would send is counted)."""
+    import threading
+    import time
+
+    from kvscope.commands.export import follow
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.otel import OtlpConfig
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*")
+    cfg = OtlpConfig.from_env(endpoint=f"http://127.0.0.1:{_closed_port()}", protocol="http/protobuf", timeout_s=0.2)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(follow(pub.endpoint, cfg, idle_exit_s=1.0)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while pub.num_subscribers == 0 and time.monotonic() < deadline:  # the subscription arrives
+        pub._drain_subscriptions()
+        time.sleep(0.05)
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    pump = BatchPump(rec, [pub], start=False)
+    record_incident(rec, clock)
+    pump.shutdown()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert out["events"] == pub.num_sent_events == 110
+    assert out["findings"] == 3  # the streaming detector's at-risk warning, engine_fatal, reuse loss
+    assert out["spans"]["dropped"] == 8 and out["followed"] == pub.endpoint
