@@ -48,8 +48,10 @@ test: setup-test lint
 bench: $(VENV)/.test-installed
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python "$$b" || exit 1; done
 
+# soak: the property/fuzz/fault suites with the long hypothesis profile, then every soak-marked test.
 soak: $(VENV)/.test-installed
-	KVSCOPE_SOAK=1 $(BIN)/pytest -q -p no:cacheprovider -m soak tests
+	KVSCOPE_SOAK=1 KVSCOPE_HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider tests/reliability
+	KVSCOPE_SOAK=1 $(BIN)/pytest -q -p no:cacheprovider -m soak tests --ignore=tests/reliability
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info
