@@ -149,12 +149,34 @@ def run(args: argparse.Namespace) -> int:
         remedy.apply_rejections(summary, stats)
     data = summary.to_dict()
     data.update(remedy.summary_keys(stats, summary, sizing=plan, mode=mode, policy=policy))
+    status = 0
+    recording = _recording_facts(instrument, args.events)
+    if recording is not None:
+        data["events"] = recording
+        if recording["dropped"] or recording["sink_errors"]:
+            status = 1
+            print(f"kvscope replay: warning: event file {args.events}: {recording['dropped']} event(s) dropped, "
+                  f"{recording['sink_errors']} sink error(s) ({recording['why']}); what was written before "
+                  "stays readable", file=sys.stderr)
     if args.json:
         # Strict JSON: a NaN would be refused by strict parsers, so it is an error here, not output.
         sys.stdout.write(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
     else:
         _print_summary(data)
-    return 0
+    return status
+
+
+def _recording_facts(instrument: Any, path: str | None) -> dict[str, Any] | None:
+    """``--json`` key ``events``: the event file and what the recording lost (ring or sink)."""
+    session = getattr(instrument, "session", instrument)  # a remediated session wraps the file session
+    pump = getattr(session, "pump", None)
+    if path is None or pump is None:
+        return None
+    sink_drops = dict(getattr(pump, "dropped_by_sink", {}) or {})
+    ring = int(getattr(session, "dropped", 0) or 0)
+    why = ", ".join([f"{name} failed" for name in sink_drops] + (["recorder ring full"] if ring else []))
+    return {"path": path, "recorded": int(pump.num_exported), "dropped": ring + sum(sink_drops.values()),
+            "sink_errors": int(pump.sink_errors), "why": why or None}
 
 
 def _check_events_path(path: str) -> None:
