@@ -179,13 +179,13 @@ def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) ->
     """Every request ended; a drained healthy engine holds no blocks for anyone."""
     ended = (summary.requests_completed + summary.requests_failed + summary.requests_rejected
              + getattr(summary, "requests_errored", 0))
-    if summary.requests_total != num_requests:
-        log.violations.append(f"{summary.requests_total} requests arrived, {num_requests} were sent")
     if summary.engine_fatal:
-        # Every request in the engine when it died got the error: still ended.
+        # Requests due after the engine died never arrive; every one that did got the error.
         if ended != summary.requests_total:
             log.violations.append(f"fatal run: {ended} ended of {summary.requests_total}")
         return
+    if summary.requests_total != num_requests:
+        log.violations.append(f"{summary.requests_total} requests arrived, {num_requests} were sent")
     if ended != num_requests:
         log.violations.append(f"healthy run: {ended} ended of {num_requests} (completed "
                               f"{summary.requests_completed}, failed {summary.requests_failed}, rejected "
