@@ -289,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.events:
             raise ValueError("give event files to export, or --follow a live stream")
+        from kvscope.commands._inputs import check_input_paths
+
+        check_input_paths(args.events)  # missing, directories, one file twice: refused before any export
         s = export_files(
             args.events,
             config,

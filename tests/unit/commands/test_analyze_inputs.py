@@ -159,3 +159,12 @@ def test_html_report_to_a_directory_is_refused_before_reading_when_analyzed(tmp_
     path = record(tmp_path / "ok.parquet", fake_clock)
     line = refused(capsys, path, "--html", tmp_path)
     assert "is a directory" in line
+
+
+def test_export_refuses_one_file_twice_and_directories_before_exporting(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "a.parquet", fake_clock)
+    for argv in ([path, path], [tmp_path]):
+        code = main(["export", *map(str, argv), "--otlp-endpoint", "http://127.0.0.1:9", "--timeout", "0.1"])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "given twice" in err or "is a directory" in err
