@@ -13,9 +13,12 @@ Readings (``NVIDIA/TensorRT-LLM``; details and the inferences in ``SOURCES.md``,
   ``_prepare_draft_resources`` creates the mirror itself (born SUSPENDED), resumes it there (a
   refusal raises "Failed to resume draft KV cache for request N"), charges the draft tokens on every
   context chunk and names a missing generation mirror "Missing draft KV cache for generation request
-  N". The commit of those stored copies is not given by the index: matched by features and by the
-  report's facts (message without suffix, ``draft_mgr=`` log line, a build that crashed with block
-  reuse on, i.e. without joint reuse).
+  N". Its scheduler has no recompute pause, page preemption or prefix-aware skip, raises its deadlock
+  error on the first pass that schedules nothing while generation waits, and checks the chunk unit
+  after ``prepare_context`` (a first chunk it then skips keeps its prepared target cache). The
+  commit of those stored copies is not given by the index: matched by features and by the report's
+  facts (message without suffix, ``draft_mgr=`` log line, a build that crashed with block reuse on,
+  i.e. without joint reuse).
 - ``1.3.0rc27`` (hybrid report; commit not given): no stored copy can be tied to it. Taken as the
   0004396 reading (joint reuse present, manager under ``pyexecutor/kv_cache/``, draft tokens on the
   last chunk only, no scheduler-side mirror admission, no diagnostic suffix), because #18093 merged
