@@ -276,7 +276,8 @@ class Dashboard:
         v = self.view
         findings = v.findings_frame()
         fatal = (v.fatal.t_s, v.fatal.label) if v.fatal is not None else None
-        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal),
+        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal,
+                                                                 switches=list(v.mode_changes)),
                     full_state=full_state)
         sync_figure(self.fig_debt, debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal),
                     full_state=full_state)
@@ -295,7 +296,8 @@ class Dashboard:
             f"<span class='kvscope-count-reservations'>reservations {c['reservations']:,}</span> · "
             f"<span class='kvscope-count-reserved'>reserved blocks: {reserved or 'none'}</span> · "
             f"finished {c['finished']:,} · failed {c['failed']:,} · rejected {c['rejected']:,} · "
-            f"contained {c['contained']:,}")
+            f"contained {c['contained']:,} · "
+            f"<span class='kvscope-count-shadowed'>shadow would act {c['shadowed']:,}</span>")
 
     def _show_status(self, status: FeedStatus) -> None:
         """The status line: state in bold, remediation mode, paused note, one line of detail; the

@@ -30,7 +30,7 @@ import pandas as pd
 
 from kvscope.analysis import StreamingAnalyzer
 from kvscope.analysis.findings import Finding
-from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole, parse_kv
 from kvscope.events.schema import COL_ITERATION
 
 _VALUE = {**{m: m.value for m in EventKind}, **{m.value: m.value for m in EventKind},
@@ -38,6 +38,7 @@ _VALUE = {**{m: m.value for m in EventKind}, **{m.value: m.value for m in EventK
 _K = {k.name: k.value for k in EventKind}
 _END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
 _COUNTED = {_K["ADMISSION_DEFERRED"]: "deferrals", _K["RESERVATION_MADE"]: "reservations",
+            _K["REMEDIATION_SHADOWED"]: "shadowed",
             _K["FAILURE_CONTAINED"]: "contained", **{k: v for k, v in _END.items()}}
 _RESERVATION = {_K["RESERVATION_MADE"], _K["RESERVATION_RELEASED"]}
 POOL_COLUMNS = ("t_s", "iteration", "capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks",
@@ -127,8 +128,11 @@ class LiveView:
         self.running: dict[int, list] = {}
         self.ended: deque[tuple[int, list]] = deque(maxlen=max_ended)
         self.counts: dict[str, int] = dict.fromkeys(
-            ("events", "deferrals", "reservations", "contained", "finished", "failed", "cancelled", "rejected"), 0)
+            ("events", "deferrals", "reservations", "contained", "shadowed", "finished", "failed", "cancelled",
+             "rejected"), 0)
         self.fatal: FatalError | None = None
+        self.mode_changes: deque[tuple[float, str]] = deque(maxlen=100)
+        """Remediation mode changes as ``(t_s, "remediation on")``, the latest 100."""
         self.iteration = -1
         self.t_s = 0.0
         self._pool_rank: dict[str, int] = {}
@@ -175,6 +179,8 @@ class LiveView:
         counted = _COUNTED.get(kind)
         if counted is not None:
             self.counts[counted] += 1
+        if kind == "remediation_mode_changed":
+            self.mode_changes.append((t, f"remediation {parse_kv(str(reason)).get('mode', '?')}"))
         if kind == "engine_failed":
             self.fatal = FatalError(t, rid, str(reason))
         if rid < 0:

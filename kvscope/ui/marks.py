@@ -6,7 +6,7 @@ redraws its marks every refresh, so they are built here as dicts and set in one 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 
 import pandas as pd
 
@@ -59,4 +59,21 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
         if labels:
             notes.append({"xref": xref, "yref": yref, "x": fatal[0], "y": 1, "text": fatal[1], "showarrow": False,
                           "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": FATAL_COLOR}})
+    return shapes, notes
+
+
+SWITCH_COLOR = "#2ca02c"
+
+
+def switch_marks(switches: Sequence[tuple[float, str]] | None, *, xref: str, yref: str, labels: bool = True,
+                 ) -> tuple[list[dict], list[dict]]:
+    """Remediation mode changes (``(t_s, "remediation on")``) as green dashed lines, labelled at the bottom."""
+    shapes: list[dict] = []
+    notes: list[dict] = []
+    for t, text in switches or ():
+        shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": t, "x1": t, "y0": 0, "y1": 1,
+                       "line": {"color": SWITCH_COLOR, "width": 2, "dash": "dash"}})
+        if labels:
+            notes.append({"xref": xref, "yref": yref, "x": t, "y": 0, "text": text, "showarrow": False,
+                          "xanchor": "left", "yanchor": "bottom", "font": {"size": 10, "color": SWITCH_COLOR}})
     return shapes, notes

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from kvscope.events import parse_kv
 from kvscope.ui import style
 from kvscope.ui.figures import thin
-from kvscope.ui.marks import axis_refs, marks
+from kvscope.ui.marks import axis_refs, marks, switch_marks
 
 POOL_ORDER = ("target", "draft", "mamba")
 LAYERS = (
@@ -44,6 +45,7 @@ def pool_panels_figure(
     findings: pd.DataFrame | None = None,
     *,
     fatal: tuple[float, str] | None = None,
+    switches: Sequence[tuple[float, str]] | None = None,
     max_points: int = 4000,
     height_per_pool: int = 230,
 ) -> go.Figure:
@@ -55,6 +57,7 @@ def pool_panels_figure(
         findings: ``Analysis.findings_frame()`` (kind, severity, t_start_s, t_end_s, pools):
             each is drawn as a band in the panels of the pools it concerns.
         fatal: ``(t_s, label)`` of the engine's fatal error, marked in every panel.
+        switches: remediation mode changes ``(t_s, "remediation on")`` (:func:`mode_changes`).
         max_points: most points per layer (every k-th kept, plus the fullest row).
     """
     names = ordered_pools(pools["pool"].astype(str).unique()) if len(pools) else []
@@ -83,8 +86,9 @@ def pool_panels_figure(
             })
         xref, yref = axis_refs(i)
         s, a = marks(findings, fatal, xref=xref, yref=yref, pool=name)
-        shapes += s
-        layout["annotations"] += a
+        s2, a2 = switch_marks(switches, xref=xref, yref=yref, labels=(i == len(names)))
+        shapes += s + s2
+        layout["annotations"] += a + a2
     layout.update(title="KV pools: blocks used / reserved / evictable / free", height=120 + height_per_pool * rows,
                   legend={"orientation": "h", "y": -0.12}, margin={"t": 70, "b": 60, "l": 70, "r": 20},
                   shapes=shapes)
@@ -110,6 +114,13 @@ def with_reservations(pools: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
         own = out.loc[at, "reserved_blocks"].to_numpy(np.int64)
         out.loc[at, "reserved_blocks"] = np.where(own > 0, own, ledger)
     return out
+
+
+def mode_changes(events: pd.DataFrame) -> list[tuple[float, str]]:
+    """``(t_s, "remediation <mode>")`` for every ``remediation_mode_changed`` event of a frame."""
+    rows = events[events["kind"].astype(str) == "remediation_mode_changed"]
+    return [(ts / 1e9, f"remediation {parse_kv(str(reason)).get('mode', '?')}")
+            for ts, reason in zip(rows["ts_ns"].to_numpy(np.int64), rows["reason"])]
 
 
 def fatal_mark(events_or_findings: pd.DataFrame) -> tuple[float, str] | None:

@@ -71,3 +71,20 @@ def test_record_replay_compares_stock_and_remediated_runs(tmp_path):
     assert fixed.pools().query("pool == 'draft'")["reserved_blocks"].max() > 0  # from the ledger rows
     fig = compare_figure([stock, fixed])
     assert {"stock: draft pool", "on: draft pool"} <= {a.text for a in fig.layout.annotations}
+
+
+def test_a_mode_change_is_drawn_where_the_controller_applied_it(tmp_path):
+    from kvscope.ui.pools import mode_changes
+
+    path = tmp_path / "shadow.parquet"
+    r = BackgroundReplay("shared-prefix", {"max_sim_seconds": 12}, remediation="shadow", events_path=path).start()
+    r.wait(120)
+    dash = Dashboard(r, switch=r.switch, refresh_s=0)
+    dash.wait(60)
+    view = dash.view
+    assert [label for _t, label in view.mode_changes] == ["remediation shadow"]
+    assert view.counts["shadowed"] > 0 and view.fatal is not None  # shadow records, changes nothing
+    green = [s for s in dash.fig_pools.layout.shapes if s.line.color == "#2ca02c"]
+    assert len(green) == 2 and green[0].x0 == view.mode_changes[0][0]  # one line per pool panel
+    assert "shadow would act" in dash.counters.value
+    assert mode_changes(read_frame(path)) == list(view.mode_changes)
