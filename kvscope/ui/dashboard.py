@@ -36,6 +36,8 @@ from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView
 
 FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
+FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
+           ("fig_reuse", "prefix reuse"))
 FULL_STATE_EVERY = 10
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
 
@@ -118,14 +120,12 @@ class Dashboard:
         self.pause = _cls(w.ToggleButton(value=False, description="pause view", icon="pause"), "kvscope-pause")
         self.counters = _cls(w.HTML(""), "kvscope-counters")
         self.findings = _cls(w.HTML(findings_html([])), "kvscope-findings")
-        self.fig_pools = _cls(go.FigureWidget(pools_fig.pool_panels_figure(self.view.pools_frame())),
-                              "kvscope-fig-pools")
-        self.fig_debt = _cls(go.FigureWidget(debt_fig.debt_projection_figure(self.view.exhaustion_frame())),
-                             "kvscope-fig-debt")
-        self.fig_requests = _cls(go.FigureWidget(requests_fig.request_events_figure(self.view.timeline_frame())),
-                                 "kvscope-fig-requests")
-        self.fig_reuse = _cls(go.FigureWidget(reuse_fig.reuse_hit_rate_figure(self.view.reuse_frame())),
-                              "kvscope-fig-reuse")
+        # The figures are created one per refresh, not with the page: each FigureWidget's model loads
+        # plotly's whole bundle in the browser, which anywidget allows 2 s; four at once on a busy
+        # machine miss that and stay blank.
+        self.fig_pools = self.fig_debt = self.fig_requests = self.fig_reuse = None
+        self._slots = {name: _cls(w.HTML(f"<i>{label}: loading</i>"), "kvscope-figure-slot")
+                       for name, label in FIGURES}
         self.mode.observe(self._on_mode, names="value")
         self.policy.observe(self._on_policy, names="value")
         self.pause.observe(self._on_pause, names="value")
@@ -147,7 +147,8 @@ class Dashboard:
         self.beacon.observe(self._on_shown, names="shown")
         self.widget = _cls(w.VBox([
             self.title, self.beacon, *picker, w.HBox(controls), self.status, self.counters,
-            self.fig_pools, self.findings, self.fig_debt, self.fig_requests, self.fig_reuse,
+            self._slots["fig_pools"], self.findings, self._slots["fig_debt"], self._slots["fig_requests"],
+            self._slots["fig_reuse"],
         ]), "kvscope-dashboard")
 
     def _fill_knobs(self) -> None:
@@ -276,14 +277,25 @@ class Dashboard:
         v = self.view
         findings = v.findings_frame()
         fatal = (v.fatal.t_s, v.fatal.label) if v.fatal is not None else None
-        sync_figure(self.fig_pools, pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal,
-                                                                 switches=list(v.mode_changes)),
-                    full_state=full_state)
-        sync_figure(self.fig_debt, debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal),
-                    full_state=full_state)
-        sync_figure(self.fig_requests, requests_fig.request_events_figure(
-            v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown), full_state=full_state)
-        sync_figure(self.fig_reuse, reuse_fig.reuse_hit_rate_figure(v.reuse_frame()), full_state=full_state)
+        built = {
+            "fig_pools": lambda: pools_fig.pool_panels_figure(v.pools_frame(), findings, fatal=fatal,
+                                                              switches=list(v.mode_changes)),
+            "fig_debt": lambda: debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal),
+            "fig_requests": lambda: requests_fig.request_events_figure(
+                v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown),
+            "fig_reuse": lambda: reuse_fig.reuse_hit_rate_figure(v.reuse_frame()),
+        }
+        created = False
+        for name, _label in FIGURES:
+            widget = getattr(self, name)
+            if widget is None:
+                if created:
+                    continue  # one new figure per refresh
+                widget = _cls(go.FigureWidget(), f"kvscope-{name.replace('_', '-')}")
+                setattr(self, name, widget)
+                self.widget.children = tuple(widget if c is self._slots[name] else c for c in self.widget.children)
+                created = True
+            sync_figure(widget, built[name](), full_state=full_state)
         if len(findings) != self._findings_shown:
             self.findings.value = findings_html(v.analyzer.findings)
             self._findings_shown = len(findings)

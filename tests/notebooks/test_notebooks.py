@@ -51,5 +51,5 @@ def test_notebook_runs_top_to_bottom_with_widget_views_when_executed_headless(pa
     assert "AnyModel" in models  # plotly's FigureWidget is an anywidget
     if path.stem.startswith("02"):
         classes = {c for m in state.values() for c in m["state"].get("_dom_classes", [])}
-        assert {"kvscope-dashboard", "kvscope-remediation", "kvscope-status", "kvscope-fig-pools",
+        assert {"kvscope-dashboard", "kvscope-remediation", "kvscope-status", "kvscope-figure-slot", "kvscope-beacon",
                 "kvscope-findings", "kvscope-pause", "kvscope-start"} <= classes
