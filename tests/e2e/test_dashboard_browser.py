@@ -1,8 +1,8 @@
 """The live dashboard in a real browser: 02_live_dashboard.ipynb in Voila and in JupyterLab, in
 Debian's Chromium driven by Playwright.
 
-The notebook starts a ``shared-prefix`` replay at pace 0.5 (it would crash after ~9 simulated
-seconds, ~18 s of wall time). The test watches the pool figure render and grow, clicks the
+The notebook starts a ``shared-prefix`` replay at pace 0.25 when the page shows the dashboard (it
+would crash after ~12 simulated seconds, ~45 s of wall time). The test watches the pool figure render and grow, clicks the
 remediation switch to ``on`` with the mouse, and checks from the DOM that the switch changed, that
 the remediation held requests back (deferrals or reserved blocks), and that the replay finished
 without the engine's fatal error. Screenshots go to tests/artifacts/ (printed), pass or fail.
@@ -74,6 +74,8 @@ def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_er
             on.click()
             expect(on).to_have_class(re.compile(r"\bmod-active\b"), timeout=10_000)
             expect(status).to_contain_text("remediation on", timeout=10_000)
+            # ... and the controller applied it (its mode change is drawn where it took effect).
+            expect(plot).to_contain_text("remediation on", timeout=30_000)
             _shot(page, f"dashboard-{mode}-running.png")
 
             # The replay runs to its end without the engine's fatal error.
