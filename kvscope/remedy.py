@@ -19,23 +19,30 @@ Notebooks (a replay's ``EngineParts`` from an ``instrument=`` callable, or any r
 ``kvscope-instrument``: ``KVSCOPE_REMEDIATION=on[:POLICY]`` (or ``off``/``shadow``/``auto``, or a
 policy name) and optionally ``KVSCOPE_REMEDIATION_CHANNEL=/shared/path/control.json`` attach a
 controller at start (:func:`attach_from_env`); every rank reading the same channel switches on the
-same iteration.
+same iteration. ``KVSCOPE_SIZING=0.09|4x`` re-splits the KV byte budget at engine start through
+``KvCacheCreator._split_kv_cache_budget_for_draft`` (:func:`sizing_from_env`).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from kvscope.engines.binding import Binding
+from kvscope.engines.gate import executor_error_path
 from kvscope.engines.model.session import EventFileSession
 from kvscope.engines.port import BindingPort, hidden_pools_for
 from remediation import DEFAULT_POLICY, MODES, POLICIES, Controller, FileControlChannel, attach
-from remediation.sizing import SizingPlan, parse_sizing, plan_split, ratio_from_observation
+from remediation.sizing import (
+    BudgetSplit,
+    SizingPlan,
+    parse_sizing,
+    plan_split,
+    ratio_from_observation,
+)
 
 __all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts"]
 
@@ -53,27 +60,8 @@ def parse_remediation(value: str) -> tuple[str, str]:
                      f"got {value!r}")
 
 
-def model_error_path(executor: Any) -> Callable[[Any, str, bool], None] | None:
-    """The executor's per-request error path, when it has one
-    (``_handle_errors(error_msg, *, requests=[...], charge_budget=...)``)."""
-    handle = getattr(executor, "_handle_errors", None)
-    if handle is None:
-        return None
-    try:
-        params = inspect.signature(handle).parameters
-    except (TypeError, ValueError):
-        return None
-    if "requests" not in params:
-        return None
-    has_budget = "charge_budget" in params
-
-    def error_path(request: Any, message: str, charge_budget: bool) -> None:
-        if has_budget:
-            handle(message, requests=[request], charge_budget=charge_budget)
-        else:
-            handle(message, requests=[request])
-
-    return error_path
+model_error_path = executor_error_path
+"""The executor's per-request error path (``kvscope.engines.gate.executor_error_path``)."""
 
 
 def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: str = DEFAULT_POLICY,
@@ -340,7 +328,25 @@ def observed_from_events(paths: Any) -> tuple[float, float]:
     return peaks["draft"], peaks["target"]
 
 
-def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None) -> Controller | None:
+PP_ERROR_PATH_OFF = ("remediation on TensorRT-LLM with pipeline parallelism (KVSCOPE_PP_SIZE > 1): rejections "
+                     "wait and containment is off; ending one request needs every PP rank to drop it on the same "
+                     "iteration, and the per-request error path is local to the rank that calls it (no broadcast)")
+
+
+def sizing_from_env(binding: Binding, env: Mapping[str, str] | None = None) -> BudgetSplit | None:
+    """``KVSCOPE_SIZING=0.09|4x``: the plan the budget-split hook applies at engine start (same
+    semantics as ``kvscope replay --sizing``). Raises ValueError (one line) on a bad value."""
+    env = os.environ if env is None else env
+    value = env.get("KVSCOPE_SIZING", "").strip()
+    if not value:
+        return None
+    plan = BudgetSplit.parse(value)
+    binding.budget_split = plan
+    return plan
+
+
+def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None, *,
+                    real_engine: bool = True) -> Controller | None:
     """``kvscope-instrument``: attach remediation when ``KVSCOPE_REMEDIATION`` is set (see module
     docstring). Returns the controller, or None when the variable is unset or ``off`` without a
     channel. Raises ValueError on a bad value (the launcher reports it in one line)."""
@@ -356,6 +362,9 @@ def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None) -> C
         policy = tail
     channel = FileControlChannel(channel_path) if channel_path else None
     pp_size = int(env.get("KVSCOPE_PP_SIZE", "1") or 1)
-    port = BindingPort(binding, hidden_pools=hidden_pools_for(pp_size))
+    # The executor's per-request error path is found by the binding at the executor's first
+    # _prepare_and_schedule_batch; under PP on a real engine it stays off (see PP_ERROR_PATH_OFF).
+    off = PP_ERROR_PATH_OFF if real_engine and pp_size > 1 else ""
+    port = BindingPort(binding, hidden_pools=hidden_pools_for(pp_size), error_path_off=off)
     return attach(port, mode=mode, policy=policy, max_seq_len=int(env.get("KVSCOPE_MAX_SEQ_LEN", "0") or 0),
                   channel=channel)

@@ -109,3 +109,66 @@ def parse_sizing(text: str) -> tuple[str, float | None]:
     if not 0.0 < share < 1.0:
         raise ValueError(f"--sizing share must be in (0, 1), got {share}")
     return "share", share
+
+
+def split_bytes(total_bytes: int, target_cost: tuple[int, int], draft_cost: tuple[int, int], *,
+                draft_byte_share: float | None = None, draft_token_ratio: float | None = None) -> tuple[int, int]:
+    """``(target bytes, draft bytes)`` of ``total_bytes`` for a plan, from each pool's affine cost
+    ``(bytes per token, fixed bytes)``: each pool keeps its fixed cost and the draft gets the plan's
+    share of what remains (a token ratio r gives the share r*d / (t + r*d), as :func:`plan_split`).
+    The engine's own split gives the draft d / (t + d) of it (ratio 1).
+
+    Raises:
+        ValueError: neither or both plans, a share outside (0, 1), a ratio <= 0, or fixed costs that
+            leave nothing to split.
+    """
+    (t_slope, t_fixed), (d_slope, d_fixed) = target_cost, draft_cost
+    if (draft_byte_share is None) == (draft_token_ratio is None):
+        raise ValueError("give exactly one of draft_byte_share and draft_token_ratio")
+    if t_slope <= 0 or d_slope <= 0:
+        raise ValueError("bytes per token must be > 0 in both pools")
+    remaining = total_bytes - t_fixed - d_fixed
+    if remaining <= 0:
+        raise ValueError(f"the KV budget ({total_bytes} B) must exceed the fixed costs ({t_fixed + d_fixed} B)")
+    if draft_byte_share is None:
+        assert draft_token_ratio is not None
+        if draft_token_ratio <= 0:
+            raise ValueError(f"draft_token_ratio must be > 0, got {draft_token_ratio}")
+        draft_byte_share = draft_token_ratio * d_slope / (t_slope + draft_token_ratio * d_slope)
+    if not 0.0 < draft_byte_share < 1.0:
+        raise ValueError(f"draft byte share must be in (0, 1), got {draft_byte_share}")
+    draft = d_fixed + int(remaining * draft_byte_share)
+    return total_bytes - draft, draft
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSplit:
+    """A sizing plan given at start (``KVSCOPE_SIZING``): called by the engine's budget-split hook
+    with the total and the two affine costs, returns the two byte shares (:func:`split_bytes`)."""
+
+    draft_byte_share: float | None = None
+    draft_token_ratio: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> BudgetSplit:
+        """``0.09`` (draft byte share) or ``4x`` (draft tokens per target token). ``auto`` needs a
+        recorded run, which an engine at start does not have.
+
+        Raises:
+            ValueError: anything else (one line, naming the valid forms).
+        """
+        kind, value = parse_sizing(text)
+        if kind == "auto":
+            raise ValueError("KVSCOPE_SIZING=auto needs a recorded run (use kvscope replay --sizing auto "
+                             "--sizing-from EVENTS to get a ratio, then give it, e.g. 4x)")
+        assert value is not None
+        return cls(draft_byte_share=value) if kind == "share" else cls(draft_token_ratio=value)
+
+    @property
+    def label(self) -> str:
+        return (f"draft_byte_share_{self.draft_byte_share:g}" if self.draft_byte_share is not None
+                else f"draft_token_ratio_{self.draft_token_ratio:g}x")
+
+    def __call__(self, total_bytes: int, target_cost: tuple[int, int], draft_cost: tuple[int, int]) -> tuple[int, int]:
+        return split_bytes(total_bytes, target_cost, draft_cost, draft_byte_share=self.draft_byte_share,
+                           draft_token_ratio=self.draft_token_ratio)

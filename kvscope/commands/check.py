@@ -47,11 +47,11 @@ def _result_dict(r: SeamResult) -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     """The check as data (what ``--json`` prints)."""
-    from kvscope.engines.model.seams import model_classes
+    from kvscope.engines.model.seams import model_classes, model_seams
 
     classes_of_model = model_classes()
     model_choice = choose_table(classes_of_model.get("KVCacheManagerV2"), module="kvscope.engine_model")
-    model_results = seam_results(seams_for(model_choice.table), classes=classes_of_model)
+    model_results = seam_results(model_seams(seams_for(model_choice.table)), classes=classes_of_model)
     version = installed_version()
     trt: dict[str, Any] = {"installed": version is not None, "version": version, "table": None, "reason": None,
                            "results": []}

@@ -263,16 +263,7 @@ class PyExecutorModel:
             if skipped:
                 self.iter_counter += skipped
                 self.stats.num_iterations_fast_forwarded += skipped
-        self._fetch_and_activate_new_requests()
-        # One-model MTP: generation requests carry max_draft_len placeholder drafts before scheduling.
-        prepare_draft_requests(self.active_requests, self.config.max_draft_len)
-        # Hybrid (mamba) target: snapshot boundaries are set before scheduling (real call site in
-        # _prepare_and_schedule_batch / _executor_loop_pp, see mamba_cache_manager.py).
-        prepare_points = getattr(getattr(self.scheduler, "kv_cache_manager", None),
-                                 "prepare_expect_snapshot_points", None)
-        if prepare_points is not None:
-            prepare_points(self.active_requests)
-        output = self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
+        output = self._prepare_and_schedule_batch()
         # Recompute-paused requests had their caches freed by the scheduler; they re-prefill
         # prompt + generated tokens from position 0 (real: LlmRequest pause / reset).
         recompute_paused = getattr(output, "recompute_paused_requests", None) or []
@@ -333,6 +324,20 @@ class PyExecutorModel:
             num_decode > 0 and not scheduled_batch.context_requests and not scheduled_batch.paused_requests
             and not recompute_paused
             and num_decode == sum(1 for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS))
+
+    def _prepare_and_schedule_batch(self) -> Any:
+        """``PyExecutor._prepare_and_schedule_batch``: activate arrivals, set the placeholder drafts
+        (and a hybrid target's snapshot points), run the capacity scheduler; returns its output."""
+        self._fetch_and_activate_new_requests()
+        # One-model MTP: generation requests carry max_draft_len placeholder drafts before scheduling.
+        prepare_draft_requests(self.active_requests, self.config.max_draft_len)
+        # Hybrid (mamba) target: snapshot boundaries are set before scheduling (real call site in
+        # _prepare_and_schedule_batch / _executor_loop_pp, see mamba_cache_manager.py).
+        prepare_points = getattr(getattr(self.scheduler, "kv_cache_manager", None),
+                                 "prepare_expect_snapshot_points", None)
+        if prepare_points is not None:
+            prepare_points(self.active_requests)
+        return self.scheduler.schedule_request(self.active_requests, self.inflight_request_ids)
 
     def decode_groups(self) -> list[list[LlmRequestModel]] | None:
         """The generating requests grouped as they run, when the engine is in a steady pure-decode

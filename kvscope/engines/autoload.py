@@ -78,11 +78,20 @@ class ProcessSession:
         self._closed = False
         self.remediation = None
         """The remediation controller attached from ``KVSCOPE_REMEDIATION`` / ``..._CHANNEL`` (or None)."""
+        self.sizing = None
+        """The budget-split plan from ``KVSCOPE_SIZING`` (or None: the stock split)."""
+        if env.get("KVSCOPE_SIZING"):
+            try:
+                from kvscope.remedy import sizing_from_env
+
+                self.sizing = sizing_from_env(self.binding, env)
+            except Exception:
+                log.exception("kvscope: KVSCOPE_SIZING not applied; the engine splits its KV budget as stock")
         if env.get("KVSCOPE_REMEDIATION") or env.get("KVSCOPE_REMEDIATION_CHANNEL"):
             try:
                 from kvscope.remedy import attach_from_env
 
-                self.remediation = attach_from_env(self.binding, env)
+                self.remediation = attach_from_env(self.binding, env, real_engine=kind != "model")
             except Exception:
                 # A bad value must not stop the engine from starting: it runs as stock, and says so.
                 log.exception("kvscope: KVSCOPE_REMEDIATION not applied; the engine runs without remediation")

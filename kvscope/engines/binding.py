@@ -98,6 +98,13 @@ class Binding:
         self.errored: dict[int, str] = {}
         """request id -> error message, for requests the per-request error path is ending (their
         free is reported as REQUEST_FAILED)."""
+        self.executor: Any = None
+        """The engine's executor, learnt at its first ``_prepare_and_schedule_batch`` (the hook of
+        that seam); remediation ends one request through its ``_handle_errors``."""
+        self.budget_split: Any = None
+        """Sizing plan applied at ``KvCacheCreator._split_kv_cache_budget_for_draft``: a callable
+        ``(total, (target slope, intercept), (draft slope, intercept)) -> (target bytes, draft bytes)``
+        set at start by the composition root (None: the stock split)."""
         self._fatal_ids: set[int] = set()
 
     @property

@@ -117,14 +117,14 @@ class Instrumentor:
 
     def _resolve(self) -> tuple[tuple[Seam, ...], dict[str, type | None], PoolReader, list]:
         if self.kind == ENGINE_MODEL:
-            from kvscope.engines.model.seams import model_classes, model_executor_class
+            from kvscope.engines.model.seams import model_classes, model_executor_class, model_seams
             from kvscope.engines.model.state import ModelPoolReader
             from kvscope.engines.trtllm.seams import MODEL_VERSION, seams_for
 
             self.version = MODEL_VERSION
             executor = model_executor_class()
             extras = [(executor, qualname) for qualname in MODEL_ONLY]
-            return seams_for(MODEL_VERSION), dict(model_classes()), ModelPoolReader(), extras
+            return model_seams(seams_for(MODEL_VERSION)), dict(model_classes()), ModelPoolReader(), extras
         from kvscope.engines.trtllm.classes import installed_seams_and_classes
         from kvscope.engines.trtllm.state import TrtllmPoolReader
 

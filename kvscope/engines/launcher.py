@@ -19,6 +19,8 @@ Configuration is by environment variables (options here only set them):
 ``KVSCOPE_RANK``            global rank; else ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
                             ``RANK``, ``SLURM_PROCID``; else 0
 ``KVSCOPE_DISABLE``         ``1``: load nothing
+``KVSCOPE_SIZING``          re-split the KV byte budget at engine start: a draft byte share (``0.09``)
+                            or draft tokens per target token (``4x``), as ``kvscope replay --sizing``
 ``KVSCOPE_RUN_ID``          id of this run in every file header (set here once, so the files of
                             all processes of one run are known to belong together)
 ==========================  ======================================================================
@@ -68,11 +70,32 @@ def check_env(env: dict[str, str]) -> list[str]:
     endpoint = env.get("KVSCOPE_ZMQ_ENDPOINT")
     if endpoint is not None and "zmq" in sinks and "://" not in endpoint:
         problems.append(f"--zmq-endpoint/KVSCOPE_ZMQ_ENDPOINT: expected e.g. tcp://127.0.0.1:5557, got {endpoint!r}")
+    sizing = sizing_problem(env.get("KVSCOPE_SIZING", ""))
+    if sizing:
+        problems.append(f"KVSCOPE_SIZING: {sizing}")
     if any(s in FILE_SINKS for s in sinks) and env.get("KVSCOPE_DISABLE") != "1":
         why = _unwritable_dir(Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")))
         if why:
             problems.append(f"--output-dir/KVSCOPE_OUTPUT_DIR: {why}")
     return problems
+
+
+def sizing_problem(value: str) -> str | None:
+    """Why a ``KVSCOPE_SIZING`` value is not a plan an engine can apply at start (None: fine or unset).
+    The forms are ``remediation.sizing.BudgetSplit.parse``'s; checked here without importing it (the
+    launcher stays below remediation)."""
+    text = value.strip().lower()
+    if not text:
+        return None
+    try:
+        number = float(text[:-1] if text.endswith("x") else text)
+    except ValueError:
+        number = -1.0
+    if text.endswith("x") and number > 0 or not text.endswith("x") and 0.0 < number < 1.0:
+        return None
+    return (f"expected a draft byte share in (0, 1) (e.g. 0.09) or a draft token ratio (e.g. 4x), got {value!r}"
+            + ("; auto needs a recorded run (kvscope replay --sizing auto --sizing-from EVENTS)"
+               if text == "auto" else ""))
 
 
 def _unwritable_dir(folder: Path) -> str | None:

@@ -40,17 +40,25 @@ class BindingPort:
         hidden_pools: pools not resident on the scheduling rank (see :func:`hidden_pools_for`).
         error_path: ``(request, message, charge_budget)`` ending ONE request through the engine's
             per-request error path (``PyExecutor._handle_errors(msg, requests=[request],
-            charge_budget=...)``, the engine model's the same); None: rejections wait instead and
-            containment is unavailable.
+            charge_budget=...)``, the engine model's the same); None: the executor's own, learnt at
+            its first ``_prepare_and_schedule_batch`` (until then rejections wait and containment
+            is off).
+        error_path_off: why the per-request error path must not be used on this engine (logged
+            once when the executor is found); rejections wait and containment is off.
     """
 
     def __init__(self, binding: Binding, *, hidden_pools: Iterable[PoolRole] = (),
-                 error_path: Callable[[Any, str, bool], None] | None = None) -> None:
+                 error_path: Callable[[Any, str, bool], None] | None = None, error_path_off: str = "") -> None:
         self.binding = binding
         remedy = gate.state_of(binding)
         remedy.hidden_pools = frozenset(hidden_pools)
-        if error_path is not None:
+        if error_path_off:
+            remedy.error_path_off = error_path_off
+            remedy.error_path = None
+        elif error_path is not None:
             remedy.error_path = error_path
+        elif remedy.error_path is None and binding.executor is not None:
+            remedy.error_path = gate.executor_error_path(binding.executor)
 
     # ---- read side --------------------------------------------------------------------------------
     def pool_snapshots(self) -> dict[PoolRole, PoolSnapshot]:

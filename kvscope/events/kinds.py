@@ -93,6 +93,10 @@ class EventKind(str, Enum):
     """Shadow mode: what remediation would have done to this request (reason: ``would defer ...``
     or ``would reject ...``; pool and num_blocks as the deferral or rejection would carry). The
     engine admitted as stock. Once per request and kind of decision."""
+    POOL_SIZED = "pool_sized"
+    """Engine start: remediation re-split the KV byte budget between the target and draft pools
+    (pool = draft; reason = format_kv of the budget attribute, total, target and draft bytes before
+    and after, and the plan; a sizing that fell back to the stock split says why)."""
 
 
 POOL_ROLES: tuple[PoolRole, ...] = tuple(PoolRole)

@@ -23,6 +23,7 @@ MANAGER = "tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py"
 SCHEDULER = "tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py"
 RESOURCES = "tensorrt_llm/_torch/pyexecutor/resource_manager.py"
 EXECUTOR = "tensorrt_llm/_torch/pyexecutor/py_executor.py"
+UTIL = "tensorrt_llm/_torch/pyexecutor/_util.py"
 
 
 def _methods() -> dict[str, dict[str, str]]:
@@ -59,6 +60,7 @@ def _standin(root: Path, *, drift: bool = True) -> None:
         SCHEDULER: _class_source("KVCacheV2Scheduler", methods["KVCacheV2Scheduler"]),
         RESOURCES: _class_source("ResourceManager", methods["ResourceManager"]),
         EXECUTOR: _class_source("PyExecutor", methods["PyExecutor"]),
+        UTIL: _class_source("KvCacheCreator", methods["KvCacheCreator"]),
     }
     for rel, text in files.items():
         path = root / rel
@@ -119,7 +121,7 @@ def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_i
     """)
     assert done.returncode == 0, done.stderr
     version_line, warnings_line, wrapped_line, restored_line = done.stdout.splitlines()
-    assert version_line == "1.3.0rc27 17"  # 18 hooked seams in the table, the drifted one skipped
+    assert version_line == "1.3.0rc27 19"  # 20 hooked seams in the table, the drifted one skipped
     assert "not wrapping KVCacheManagerV2.resize_context" in warnings_line
     assert "admit_mirror" not in warnings_line  # read-only seam: reported by check, never wrapped
     assert wrapped_line == "True KVCacheManagerV2.resize_context"

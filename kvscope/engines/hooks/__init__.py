@@ -50,6 +50,9 @@ HOOKS: dict[str, HookFactory] = {
     "ResourceManager.update_resources": executor.update_resources,
     "ResourceManager.free_resources": executor.free_resources,
     "PyExecutor._handle_errors": executor.handle_errors,
+    "PyExecutor._prepare_and_schedule_batch": executor.prepare_and_schedule_batch,
+    # Engine construction: the target/draft byte-budget split (sizing plan, KVSCOPE_SIZING).
+    "KvCacheCreator._split_kv_cache_budget_for_draft": executor.split_kv_cache_budget_for_draft,
     # Engine model only (no seam record: see MODEL_ONLY).
     "PyExecutorModel._fetch_and_activate_new_requests": executor.fetch_and_activate,
     "PyExecutorModel.add_request": executor.add_request,

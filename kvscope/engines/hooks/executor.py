@@ -163,3 +163,52 @@ def handle_errors(b: Binding, original: Method) -> Method:
         return original(self, error_msg, *args, **kwargs)
 
     return method
+
+
+def prepare_and_schedule_batch(b: Binding, original: Method) -> Method:
+    """``PyExecutor._prepare_and_schedule_batch()``: nothing is recorded; the first call tells the
+    binding which executor runs the loop (before any scheduling pass of that executor), so the
+    admission gate's rejections and the containment of a draft failure can end ONE request through
+    its ``_handle_errors(msg, requests=[req], charge_budget=...)``. One identity check per iteration."""
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if b.executor is not self:
+            try:
+                gate.found_executor(b, self)
+            except Exception:
+                b.hook_failed()
+        return original(self, *args, **kwargs)
+
+    return method
+
+
+def split_kv_cache_budget_for_draft(b: Binding, original: Method) -> Method:
+    """``KvCacheCreator._split_kv_cache_budget_for_draft(budget_attr, target_kv_cache_config=None,
+    draft_kv_cache_config=None)``: with a sizing plan (``b.budget_split``) the byte shares of the
+    two returned configs are replaced by the plan's, from the same affine costs the stock split uses
+    (``_get_target_and_draft_cache_costs``); POOL_SIZED records before and after.
+
+    Only ``max_gpu_total_bytes`` is re-split (the GPU pools are what the draft runs out of); other
+    budgets (host tier) keep the stock split. Never raises: the stock split runs first, so its own
+    errors are the engine's, and any failure of the plan returns the stock result and records why.
+    """
+
+    @functools.wraps(original)
+    def method(self: Any, budget_attr: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, budget_attr, *args, **kwargs)
+        plan = b.budget_split
+        if plan is None or budget_attr != "max_gpu_total_bytes":
+            return result
+        try:
+            return gate.apply_budget_split(b, self, plan, budget_attr, args, kwargs, result)
+        except Exception as exc:  # noqa: BLE001 - sizing is best effort, the stock split stands
+            try:
+                b.hook_failed()
+                b.emit(EventKind.POOL_SIZED, -1, PoolRole.DRAFT,
+                       reason=f"stock split kept: sizing failed ({type(exc).__name__}: {exc})"[:512])
+            except Exception:
+                pass
+            return result
+
+    return method

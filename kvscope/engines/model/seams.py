@@ -8,6 +8,18 @@ only in the model (the real executor has no equivalent entry points worth wrappi
 
 from __future__ import annotations
 
+from kvscope.engines.seams import Seam
+
+NOT_MODELLED: tuple[str, ...] = ("KvCacheCreator._split_kv_cache_budget_for_draft",)
+"""Seams of the model's table the model has no class for: the budget split is the model's config
+knob (``max_gpu_total_bytes`` split in ``engine_model/config.py``; ``kvscope replay --sizing`` sets
+the pool sizes it yields), not a creator object."""
+
+
+def model_seams(seams: tuple[Seam, ...]) -> tuple[Seam, ...]:
+    """``seams`` without :data:`NOT_MODELLED` (what the model's classes are checked against)."""
+    return tuple(s for s in seams if s.qualname not in NOT_MODELLED)
+
 
 def model_classes() -> dict[str, type]:
     """Real class name -> engine-model class (imported on call)."""

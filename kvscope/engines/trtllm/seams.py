@@ -39,6 +39,7 @@ SCHED = "tensorrt_llm._torch.pyexecutor.scheduler.scheduler_v2"
 RES = "tensorrt_llm._torch.pyexecutor.resource_manager"
 DSA = "tensorrt_llm._torch.attention_backend.sparse.dsa.cache_manager"
 PYEXEC = "tensorrt_llm._torch.pyexecutor.py_executor"
+UTIL = "tensorrt_llm._torch.pyexecutor._util"
 
 _NOT_READ_RC25 = "not read at the rc25-era commit; signature from 0004396 (assumed unchanged)"
 _SCHED_RC25 = "scheduler_v2.py is not stored at an rc25-era commit; signature read at 00746ef"
@@ -80,7 +81,17 @@ def _executor(note: str = "") -> tuple[Seam, ...]:
              "(self, error_msg=None, *, requests=None, charge_budget=True, fatal_is_collective_aligned=False)",
              C_0004396, "REQUEST_FAILED (the error) for the requests it ends; remediation's per-request error path",
              note),
+        Seam(PYEXEC, "PyExecutor._prepare_and_schedule_batch", "(self)", C_0004396,
+             "nothing recorded: the binding learns its executor here (the first call, before any scheduling "
+             "pass), so rejection and containment end one request through _handle_errors", note),
     )
+
+
+def _budget_split(note: str = "") -> Seam:
+    return Seam(UTIL, "KvCacheCreator._split_kv_cache_budget_for_draft",
+                "(self, budget_attr, target_kv_cache_config=None, draft_kv_cache_config=None)", C_0004396,
+                "POOL_SIZED (split before/after) when a sizing plan is given (KVSCOPE_SIZING); stock otherwise",
+                (note + "; " if note else "") + "same signature in the other stored _util.py (d8ae02c)")
 
 
 def _manager_common(module: str, commit: str, *, late_note: str = "", late_commit: str = C_0004396) -> tuple[Seam, ...]:
@@ -126,14 +137,18 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + _scheduler(C_00746EF, _SCHED_RC25)
     + _resource_manager()
     + _executor(_NOT_READ_RC25),
+    # No budget-split row: no _util.py of the rc25 era is stored (only 0004396 and d8ae02c), so whether
+    # rc25 splits the budget through this method is not known; the sizing hook is not offered there.
     "1.3.0rc27": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
     + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager()
-    + _executor(),
+    + _executor()
+    + (_budget_split(),),
     "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
     + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager()
-    + _executor(),
+    + _executor()
+    + (_budget_split(),),
     "main-00746ef": _manager_main(C_00746EF, late_note="not re-read at 00746ef; signature from 0004396")
     + (
         Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
@@ -144,7 +159,8 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + _scheduler(C_00746EF)
     + (_pair_seam(),)
     + _resource_manager()
-    + _executor("not re-read at 00746ef; signature from 0004396"),
+    + _executor("not re-read at 00746ef; signature from 0004396")
+    + (_budget_split("not re-read at 00746ef; signature from 0004396"),),
 }
 """Seam tables by engine version. ``main-00746ef`` is what the engine model follows."""
 

@@ -188,3 +188,12 @@ def test_kvscope_remediation_in_the_environment_attaches_remediation_at_start_in
         assert (mine["kind"] == EventKind.RESERVATION_MADE.value).sum() == 4
         assert (mine["kind"] == EventKind.RESERVATION_RELEASED.value).sum() == 4
         assert (mine["kind"] == EventKind.REQUEST_FINISHED.value).sum() == 4
+
+
+def test_kvscope_sizing_is_checked_before_the_command_runs_in_one_line():
+    from kvscope.engines.launcher import check_env
+
+    problems = check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_SIZING": "auto"})
+    assert len(problems) == 1 and problems[0].startswith("KVSCOPE_SIZING: expected a draft byte share")
+    assert "auto needs a recorded run" in problems[0]
+    assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_SIZING": "4x"}) == []

@@ -122,3 +122,31 @@ def test_registry_lists_the_default_first_and_refuses_unknown_names():
         create_policy("nope")
     with pytest.raises(ValueError, match="max_seq_len"):
         create_policy("worst-case")
+
+
+def test_budget_split_from_kvscope_sizing_keeps_fixed_costs_and_gives_the_draft_its_share():
+    from remediation.sizing import BudgetSplit, plan_split, split_bytes
+
+    # glm5-dsa's costs: 49,968 / 1,284 B per token, no fixed cost; 4x the target's tokens for the draft.
+    plan = BudgetSplit.parse("4x")
+    target, draft = plan(10_000_000_000, (49_968, 0), (1_284, 0))
+    reference = plan_split(10_000_000_000, target_bytes_per_token=49_968, draft_bytes_per_token=1_284,
+                           tokens_per_block=64, draft_token_ratio=4.0)
+    assert (target // 49_968, draft // 1_284) == (reference.target_tokens, reference.draft_tokens)
+    assert target + draft == 10_000_000_000
+    # Fixed costs stay with their pool; the share applies to what remains.
+    assert split_bytes(1_000, (10, 100), (1, 50), draft_byte_share=0.5) == (525, 475)
+    assert BudgetSplit.parse("0.09").label == "draft_byte_share_0.09"
+
+
+@pytest.mark.parametrize("text", ["auto", "1.5", "0", "-2x", "four"])
+def test_budget_split_refuses_what_an_engine_at_start_cannot_apply_in_one_line(text):
+    from kvscope.engines.launcher import sizing_problem
+    from remediation.sizing import BudgetSplit
+
+    with pytest.raises(ValueError) as err:
+        BudgetSplit.parse(text)
+    assert "\n" not in str(err.value)
+    problem = sizing_problem(text)
+    assert problem is not None and "\n" not in problem
+    assert sizing_problem("4x") is None and sizing_problem("0.09") is None and sizing_problem("") is None
