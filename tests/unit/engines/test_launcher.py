@@ -197,3 +197,29 @@ def test_kvscope_sizing_is_checked_before_the_command_runs_in_one_line():
     assert len(problems) == 1 and problems[0].startswith("KVSCOPE_SIZING: expected a draft byte share")
     assert "auto needs a recorded run" in problems[0]
     assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_SIZING": "4x"}) == []
+
+
+def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_under_pp(tmp_path):
+    from kvscope.engines import gate
+    from kvscope.engines.autoload import ProcessSession
+
+    env = {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "jsonl", "KVSCOPE_SIZING": "4x",
+           "KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"}
+    session = ProcessSession("model", env)
+    try:
+        assert session.sizing is not None and session.binding.budget_split is session.sizing
+        assert session.sizing.label == "draft_token_ratio_4x"
+        # The engine model's pipeline ranks share one state: its per-request error path stays usable.
+        assert session.remediation is not None and gate.state_of(session.binding).error_path_off == ""
+    finally:
+        session.close()
+    from kvscope.engines.binding import Binding
+    from kvscope.engines.model.state import ModelPoolReader
+    from kvscope.recording import Recorder
+    from kvscope.remedy import PP_ERROR_PATH_OFF, attach_from_env
+
+    binding = Binding(Recorder(), ModelPoolReader())
+    attach_from_env(binding, {"KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"}, real_engine=True)
+    assert gate.state_of(binding).error_path_off == PP_ERROR_PATH_OFF
+    gate.found_executor(binding, object())
+    assert gate.state_of(binding).error_path is None and binding.executor is not None
