@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _recording_facts(instrument: Any, path: str | None) -> dict[str, Any] | None:
-    """``--json`` key ``events``: the event file and what the recording lost (ring or sink)."""
+    """``--json`` key ``events``: what the recording wrote and lost (ring or sink)."""
     session = getattr(instrument, "session", instrument)  # a remediated session wraps the file session
     pump = getattr(session, "pump", None)
     if path is None or pump is None:
@@ -175,7 +175,8 @@ def _recording_facts(instrument: Any, path: str | None) -> dict[str, Any] | None
     sink_drops = dict(getattr(pump, "dropped_by_sink", {}) or {})
     ring = int(getattr(session, "dropped", 0) or 0)
     why = ", ".join([f"{name} failed" for name in sink_drops] + (["recorder ring full"] if ring else []))
-    return {"path": path, "recorded": int(pump.num_exported), "dropped": ring + sum(sink_drops.values()),
+    # No path here: ranks of one run print comparable summaries (the path is the caller's own flag).
+    return {"recorded": int(pump.num_exported), "dropped": ring + sum(sink_drops.values()),
             "sink_errors": int(pump.sink_errors), "why": why or None}
 
 
