@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kvscope.engines import gate
 from kvscope.engines.admission import AdmissionAttempts, HeldEvent
 from kvscope.engines.diffs import CacheDiffs
 from kvscope.engines.ledger import RequestLedger
@@ -261,8 +262,12 @@ class Binding:
         self.attempts.causes.clear()
         short = f"engine failed: {message}"[:MAX_MESSAGE_CHARS]
         pending = self.requests.pending
+        policy = self.admission_policy
         for rid in sorted(pending):
             self.emit(EventKind.REQUEST_FAILED, rid, PoolRole.NONE, reason=short)
+            # The engine ended these requests: what the policy held for them goes with them (in
+            # shadow mode the engine can still die, and its ledger must still end empty).
+            gate.released(self, policy, rid)
         pending.clear()
         self.raising_pool = PoolRole.NONE
 
