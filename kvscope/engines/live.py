@@ -29,6 +29,10 @@ from kvscope.recording.sinks import EventBatch
 TOPIC = b"kvscope.events"
 
 
+SHUTDOWN_LINGER_MS = 2000
+"""How long a clean shutdown may spend delivering events already sent to connected subscribers."""
+
+
 class ZmqPublisherSink:
     """Publishes every batch on ``endpoint``; drops and counts instead of blocking.
 
@@ -88,7 +92,11 @@ class ZmqPublisherSink:
     def shutdown(self) -> None:
         if not self._closed:
             self._closed = True
-            self._sock.close(linger=0)
+            # A clean close delivers what was already accepted: with linger 0 the last batches
+            # still queued in ZeroMQ's I/O thread were discarded, so a follower could miss the
+            # end of a run (or all of a short one). Bounded, so a stalled subscriber cannot hold
+            # the process at exit.
+            self._sock.close(linger=SHUTDOWN_LINGER_MS)
 
 
 def _row_dict(row: tuple) -> dict[str, Any]:
