@@ -219,3 +219,42 @@ def test_a_reclaim_wider_than_the_growth_breaks_the_history_contract_unless_fix_
     draft.update_resources(batch)
     # The fix recorded the grown width (1 slot, 0 to give back) and would clamp a reclaim at the history.
     assert (draft.kv_cache_map[7].capacity, draft.kv_cache_map[7].history_length) == (98, 98)
+
+
+def _target_after_one_step(fix: bool):
+    """A last-stage target manager (rc25, reuse off) holding one request after its 96-token prefill
+    and one generation step: capacity == history == 97 (MTP 1, no extra KV tokens)."""
+    target = KVCacheManagerV2Model(num_blocks=64, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=4,
+                                   max_draft_len=1, enable_block_reuse=False, engine_build=RC25, fix_19120=fix)
+    req = request(7, 96)
+    req.context_chunk_size = 96
+    assert target.prepare_context(req) and target.resize_context(req, 96)
+    req.move_to_next_context_chunk()
+    target.update_context_resources(ScheduledRequestsModel(context_requests=[req]))
+    req.state, req.num_generated_tokens, req.py_draft_tokens = LlmRequestState.GENERATION_IN_PROGRESS, 1, [0]
+    assert target.try_allocate_generation(req)  # 96 + 1 + 1 draft slot
+    req.num_generated_tokens, req.py_num_accepted_draft_tokens, req.py_rewind_len = 2, 0, 1
+    batch = ScheduledRequestsModel(generation_requests=[req])
+    target.update_resources(batch)
+    cache = target.kv_cache_map[7]
+    assert (cache.capacity, cache.history_length) == (97, 97)
+    return target, req, batch
+
+
+@pytest.mark.parametrize("fix", [False, True])
+def test_a_stage_whose_own_pass_did_not_grow_a_scheduled_request_breaks_the_history_contract(fix):
+    # Under PP every stage after the first runs its own scheduler pass on its own target manager and
+    # then executes the FIRST stage's batch (_executor_loop_pp). A request the first stage scheduled
+    # but this stage's pass did not grow lands 1 + accepted tokens on capacity == history, and the
+    # reclaim goes below the new history on that stage only (SOURCES.md, #18661).
+    target, req, batch = _target_after_one_step(fix)
+    req.py_draft_tokens = [0]  # stamped for the next step; no try_allocate_generation on this stage
+    req.num_generated_tokens, req.py_num_accepted_draft_tokens, req.py_rewind_len = 3, 0, 1  # history 98
+    if not fix:
+        with pytest.raises(ValueError, match="^History length cannot be greater than capacity$"):
+            target.update_resources(batch)  # capacity 97 - 1 = 96 < 98
+        return
+    target.update_resources(batch)
+    # The #19120 clamp grows the cache to the history instead: the raise is gone, the stage still
+    # ran a step its own pass never allocated (the desync stays silent).
+    assert (target.kv_cache_map[7].capacity, target.kv_cache_map[7].history_length) == (98, 98)
