@@ -61,9 +61,13 @@ def test_rc25_and_main_differ_where_the_source_differs_when_compared():
     only_main = set(main) - set(rc25)
     assert only_main == {"KVCacheManagerV2.prepare_context_cache", "KVCacheManagerV2.try_allocate_draft_context",
                          "KVCacheManagerV2.admit_mirror", "KVCacheManagerV2.has_cache_tier_below_gpu",
-                         "KVCacheV2Scheduler._prepare_context_pair",
+                         # The stored rc25-era scheduler has none of these three (its context and generation
+                         # paths call the manager directly).
+                         "KVCacheV2Scheduler._prepare_context_pair", "KVCacheV2Scheduler._try_allocate_context",
+                         "KVCacheV2Scheduler._try_allocate_generation",
                          # No rc25-era _util.py is stored: the budget split is not recorded there.
-                         "KvCacheCreator._split_kv_cache_budget_for_draft"}
+                         "KvCacheCreator._split_kv_cache_budget_for_draft",
+                         "KvCacheCreator._get_target_and_draft_cache_costs"}
     snaps = _snapshots()
     assert snaps["1.3.0rc25"]["facts"]["draft_len_charged_on_every_context_chunk"] is True
     assert snaps["main-0004396"]["facts"]["draft_len_charged_on_every_context_chunk"] is False
@@ -75,15 +79,19 @@ def test_engine_model_classes_match_the_record_when_checked():
     mismatches = check_seams(model_seams(seams_for(MODEL_VERSION)), classes=model_classes())
     assert [str(m) for m in mismatches] == []
     # Left out only where the model has a config knob instead of a class, and still hooked for the real engine.
-    assert NOT_MODELLED == ("KvCacheCreator._split_kv_cache_budget_for_draft",)
-    assert set(NOT_MODELLED) <= {s.qualname for s in seams_for(MODEL_VERSION)} & set(HOOKS)
+    assert NOT_MODELLED == ("KvCacheCreator._split_kv_cache_budget_for_draft",
+                            "KvCacheCreator._get_target_and_draft_cache_costs")
+    assert set(NOT_MODELLED) <= {s.qualname for s in seams_for(MODEL_VERSION)}
+    # Hooked for the real engine, except the costs, which the sizing plan calls and never wraps.
+    assert set(NOT_MODELLED) - set(HOOKS) == {"KvCacheCreator._get_target_and_draft_cache_costs"}
 
 
 def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
     seams = {s.qualname for s in seams_for(MODEL_VERSION)}
     unhooked = seams - set(HOOKS)
     assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
-                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror"}
+                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror",
+                        "KvCacheCreator._get_target_and_draft_cache_costs"}
     # Every hook wraps a recorded seam, except the engine model's own entry points.
     assert set(HOOKS) - seams == set(MODEL_ONLY)
     assert MODEL_ONLY == ("PyExecutorModel._fetch_and_activate_new_requests", "PyExecutorModel.add_request")
@@ -115,3 +123,17 @@ def test_engine_model_request_has_every_attribute_the_binding_reads():
     missing = [a for a in REQUEST_ATTRIBUTES_READ if a != "max_beam_num_tokens" and not hasattr(req, a)]
     assert missing == []
     assert hasattr(req, "num_generated_tokens")  # preferred over max_beam_num_tokens in the model
+
+
+def test_rc25_table_records_only_scheduler_methods_the_stored_rc25_scheduler_has():
+    stored = _snapshots()["1.3.0rc25"]["stored_scheduler"]
+    rows = [s for s in seams_for("1.3.0rc25") if s.class_name == "KVCacheV2Scheduler"]
+    assert [s.method_name for s in rows] == ["schedule_request"]
+    for seam in rows:
+        assert seam.module == stored["module"]
+        assert parse_parameters(seam.signature) == parse_parameters(stored["methods"][seam.method_name])
+    # Every scheduler method another table records and this copy lacks is listed as absent.
+    elsewhere = {s.method_name for t in SEAMS_BY_VERSION.values() for s in t if s.class_name == "KVCacheV2Scheduler"}
+    assert elsewhere - set(stored["methods"]) == {"_try_allocate_context", "_try_allocate_generation",
+                                                  "_prepare_context_pair"}
+    assert elsewhere - set(stored["methods"]) <= set(stored["absent"])

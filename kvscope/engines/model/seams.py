@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from kvscope.engines.seams import Seam
 
-NOT_MODELLED: tuple[str, ...] = ("KvCacheCreator._split_kv_cache_budget_for_draft",)
-"""Seams of the model's table the model has no class for: the budget split is the model's config
-knob (``max_gpu_total_bytes`` split in ``engine_model/config.py``; ``kvscope replay --sizing`` sets
-the pool sizes it yields), not a creator object."""
+NOT_MODELLED: tuple[str, ...] = ("KvCacheCreator._split_kv_cache_budget_for_draft",
+                                  "KvCacheCreator._get_target_and_draft_cache_costs")
+"""Seams of the model's table the model has no class for: the budget split and the affine costs it
+splits with are the model's config knob (``max_gpu_total_bytes`` split in ``engine_model/config.py``;
+``kvscope replay --sizing`` sets the pool sizes it yields), not a creator object."""
 
 
 def model_seams(seams: tuple[Seam, ...]) -> tuple[Seam, ...]:

@@ -13,13 +13,17 @@ Versions:
   ``_torch/pyexecutor/kv_cache_manager_v2.py`` (read at 00be09f, a pre-#18093 version): no joint
   reuse, no ``prepare_context_cache`` / ``try_allocate_draft_context`` / ``_mirror_draft_kv_cache``,
   and ``_prepare_draft_resources`` charges the draft length on EVERY context chunk. The tag commit
-  itself is inferred (the store holds no tags); see ``snapshots/1.3.0rc25.json``.
+  itself is inferred (the store holds no tags); see ``snapshots/1.3.0rc25.json``. Its scheduler (the
+  stored rc25-era copy, commit not given) has ``schedule_request`` but no ``_try_allocate_context`` /
+  ``_try_allocate_generation``: only the former is recorded.
 * ``main-0004396``: main after #18093 (joint reuse). Draft length only on the last chunk.
 * ``1.3.0rc27``: the build of the hybrid report (commit not given). No copy tied to it is stored; it
   is read as main-0004396 (joint reuse present, the manager under ``kv_cache/``, no ``admit_mirror``),
   an inference recorded in ``kvscope/engine_model/SOURCES.md`` ("Engine versions").
 * ``main-00746ef``: the newest code read; adds ``admit_mirror`` (the scheduler creates and resumes
   an unpaired mirror at admission) and the ``[draft pool: ...]`` suffix on the resize message.
+  ``_util.py`` and ``py_executor.py`` are not stored at 00746ef: their rows keep the 0004396
+  signatures and say so.
 """
 
 from __future__ import annotations
@@ -42,13 +46,20 @@ PYEXEC = "tensorrt_llm._torch.pyexecutor.py_executor"
 UTIL = "tensorrt_llm._torch.pyexecutor._util"
 
 _NOT_READ_RC25 = "not read at the rc25-era commit; signature from 0004396 (assumed unchanged)"
-_SCHED_RC25 = "scheduler_v2.py is not stored at an rc25-era commit; signature read at 00746ef"
+_SCHED_RC25 = ("signature read at 00746ef; the stored rc25-era scheduler_v2.py (46,253 characters, matched by "
+               "features, commit not given: snapshots/1.3.0rc25.json 'stored_scheduler') has the same one")
+# _util.py and py_executor.py are stored at 0004396 and older commits only, never at 00746ef.
+_NOT_STORED_00746EF = "file not stored at 00746ef; signature read at 0004396"
+
+
+def _schedule_request(commit: str, note: str = "") -> Seam:
+    return Seam(SCHED, "KVCacheV2Scheduler.schedule_request", "(self, active_requests, inflight_request_ids)",
+                commit, "iteration start, arrivals, chunks, ITERATION_SCHEDULED; deadlock raise -> ENGINE_FAILED", note)
 
 
 def _scheduler(commit: str, note: str = "") -> tuple[Seam, ...]:
     return (
-        Seam(SCHED, "KVCacheV2Scheduler.schedule_request", "(self, active_requests, inflight_request_ids)",
-             commit, "iteration start, arrivals, chunks, ITERATION_SCHEDULED; deadlock raise -> ENGINE_FAILED", note),
+        _schedule_request(commit, note),
         Seam(SCHED, "KVCacheV2Scheduler._try_allocate_context", "(self, req, num_tokens)",
              commit, "ADMITTED on a first chunk's success, ADMISSION_DEFERRED (target) on failure", note),
         Seam(SCHED, "KVCacheV2Scheduler._try_allocate_generation", "(self, req)",
@@ -87,11 +98,17 @@ def _executor(note: str = "") -> tuple[Seam, ...]:
     )
 
 
-def _budget_split(note: str = "") -> Seam:
-    return Seam(UTIL, "KvCacheCreator._split_kv_cache_budget_for_draft",
-                "(self, budget_attr, target_kv_cache_config=None, draft_kv_cache_config=None)", C_0004396,
-                "POOL_SIZED (split before/after) when a sizing plan is given (KVSCOPE_SIZING); stock otherwise",
-                (note + "; " if note else "") + "same signature in the other stored _util.py (d8ae02c)")
+def _budget_split(note: str = "") -> tuple[Seam, ...]:
+    return (
+        Seam(UTIL, "KvCacheCreator._split_kv_cache_budget_for_draft",
+             "(self, budget_attr, target_kv_cache_config=None, draft_kv_cache_config=None)", C_0004396,
+             "POOL_SIZED (split before/after) when a sizing plan is given (KVSCOPE_SIZING); stock otherwise",
+             (note + "; " if note else "") + "same signature in the other stored _util.py (d8ae02c)"),
+        Seam(UTIL, "KvCacheCreator._get_target_and_draft_cache_costs", "(self, kv_cache_config=None)", C_0004396,
+             "read-only: called (never wrapped) by the sizing plan to re-split with the stock affine costs; "
+             "the engine model's split (engine_model/config.py) follows the same costs",
+             (note + "; " if note else "") + "None when a cost is negative or zero in both slope and intercept"),
+    )
 
 
 def _manager_common(module: str, commit: str, *, late_note: str = "", late_commit: str = C_0004396) -> tuple[Seam, ...]:
@@ -121,9 +138,9 @@ def _manager_common(module: str, commit: str, *, late_note: str = "", late_commi
     )
 
 
-def _manager_main(commit: str, *, late_note: str = "") -> tuple[Seam, ...]:
+def _manager_main(commit: str, *, late_note: str = "", late_commit: str = C_0004396) -> tuple[Seam, ...]:
     m = "KVCacheManagerV2."
-    return _manager_common(MGR_NEW, commit, late_note=late_note) + (
+    return _manager_common(MGR_NEW, commit, late_note=late_note, late_commit=late_commit) + (
         Seam(MGR_NEW, m + "prepare_context_cache", "(self, req, reuse_limit=None)", commit,
              "BLOCKS_REUSED for paired draft caches (the target goes through prepare_context)",
              "absent before #18093"),
@@ -133,8 +150,10 @@ def _manager_main(commit: str, *, late_note: str = "") -> tuple[Seam, ...]:
 
 
 SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
+    # The rc25 scheduler has no _try_allocate_context / _try_allocate_generation (its context and
+    # generation paths call the manager seams directly), so only schedule_request is recorded.
     "1.3.0rc25": _manager_common(MGR_OLD, C_RC25_MGR, late_note=_NOT_READ_RC25)
-    + _scheduler(C_00746EF, _SCHED_RC25)
+    + (_schedule_request(C_00746EF, _SCHED_RC25),)
     + _resource_manager()
     + _executor(_NOT_READ_RC25),
     # No budget-split row: no _util.py of the rc25 era is stored (only 0004396 and d8ae02c), so whether
@@ -143,13 +162,13 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager()
     + _executor()
-    + (_budget_split(),),
+    + _budget_split(),
     "main-0004396": _manager_main(C_0004396) + _scheduler(C_00746EF, "scheduler read at 00746ef only")
     + (_pair_seam("scheduler read at 00746ef only"),)
     + _resource_manager()
     + _executor()
-    + (_budget_split(),),
-    "main-00746ef": _manager_main(C_00746EF, late_note="not re-read at 00746ef; signature from 0004396")
+    + _budget_split(),
+    "main-00746ef": _manager_main(C_00746EF, late_commit=C_00746EF)
     + (
         Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
              "read-only: its refusal is observed at KVCacheV2Scheduler._prepare_context_pair", "only on 00746ef"),
@@ -159,8 +178,8 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     + _scheduler(C_00746EF)
     + (_pair_seam(),)
     + _resource_manager()
-    + _executor("not re-read at 00746ef; signature from 0004396")
-    + (_budget_split("not re-read at 00746ef; signature from 0004396"),),
+    + _executor(_NOT_STORED_00746EF)
+    + _budget_split(_NOT_STORED_00746EF),
 }
 """Seam tables by engine version. ``main-00746ef`` is what the engine model follows."""
 
@@ -176,6 +195,9 @@ DIFFERENCES: tuple[str, ...] = (
     "1.3.0rc25: no joint reuse; prepare_context_cache, try_allocate_draft_context and "
     "_mirror_draft_kv_cache do not exist (the mirror is created inline, without prefix match).",
     "1.3.0rc25: revert_allocate_context returns None; main returns bool (False: cache dropped).",
+    "1.3.0rc25: KVCacheV2Scheduler has no _try_allocate_context, _try_allocate_generation or "
+    "_prepare_context_pair; _try_schedule_context_* and _try_schedule_generation call the manager's "
+    "prepare_context / resize_context / try_allocate_generation directly.",
     "main-00746ef only: admit_mirror, has_active_cache, mirror_admission_certainly_blocked, "
     "preempt_request, has_cache_tier_below_gpu, _draft_pool_diagnostic (resize message suffix "
     "'[draft pool: N live caches holding T tokens, gpu_max_tokens=G]'); the scheduler's "

@@ -26,5 +26,5 @@ def test_check_json_prints_one_object_when_asked(capsys):
     assert report["engine_model"]["table"] == "main-00746ef"
     assert "has admit_mirror and has_cache_tier_below_gpu" in report["engine_model"]["reason"]
     results = report["engine_model"]["results"]
-    # 24 rows in the table, less the budget split (a config knob in the model, not a class)
+    # 25 rows in the table, less the budget split and its costs (a config knob in the model, not a class)
     assert len(results) == 23 and all(r["ok"] and len(r["commit"]) == 40 for r in results)
