@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvscope.engines.live import LiveSubscriber
-from kvscope.ui.feeds import RUNNING, FeedStatus
+from kvscope.engines.live import LiveSubscriber, StreamRefusedError
+from kvscope.ui.feeds import ERROR, RUNNING, FeedStatus
 
 
 class StreamFeed:
@@ -16,13 +16,23 @@ class StreamFeed:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self.subscriber = LiveSubscriber(endpoint)
+        self.refused: str | None = None
 
     def poll(self, max_events: int = 200_000) -> list[tuple]:
-        return [e.as_row() for e in self.subscriber.poll(timeout_ms=0, max_batches=max(1, max_events // 64))]
+        if self.refused is not None:
+            return []
+        try:
+            return self.subscriber.poll_rows(timeout_ms=0, max_batches=max(1, max_events // 64))
+        except StreamRefusedError as e:  # another run on this endpoint: say so, show nothing of it
+            self.refused = str(e)
+            return []
 
     def status(self) -> FeedStatus:
         s = self.subscriber
-        dropped = f", {s.publisher_dropped_total:,} dropped by the publisher" if s.publisher_dropped_total else ""
+        if self.refused is not None:
+            return FeedStatus(ERROR, self.refused)
+        lost = s.gap_events
+        dropped = f", {lost:,} lost on the way" if lost else ""
         return FeedStatus(RUNNING, f"subscribed to {self.endpoint}: {s.num_received:,} events{dropped}")
 
     def close(self) -> None:

@@ -62,7 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--idle-exit",
         type=float,
         metavar="S",
-        help="with --follow: stop after S seconds without events once some arrived (default: run until interrupted)",
+        help="with --follow: stop after S seconds without events once some arrived (default: run until the publisher shuts down cleanly, or until interrupted)",
+    )
+    p.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="with --follow: accept only this run's stream (default: the first run heard); another run is refused",
     )
     p.add_argument(
         "--otlp-endpoint",
@@ -177,17 +182,25 @@ def follow(
     stop: Callable[[], bool] | None = None,
     analyze: bool = True,
     max_queue_size: int = 2048,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Subscribe to a live event stream and export it as it comes (out of the engine's process).
 
     Spans, metric snapshots (event-time stamped, every ``metric_interval_s`` of event time) and
     logs as for files; the analyzer's streaming detector (the same rules as the batch analyzer)
-    raises finding logs and sets the debt / time-to-exhaustion gauges. Runs until ``stop()`` is
-    true, or ``idle_exit_s`` seconds pass without events after the first ones.
-    """
-    from kvscope.engines.live import LiveSubscriber  # composition root: the live stream's reader
+    raises finding logs and sets the debt / time-to-exhaustion gauges. Batches arrive as the
+    recorder's raw rows (no per-event decoding) and go to the sink whole. Runs until the
+    publisher's END (its clean shutdown), ``stop()`` is true, or ``idle_exit_s`` seconds pass
+    without events after the first ones.
 
-    sub = LiveSubscriber(endpoint)
+    The summary's ``stream`` key says what the stream delivered and lost (events the publisher
+    dropped at its high-water mark or this process never received, events published before it
+    subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
+    when a batch of another run or schema stopped the follow.
+    """
+    from kvscope.engines.live import LiveSubscriber, StreamRefusedError  # composition root: the stream's reader
+
+    sub = LiveSubscriber(endpoint, expect_run_id=run_id)
     pipeline = OtlpPipeline(config, resource=kvscope_resource({}, service_name=service_name),
                             max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
                             max_block_s=0.0)
@@ -198,18 +211,21 @@ def follow(
 
         bridge = AnalyzerBridge(sink, StreamingAnalyzer())
     last = None
+    refused = None
     try:
-        while not (stop is not None and stop()):
-            events = sub.poll(timeout_ms=200)
+        while not (stop is not None and stop()) and not sub.ended:
+            batches = sub.poll_batches(timeout_ms=200)
             now = time.monotonic()
-            if events:
+            if batches:
                 last = now
-                sink.export(EventBatch.from_rows([e.as_row() for e in events], sub.anchor,
-                                                 dropped_total=sub.publisher_dropped_total))
+                for b in batches:
+                    sink.export(b.event_batch())
             elif idle_exit_s is not None and last is not None and now - last >= idle_exit_s:
                 break
     except KeyboardInterrupt:
         pass
+    except StreamRefusedError as e:
+        refused = str(e)
     finally:
         sink.shutdown()
         pipeline.shutdown()
@@ -219,6 +235,11 @@ def follow(
     s["files"] = []
     s["endpoint"], s["protocol"], s["followed"] = config.endpoint, config.protocol, endpoint
     s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
+    stream = sub.stats()
+    stream["dropped_total"] = sub.gap_events
+    if refused is not None:
+        stream["refused"] = refused
+    s["stream"] = stream
     return s
 
 
@@ -285,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
         if args.events:
             raise ValueError("give event files or --follow, not both")
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
-                   idle_exit_s=args.idle_exit, analyze=not args.no_analyze)
+                   idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id)
     else:
         if not args.events:
             raise ValueError("give event files to export, or --follow a live stream")
@@ -309,10 +330,23 @@ def run(args: argparse.Namespace) -> int:
             f"metric points {s['metric_points']['exported']} / {s['metric_points']['dropped']}, "
             f"logs {s['logs']['exported']} / {s['logs']['dropped']} ({s['findings']} analyzer findings)"
         )
+    stream = s.get("stream") or {}
+    if stream.get("refused"):
+        print(f"kvscope export: {stream['refused']}", file=sys.stderr)
+        return 2
+    code = 0
+    if stream.get("dropped_total"):
+        print(
+            f"kvscope export: warning: {stream['dropped_total']} event(s) of the live stream lost before they "
+            f"reached this process (publisher {stream['publisher_dropped']} at its high-water mark; the rest "
+            f"in this process's receive queue)",
+            file=sys.stderr,
+        )
+        code = 1
     if s["dropped_total"]:
         print(
             f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow)",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        code = 1
+    return code

@@ -178,7 +178,7 @@ def _open_zmq(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: 
     base = env.get("KVSCOPE_ZMQ_ENDPOINT", DEFAULT_ZMQ_ENDPOINT)
     head, _, port = base.rpartition(":")
     endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
-    return ZmqPublisherSink(endpoint)
+    return ZmqPublisherSink(endpoint, run_id=meta.get("run_id"))
 
 
 def _open_otlp(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,

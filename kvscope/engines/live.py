@@ -1,13 +1,16 @@
 """Live event stream: a bounded, non-blocking ZeroMQ publisher sink and a subscriber helper.
 
 The publisher is a :class:`~kvscope.recording.Sink`, so it runs on the pump thread, never on the
-engine thread. It binds an XPUB socket with ``XPUB_NODROP`` and a send high-water mark: when a
-subscriber is slow the queue fills to the mark, the next send would block, and instead the batch is
-dropped and counted (``num_dropped_events``). Nothing ever waits.
+engine thread; it encodes whole batches in one C call (:mod:`kvscope.recording.wire`: a binary
+header, the ring's raw rows as the body), never event by event. It binds an XPUB socket with
+``XPUB_NODROP`` and a send high-water mark: when a subscriber is slow the queue fills to the mark,
+the next send would block, and instead the batch is dropped and counted (``num_dropped_events``).
+Nothing ever waits.
 
-Wire format: two frames per batch, ``b"kvscope.events"`` and a UTF-8 JSON object
-``{"anchor": {...}, "dropped_total": N, "events": [{field: value, ...}, ...]}`` (fields as in
-:data:`kvscope.events.FIELDS`, enums as their string values).
+Every batch says which events it holds (``first_event``, counted over all events handed to the
+publisher), which run and process sent it, and the drop totals so far, so a subscriber counts every
+event it missed (:attr:`LiveSubscriber.gap_events`) and refuses a stream of another run or schema
+(:class:`StreamRefusedError`). A clean shutdown sends an END message with the final counters.
 
 A notebook in another process watches a running engine with::
 
@@ -17,20 +20,37 @@ A notebook in another process watches a running engine with::
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from dataclasses import dataclass
 
 import zmq
 
 from kvscope.engines.launcher import DEFAULT_ZMQ_ENDPOINT
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
+from kvscope.events.schema import COL_REQUEST_ID, RawRow, Row
+from kvscope.recording import new_run_id
+from kvscope.recording.recorder import raw_to_rows
 from kvscope.recording.sinks import EventBatch
+from kvscope.recording.wire import (
+    DATA,
+    END,
+    BatchHeader,
+    StreamRefusedError,
+    decode_header,
+    decode_rows,
+    encode_header,
+    encode_rows,
+    encode_tail,
+)
 
 TOPIC = b"kvscope.events"
 
-
 SHUTDOWN_LINGER_MS = 2000
 """How long a clean shutdown may spend delivering events already sent to connected subscribers."""
+
+MAX_ROWS_PER_MESSAGE = 4096
+"""Rows per message: bounds how long one encode holds the GIL (about 1 ms) and a message's size."""
+
+__all__ = ["TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink"]
 
 
 class ZmqPublisherSink:
@@ -39,12 +59,14 @@ class ZmqPublisherSink:
     Args:
         endpoint: where to bind, e.g. ``"tcp://127.0.0.1:5557"`` or ``"ipc:///tmp/kvscope.sock"``.
             ``"tcp://127.0.0.1:*"`` picks a free port (see :attr:`endpoint` after construction).
-        high_water_mark: batches queued per subscriber before new ones are dropped (> 0).
+        high_water_mark: messages queued per subscriber before new ones are dropped (> 0).
         context: a ``zmq.Context`` (default: the process-wide instance).
+        run_id: the recording run's id (the file headers' ``meta.run_id``), sent with every batch
+            so a follower refuses another run's stream; default: a fresh one.
     """
 
     def __init__(self, endpoint: str, *, high_water_mark: int = 1000,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, run_id: str | None = None) -> None:
         if high_water_mark <= 0:
             raise ValueError(f"high_water_mark must be > 0, got {high_water_mark}")
         self._ctx = context or zmq.Context.instance()
@@ -54,9 +76,16 @@ class ZmqPublisherSink:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(endpoint)
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.run_id = run_id or new_run_id()
         self.num_sent_events = 0
         self.num_dropped_events = 0
+        self.num_sent_batches = 0
+        self.num_dropped_batches = 0
         self.num_subscribers = 0
+        self._next_event = 0
+        self._last: tuple[int, int, int, bytes] | None = None
+        """(rank, pid, recorder drops, header tail) of the last batch: what END repeats."""
+        self._tail_of: tuple[WallClockAnchor, bytes] | None = None
         self._closed = False
 
     def _drain_subscriptions(self) -> None:
@@ -70,21 +99,35 @@ class ZmqPublisherSink:
             elif msg[:1] == b"\x00":
                 self.num_subscribers = max(self.num_subscribers - 1, 0)
 
+    def _tail(self, anchor: WallClockAnchor) -> bytes:
+        if self._tail_of is None or self._tail_of[0] is not anchor:
+            self._tail_of = (anchor, encode_tail(self.run_id, anchor))
+        return self._tail_of[1]
+
     def export(self, batch: EventBatch) -> None:
-        if self._closed or not batch.rows:
+        if self._closed or not len(batch):
             return
         self._drain_subscriptions()
-        payload = json.dumps({
-            "anchor": batch.anchor.to_dict(),
-            "dropped_total": batch.dropped_total,
-            "events": [_row_dict(r) for r in batch.rows],
-        }, separators=(",", ":")).encode()
+        raw = batch.raw if batch.raw else _rows_to_raw(batch.rows)
+        tail = self._tail(batch.anchor)
+        self._last = (batch.rank, batch.pid, batch.dropped_total, tail)
+        for i in range(0, len(raw), MAX_ROWS_PER_MESSAGE):
+            self._send(raw[i:i + MAX_ROWS_PER_MESSAGE] if len(raw) > MAX_ROWS_PER_MESSAGE else raw,
+                       batch.rank, batch.pid, batch.dropped_total, tail)
+
+    def _send(self, raw: list[RawRow], rank: int, pid: int, recorder_dropped: int, tail: bytes) -> None:
+        n = len(raw)
+        head = encode_header(DATA, self.num_sent_batches + self.num_dropped_batches, self._next_event, n,
+                             recorder_dropped, self.num_dropped_events, rank, pid, tail)
+        self._next_event += n  # sent or dropped: the subscriber sees the gap either way
         try:
-            self._sock.send_multipart([TOPIC, payload], flags=zmq.NOBLOCK)
+            self._sock.send_multipart([TOPIC, head, encode_rows(raw)], flags=zmq.NOBLOCK)
         except zmq.Again:
-            self.num_dropped_events += len(batch.rows)
+            self.num_dropped_events += n
+            self.num_dropped_batches += 1
             return
-        self.num_sent_events += len(batch.rows)
+        self.num_sent_events += n
+        self.num_sent_batches += 1
 
     def flush(self) -> None:
         return None
@@ -92,55 +135,142 @@ class ZmqPublisherSink:
     def shutdown(self) -> None:
         if not self._closed:
             self._closed = True
+            self._send_end()
             # A clean close delivers what was already accepted: with linger 0 the last batches
             # still queued in ZeroMQ's I/O thread were discarded, so a follower could miss the
             # end of a run (or all of a short one). Bounded, so a stalled subscriber cannot hold
             # the process at exit.
             self._sock.close(linger=SHUTDOWN_LINGER_MS)
 
+    def _send_end(self) -> None:
+        if self._last is None:
+            return  # nothing was ever published: no anchor to name the stream by
+        rank, pid, recorder_dropped, tail = self._last
+        head = encode_header(END, self.num_sent_batches + self.num_dropped_batches, self._next_event, 0,
+                             recorder_dropped, self.num_dropped_events, rank, pid, tail)
+        try:
+            self._sock.send_multipart([TOPIC, head, b""], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # a stalled subscriber: it learns the end from its idle timeout instead
 
-def _row_dict(row: tuple) -> dict[str, Any]:
-    d = dict(zip(FIELDS, row))
-    d["pool"] = d["pool"].value
-    d["kind"] = d["kind"].value
-    return d
+
+def _rows_to_raw(rows: list[Row]) -> list[RawRow]:
+    """Canonical rows (e.g. a batch built from a file) -> raw rows; the sequence number is unknown."""
+    return [(-1, r[0], r[1], *r[COL_REQUEST_ID:]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBatch:
+    """One received batch: its header and the recorder's raw rows."""
+
+    header: BatchHeader
+    raw: list[RawRow]
+
+    def event_batch(self) -> EventBatch:
+        """As the pump hands batches to sinks (canonical rows built only when a sink asks)."""
+        h = self.header
+        return EventBatch(self.raw, h.anchor, rank=h.rank, pid=h.pid, dropped_total=h.recorder_dropped)
+
+    def rows(self) -> list[Row]:
+        return raw_to_rows(self.raw, self.header.rank, self.header.pid)
 
 
 class LiveSubscriber:
     """Subscribes to a :class:`ZmqPublisherSink` (from any process on the host).
 
+    The first batch received names the stream (run id, rank, pid); a batch of another stream, of
+    another schema or wire version raises :class:`StreamRefusedError` (a ``ValueError`` with one
+    line) and is not delivered.
+
     Args:
         endpoint: the publisher's endpoint (default: where rank 0 of ``kvscope-instrument --sinks
             zmq`` publishes, ``tcp://127.0.0.1:5557``; rank r publishes on port + r).
         context: a ``zmq.Context`` (default: the process-wide instance).
+        expect_run_id: refuse any stream but this run's (default: the first one received).
+        receive_high_water_mark: messages queued in this process before ZeroMQ drops new ones
+            (they are counted in :attr:`gap_events`).
     """
 
-    def __init__(self, endpoint: str = DEFAULT_ZMQ_ENDPOINT, *, context: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str = DEFAULT_ZMQ_ENDPOINT, *, context: zmq.Context | None = None,
+                 expect_run_id: str | None = None, receive_high_water_mark: int = 1000) -> None:
+        self.endpoint = endpoint
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, receive_high_water_mark)
         self._sock.setsockopt(zmq.SUBSCRIBE, TOPIC)
         self._sock.connect(endpoint)
         self.anchor: WallClockAnchor | None = None
+        self.run_id: str | None = expect_run_id
+        self._stream: tuple[int, int] | None = None
+        """(rank, pid) of the followed stream."""
         self.publisher_dropped_total = 0
+        """Events the publisher dropped at its high-water mark (its running total, as last heard)."""
+        self.recorder_dropped_total = 0
+        """Events the engine's recorder ring lost (its running total, as last heard)."""
         self.num_received = 0
+        self.num_batches = 0
+        self.gap_events = 0
+        """Events published after the first received batch that never arrived here (the publisher's
+        high-water drops and this socket's receive-queue overflows alike)."""
+        self.missed_at_start = 0
+        """Events the publisher had handled before this subscriber's first batch."""
+        self.ended = False
+        """The publisher's END arrived: the run's stream is over."""
+        self._expected: int | None = None
 
-    def poll(self, timeout_ms: int = 100, max_batches: int = 1000) -> list[KVEvent]:
-        """Events received within ``timeout_ms`` (waits for the first batch only)."""
-        events: list[KVEvent] = []
+    def poll_batches(self, timeout_ms: int = 100, max_batches: int = 1000) -> list[LiveBatch]:
+        """Batches received within ``timeout_ms`` (waits for the first one only)."""
+        out: list[LiveBatch] = []
         wait = timeout_ms
         for _ in range(max_batches):
             if not self._sock.poll(wait):
                 break
             wait = 0
-            _topic, payload = self._sock.recv_multipart()
-            obj = json.loads(payload)
-            self.anchor = WallClockAnchor.from_dict(obj["anchor"])
-            self.publisher_dropped_total = int(obj.get("dropped_total", 0))
-            for d in obj["events"]:
-                events.append(KVEvent(*(d[f] for f in FIELDS)))
-        self.num_received += len(events)
-        return events
+            frames = self._sock.recv_multipart()
+            if len(frames) != 3:
+                raise StreamRefusedError(f"{self.endpoint}: not a kvscope binary event stream "
+                                         f"(a publisher of kvscope before wire version 2 sends JSON: upgrade the engine side)")
+            header = self._accept(decode_header(frames[1]))
+            if header.kind == END:
+                self.ended = True
+                break
+            if header.kind != DATA:
+                continue
+            raw = decode_rows(frames[2], header.num_rows)
+            out.append(LiveBatch(header, raw))
+            self.num_received += len(raw)
+            self.num_batches += 1
+        return out
+
+    def _accept(self, h: BatchHeader) -> BatchHeader:
+        if self.run_id is not None and h.run_id != self.run_id:
+            raise StreamRefusedError(f"{self.endpoint}: stream of run {h.run_id}, not of run {self.run_id} "
+                                     f"(another engine publishes on this endpoint): refused")
+        if self._stream is not None and (h.rank, h.pid) != self._stream:
+            raise StreamRefusedError(f"{self.endpoint}: stream of rank {h.rank} pid {h.pid}, not of rank "
+                                     f"{self._stream[0]} pid {self._stream[1]} (another process of run "
+                                     f"{h.run_id}): refused")
+        self.run_id, self._stream, self.anchor = h.run_id, (h.rank, h.pid), h.anchor
+        if self._expected is None:
+            self.missed_at_start = h.first_event
+        elif h.first_event > self._expected:
+            self.gap_events += h.first_event - self._expected
+        self._expected = max(self._expected or 0, h.first_event + h.num_rows)
+        self.publisher_dropped_total = h.publisher_dropped
+        self.recorder_dropped_total = h.recorder_dropped
+        return h
+
+    def poll_rows(self, timeout_ms: int = 100, max_batches: int = 1000) -> list[Row]:
+        """Canonical rows (FIELDS order) received within ``timeout_ms``."""
+        rows: list[Row] = []
+        for b in self.poll_batches(timeout_ms, max_batches):
+            rows.extend(b.rows())
+        return rows
+
+    def poll(self, timeout_ms: int = 100, max_batches: int = 1000) -> list[KVEvent]:
+        """Events received within ``timeout_ms`` (waits for the first batch only)."""
+        return [KVEvent(*r) for r in self.poll_rows(timeout_ms, max_batches)]
 
     def poll_frame(self, timeout_ms: int = 100):
         """Like :meth:`poll`, as an event DataFrame with the file reader's dtypes (plus ``epoch_ns``)."""
@@ -148,15 +278,21 @@ class LiveSubscriber:
 
         from kvscope.recording import frame_dtypes
 
-        events = self.poll(timeout_ms)
+        rows = self.poll_rows(timeout_ms)
         dtypes = frame_dtypes()
-        rows = [e.as_row() for e in events]
-        cols = {f: [r[i] for r in rows] for i, f in enumerate(FIELDS)}
+        cols = {f: list(c) for f, c in zip(FIELDS, zip(*rows))} if rows else {f: [] for f in FIELDS}
         cols["pool"] = [p.value for p in cols["pool"]]
         cols["kind"] = [k.value for k in cols["kind"]]
         offset = 0 if self.anchor is None else self.anchor.epoch_ns - self.anchor.monotonic_ns
         cols["epoch_ns"] = [t + offset for t in cols["ts_ns"]]
         return pd.DataFrame({f: pd.Series(v, dtype=dtypes[f]) for f, v in cols.items()})
+
+    def stats(self) -> dict[str, object]:
+        """What the stream delivered and lost (the ``stream`` key of ``export --follow --json``)."""
+        return {"run_id": self.run_id, "batches": self.num_batches, "events": self.num_received,
+                "gap_events": self.gap_events, "missed_at_start": self.missed_at_start,
+                "publisher_dropped": self.publisher_dropped_total,
+                "recorder_dropped": self.recorder_dropped_total, "ended": self.ended}
 
     def close(self) -> None:
         self._sock.close(linger=0)
