@@ -198,7 +198,8 @@ def follow(
     subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
     when a batch of another run or schema stopped the follow.
     """
-    from kvscope.engines.live import LiveSubscriber, StreamRefusedError  # composition root: the stream's reader
+    # composition root: the live stream's reader
+    from kvscope.engines.live import LiveSubscriber, StreamRefusedError
 
     sub = LiveSubscriber(endpoint, expect_run_id=run_id)
     pipeline = OtlpPipeline(config, resource=kvscope_resource({}, service_name=service_name),

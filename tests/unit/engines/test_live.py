@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 import zmq
 
 from kvscope.engines.live import LiveSubscriber, ZmqPublisherSink
@@ -105,3 +106,113 @@ def test_poll_frame_gives_reader_dtypes_when_events_arrive():
     finally:
         sub.close()
         pump.shutdown()
+
+
+def _publish(rec, pump, n, kind=EventKind.BLOCKS_ALLOCATED):
+    for i in range(n):
+        rec.record(kind, i, PoolRole.DRAFT, 1, 64)
+    pump.pump_once()
+
+
+def _poll_until(sub, cond, timeout_s=30.0, into=None):
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        got = sub.poll_batches(timeout_ms=50)
+        if into is not None:
+            into.extend(got)
+
+
+def test_subscriber_accounts_for_every_published_event_when_a_stalled_subscriber_loses_batches():
+    """Stalled (tiny receive queue, not reading) while ~40 MB go by: the publisher drops at its
+    high-water mark and this socket's queue overflows; after the publisher's END, what arrived plus
+    what the subscriber counted as lost is exactly what the publisher was handed."""
+    ctx = zmq.Context()
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=2, context=ctx)
+    sub = LiveSubscriber(sink.endpoint, context=ctx, receive_high_water_mark=1)
+    sub._sock.setsockopt(zmq.RCVBUF, 1024)
+    rec = Recorder()
+    pump = BatchPump(rec, [sink], start=False)
+    while sub.num_batches == 0:  # the subscription has joined: from here on nothing is missed silently
+        _publish(rec, pump, 1)
+        sub.poll_batches(timeout_ms=20)
+    for _ in range(1000):
+        for _ in range(40):
+            rec.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.TARGET, 0, 10, 1, reason="x" * 800)
+        pump.pump_once()
+    quiet = time.monotonic()
+    while time.monotonic() - quiet < 1.0:  # read what made it through
+        if sub.poll_batches(timeout_ms=100):
+            quiet = time.monotonic()
+    pump.shutdown()  # sends END with the final counters
+    _poll_until(sub, lambda: sub.ended)
+    total = sink.num_sent_events + sink.num_dropped_events
+    assert sub.ended
+    assert sub.gap_events > 0 and sub.gap_events >= sink.num_dropped_events == sub.publisher_dropped_total
+    assert sub.missed_at_start + sub.num_received + sub.gap_events == total
+    sub.close()
+    ctx.term()
+
+
+def test_subscriber_refuses_another_run_on_the_same_endpoint_when_the_engine_restarts():
+    from kvscope.engines.live import StreamRefusedError
+
+    first = ZmqPublisherSink("tcp://127.0.0.1:*", run_id="run-a")
+    endpoint = first.endpoint
+    sub = LiveSubscriber(endpoint)
+    rec = Recorder()
+    pump = BatchPump(rec, [first], start=False)
+    got: list = []
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        _publish(rec, pump, 3)
+        got = sub.poll_batches(timeout_ms=50)
+    assert got and sub.run_id == "run-a"
+    pump.shutdown()
+    _poll_until(sub, lambda: sub.ended)
+    second = ZmqPublisherSink(endpoint, run_id="run-b")  # the next engine binds the same port
+    rec2 = Recorder()
+    pump2 = BatchPump(rec2, [second], start=False)
+    try:
+        deadline = time.monotonic() + 30
+        with pytest.raises(StreamRefusedError, match="run run-b, not of run run-a"):
+            while time.monotonic() < deadline:
+                _publish(rec2, pump2, 3)
+                sub.poll_batches(timeout_ms=50)
+        assert sub.run_id == "run-a"
+    finally:
+        pump2.shutdown()
+        sub.close()
+
+
+def test_subscriber_refuses_a_json_publisher_of_an_older_kvscope():
+    from kvscope.engines.live import TOPIC, StreamRefusedError
+
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = LiveSubscriber(f"tcp://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        with pytest.raises(StreamRefusedError, match="JSON"):
+            while time.monotonic() < deadline:
+                pub.send_multipart([TOPIC, b'{"anchor": {}, "events": []}'])
+                sub.poll_batches(timeout_ms=50)
+    finally:
+        sub.close()
+        pub.close(linger=0)
+
+
+def test_a_batch_body_naming_any_other_class_is_refused_and_never_run(tmp_path):
+    import pickle
+
+    from kvscope.recording.wire import StreamRefusedError, decode_rows, encode_rows
+
+    class Boom:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    with pytest.raises(StreamRefusedError, match=r"names io\.open: refused"):
+        decode_rows(pickle.dumps([Boom()]), 1)
+    assert not (tmp_path / "pwned").exists()
+    rows = [(0, 5, 1, 7, PoolRole.DRAFT, EventKind.RESIZE_FAILED, 2, 20, 0, -1, -1, -1, -1, "short")]
+    assert decode_rows(encode_rows(rows), 1) == rows

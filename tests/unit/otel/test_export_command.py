@@ -95,3 +95,41 @@ def test_follow_exports_a_live_stream_from_another_process_side_with_the_analyze
     assert out["events"] == pub.num_sent_events == 110
     assert out["findings"] == 3  # the streaming detector's at-risk warning, engine_fatal, reuse loss
     assert out["spans"]["dropped"] == 8 and out["followed"] == pub.endpoint
+    # It stopped at the publisher's END, and says what the stream delivered and lost.
+    stream = out["stream"]
+    assert (stream["ended"], stream["run_id"], stream["events"]) == (True, pub.run_id, 110)
+    assert stream["gap_events"] == stream["publisher_dropped"] == stream["recorder_dropped"] == 0
+
+
+def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
+    """``--run-id`` pins the run: a stream of another run is refused (one stderr line, exit 2)
+    and ``--json`` still reports what was followed."""
+    import threading
+    import time
+
+    from kvscope.cli import main
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.events import EventKind, PoolRole
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", run_id="the-other-run")
+    rec = Recorder()
+    pump = BatchPump(rec, [pub], start=False)
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(code=main(
+        ["export", "--follow", pub.endpoint, "--run-id", "my-run", "--otlp-endpoint",
+         f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json"])))
+    t.start()
+    deadline = time.monotonic() + 30
+    while t.is_alive() and time.monotonic() < deadline:  # publish until the follower has heard one batch
+        rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
+        pump.pump_once()
+        time.sleep(0.02)
+    t.join(timeout=30)
+    pump.shutdown()
+    out, err = capsys.readouterr()
+    assert result["code"] == 2
+    assert err.strip().splitlines() == [
+        f"kvscope export: {pub.endpoint}: stream of run the-other-run, not of run my-run "
+        "(another engine publishes on this endpoint): refused"]
+    s = json.loads(out)
+    assert s["events"] == 0 and s["stream"]["refused"].endswith("refused")

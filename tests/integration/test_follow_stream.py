@@ -1,0 +1,71 @@
+"""``kvscope export --follow`` end to end: a real replay of the engine model publishes its live
+stream; a follower (another thread here, another process in use) decodes the binary batches and
+exports them to the real collector -> Phoenix (traces) and VictoriaMetrics (metrics)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from otel_stack import poll
+
+from kvscope import replay
+from kvscope.commands.export import follow
+from kvscope.engines.live import ZmqPublisherSink
+from kvscope.engines.model.session import EventFileSession
+from kvscope.otel import OtlpConfig
+from kvscope.otel import names as n
+from kvscope.recording import read_file
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_stack, tmp_path, monkeypatch):
+    run = uuid.uuid4().hex[:8]
+    service, project = f"follow-{run}", f"follow-{run}"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(follow(
+        pub.endpoint, OtlpConfig(otel_stack.http_endpoint, "http/protobuf"), service_name=service,
+        idle_exit_s=60)))
+    t.start()
+    deadline = time.monotonic() + 30
+    while pub.num_subscribers == 0 and time.monotonic() < deadline:  # nothing published before it joins
+        pub._drain_subscriptions()
+        time.sleep(0.05)
+    path = tmp_path / "shared-prefix.parquet"
+    replay.run("shared-prefix", instrument=EventFileSession(path, label="shared-prefix", extra_sinks=[pub]))
+    t.join(timeout=120)  # the session's close shut the publisher down: its END ends the follow
+    assert not t.is_alive()
+
+    df = read_file(path)
+    stream = out["stream"]
+    assert stream["ended"] and stream["run_id"] == pub.run_id
+    assert out["events"] == stream["events"] == pub.num_sent_events == len(df)
+    assert stream["gap_events"] == stream["missed_at_start"] == stream["publisher_dropped"] == 0
+    assert out["dropped_total"] == 0
+
+    num_requests = int((df["kind"] == "request_arrived").sum())
+    fatal = df[df["kind"] == "engine_failed"].iloc[0]
+    spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) >= num_requests and sp, 60)
+    assert spans, otel_stack.diagnose()
+    reqs = {sp["attributes"][n.REQUEST_ID]: sp for sp in spans if sp["name"] == n.SPAN_REQUEST}
+    assert len(reqs) == num_requests == out["requests"]["started"]
+    trigger = reqs[int(fatal["request_id"])]
+    assert trigger["status_code"] == "ERROR"
+    assert n.EV_ENGINE_FAILED in [e["name"] for e in trigger["events"]]
+
+    reused = df[df["kind"] == "blocks_reused"].groupby("pool", observed=True)["num_tokens"].sum().to_dict()
+    sel = f'service_name="{service}"'
+    last_s = int(df["epoch_ns"].max()) / 1e9
+
+    def value(metric, **labels):
+        q = metric + "{" + ",".join([sel] + [f'{k}="{v}"' for k, v in labels.items()]) + "}"
+        res = otel_stack.vm_query(q, at_s=last_s)
+        return float(res[0]["value"][1]) if len(res) == 1 else None
+
+    assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1)
+    assert poll(lambda: value("kvscope_prefix_cache_hits_total", kvscope_pool="target") == reused["target"])
