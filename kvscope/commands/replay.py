@@ -254,3 +254,5 @@ def _print_summary(data: dict[str, Any]) -> None:
                 "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",
                 "deferrals"):
         print(f"  {key:<22} {data[key]}")
+        if key == "requests_rejected" and data.get("requests_cancelled"):
+            print(f"  {'requests_cancelled':<22} {data['requests_cancelled']}")

@@ -104,6 +104,10 @@ class EngineConfig:
     share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
     session_start_interval_s: float = _knob(
         0.0, "closed loop: least time between two session starts (s; 0: start together, a burst)")
+    cancel_rate: float = _knob(
+        0.0, "fraction of requests the client cancels, drawn per request from the seed (0: none)")
+    cancel_after_s: float = _knob(
+        10.0, "mean delay from a request's arrival to its cancellation (s; exponential; 0: at arrival)")
     max_requests: int = _knob(0, "stop admitting after this many requests (0: workload default)")
     max_sessions: int = _knob(0, "sessions to replay (0: workload default)")
     arrival_time_scale: float = _knob(1.0, "open loop: multiplies trace arrival times (2: half the rate)")
@@ -144,10 +148,13 @@ class EngineConfig:
                         "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
                         "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
                         "max_requests", "max_sessions", "max_sim_seconds", "pace", "session_start_interval_s",
+                        "cancel_after_s",
                         "step_overhead_s", "prefill_s_per_token", "decode_s_per_request")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.cancel_rate <= 1.0:
+            raise ValueError(f"cancel_rate must be in [0, 1], got {self.cancel_rate}")
         if self.arrival_time_scale <= 0:
             raise ValueError(f"arrival_time_scale must be > 0, got {self.arrival_time_scale}")
         if not 0.0 < self.max_util_for_resume <= 1.0:

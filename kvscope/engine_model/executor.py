@@ -24,6 +24,17 @@ Stands for ``PyExecutor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor.py`` @
 7. ``resource_manager.update_resources(batch, attn_metadata, kv_cache_dtype_byte_size)``.
 8. finished requests: ``_terminate_request`` -> ``resource_manager.free_resources(request)``.
 
+Cancellations (``py_executor.py`` @ 0004396, ``_executor_loop`` and ``_handle_executed_batch``): a
+client's ``cancel_request(id)`` enqueues a cancel item; step 1 moves it to ``canceled_req_ids``
+(``_handle_special_queue_items``). Only an iteration that ran a batch (``can_queue``; under PP, one
+that handles an executed micro-batch) applies them, after step 6 and before the responses:
+``_handle_canceled_requests`` marks every ACTIVE request named there ``finish_by_reason(CANCELLED)``
+(queued, suspended, in context, in generation, or in another micro-batch in flight alike) and clears
+the list (ids of requests no longer active are dropped), then ``_handle_responses`` terminates them
+(``free_resources`` in every manager) BEFORE step 7, as the real loop does: a cancelled request's
+caches are gone when ``update_resources`` runs. Model order: completed requests are still freed
+after step 7 (step 8), so within one iteration a cancelled request is freed before the completed ones.
+
 Fatal errors: an exception escaping ``step()`` ends ``run()`` like ``_event_loop_wrapper``: it is
 logged as "Error in event loop", stored (``event_loop_error``), every pending request gets an error
 response (counted failed), the engine shuts down (``is_shutdown``) and reports unhealthy
@@ -76,7 +87,7 @@ from .batch import ScheduledRequestsModel
 from .cost_model import CostModel
 from .error_budget import ErrorBudgetModel
 from .forward import SAMPLING_FAILED, forward_step
-from .request import LlmRequestModel, LlmRequestState, prepare_draft_requests
+from .request import FinishReason, LlmRequestModel, LlmRequestState, prepare_draft_requests
 
 _REQUEST_ID_RE = re.compile(r"request (\d+)")
 # Simulated duration of an iteration that runs nothing (the loop spins through schedule and
@@ -129,6 +140,8 @@ class ExecutorStats:
     rejection_reasons: dict[str, int] = field(default_factory=dict)
     requests_errored: int = 0
     """Requests ended one by one by ``_handle_errors(..., requests=[...])`` while the engine served on."""
+    requests_cancelled: int = 0
+    """Requests the client cancelled, ended by ``_handle_canceled_requests`` (no error response)."""
     output_tokens_completed: int = 0
     prompt_tokens_admitted: int = 0
     reused_tokens_admitted: int = 0
@@ -199,6 +212,10 @@ class PyExecutorModel:
         self._last_step_s = 0.0
         self._workload: Any = None
         self._stop_requested = False
+        self._cancel_queue: list[int] = []
+        """Cancel items enqueued by ``cancel_request`` and not fetched yet (the request queue's)."""
+        self.canceled_req_ids: list[int] = []
+        """Fetched cancellations, applied by the next iteration that runs a batch."""
 
     # ------------------------------------------------------------------------------ health
     @property
@@ -209,6 +226,11 @@ class PyExecutorModel:
     def stop(self) -> None:
         """Ask ``run`` to return after the current iteration (e.g. on a simulated-time limit)."""
         self._stop_requested = True
+
+    def cancel_request(self, request_id: int) -> None:
+        """``PyExecutor.cancel_request``: enqueue a cancellation; the loop fetches it at its next
+        iteration and applies it where the real loop does (see the module docstring)."""
+        self._cancel_queue.append(int(request_id))
 
     # ------------------------------------------------------------------------------ loop
     def run(self, workload: Any, *, max_sim_seconds: float = 0.0,
@@ -298,6 +320,9 @@ class PyExecutorModel:
         if executed is not None:
             self._update_request_states(executed)
             self._update_v2_context_resources(executed)
+            # can_queue: without PP, only an iteration that ran a batch gets this far in the real loop.
+            if self.canceled_req_ids and (pipelined or scheduled_batch.batch_size):
+                self._handle_canceled_requests()
             self.resource_manager.update_resources(executed, None, None)
             self._terminate_finished(executed)
             if pipelined:
@@ -422,8 +447,16 @@ class PyExecutorModel:
         workload = self._workload
         if workload is None:
             return
-        for arrival in workload.pop_arrivals(self.clock.now_s):
+        now_s = self.clock.now_s
+        for arrival in workload.pop_arrivals(now_s):
             self.add_request(arrival)
+        pop_cancellations = getattr(workload, "pop_cancellations", None)
+        if pop_cancellations is not None:
+            self._cancel_queue.extend(pop_cancellations(now_s))
+        if self._cancel_queue:
+            # _handle_special_queue_items: cancel items join canceled_req_ids in queue order.
+            self.canceled_req_ids.extend(self._cancel_queue)
+            self._cancel_queue.clear()
 
     def add_request(self, arrival: Any) -> LlmRequestModel | None:
         """Activate one ``WorkloadRequest``; returns None when it is rejected at arrival."""
@@ -497,6 +530,10 @@ class PyExecutorModel:
         finished = [r for r in batch.all_requests() if r.state == LlmRequestState.GENERATION_COMPLETE]
         if not finished:
             return
+        # A request already terminated this iteration (cancelled, or failed by _handle_errors) left
+        # active_requests; it is complete too, but its resources and its end are already handled.
+        active_ids = {r.py_request_id for r in self.active_requests}
+        finished = [r for r in finished if r.py_request_id in active_ids]
         now_s = self.clock.now_s
         finished_ids = {r.py_request_id for r in finished}
         for request in finished:
@@ -551,6 +588,33 @@ class PyExecutorModel:
             if self._workload is not None:
                 self._workload.on_finished(request.py_request_id, now_s, failed=True)
 
+    def _handle_canceled_requests(self) -> None:
+        """``_handle_canceled_requests`` then the cancelled part of ``_handle_responses``: every active
+        request named in ``canceled_req_ids`` finishes by CANCELLED and is terminated (its caches freed
+        in every manager, target, draft and mamba state alike); the list is cleared (no transceiver:
+        every cancellation succeeds; an id that is not active is dropped, as the real clear does).
+
+        Counting (model): ``requests_cancelled``; the workload hears a finish that is not a failure
+        (a client that cancelled goes on with its session)."""
+        canceled = set(self.canceled_req_ids)
+        self.canceled_req_ids.clear()
+        ended = []
+        for request in self.active_requests:
+            if request.py_request_id in canceled:
+                request.finish_by_reason(FinishReason.CANCELLED)
+                if request.is_finished_due_to_cancellation:
+                    ended.append(request)
+        if not ended:
+            return
+        ended_ids = {r.py_request_id for r in ended}
+        self.active_requests = [r for r in self.active_requests if r.py_request_id not in ended_ids]
+        now_s = self.clock.now_s
+        for request in ended:
+            self._terminate_request(request)
+            self.stats.requests_cancelled += 1
+            if self._workload is not None:
+                self._workload.on_finished(request.py_request_id, now_s, failed=False)
+
     def _terminate_request(self, request: LlmRequestModel) -> None:
         """``_terminate_request`` -> ``_free_request_resources``: free the request in every manager
         (``free_resources`` in reversed order: target, draft, ...) and drop the executor's own records."""
@@ -585,8 +649,14 @@ class PyExecutorModel:
                 return 0
             round_s = self.decode_round_seconds(groups)
             margin = 2  # a micro-batch in flight still owes its requests one step
+        if self._cancel_queue or self.canceled_req_ids:
+            return 0  # a cancellation is due at the next iteration that runs
         workload = self._workload
         next_s = workload.next_arrival_s() if workload is not None else None
+        next_cancel = getattr(workload, "next_cancel_s", None)
+        cancel_s = next_cancel() if next_cancel is not None else None
+        if cancel_s is not None and (next_s is None or cancel_s < next_s):
+            next_s = cancel_s
         if next_s is not None:
             horizon = min(horizon, int((next_s - self.clock.now_s) / round_s))
         max_sim = float(getattr(self.config, "max_sim_seconds", 0.0) or 0.0)

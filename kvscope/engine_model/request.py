@@ -27,6 +27,13 @@ class LlmRequestState(str, Enum):
     GENERATION_COMPLETE = "generation_complete"
 
 
+class FinishReason(str, Enum):
+    """Subset of the real ``FinishReason`` (``tensorrt_llm.bindings.executor``) the executor sets."""
+
+    NOT_FINISHED = "not_finished"
+    CANCELLED = "cancelled"
+
+
 class LlmRequestModel:
     """One request as the KV cache manager and scheduler see it.
 
@@ -36,7 +43,9 @@ class LlmRequestModel:
       ``context_chunk_size`` (tokens scheduled this iteration), ``py_draft_tokens`` (draft tokens
       proposed for the next step), ``max_draft_len``, ``py_lora_task_id``,
       ``py_ctx_pre_resize_cap`` (capacity before the last ``resize_context``; None when not resized),
-      ``py_num_accepted_draft_tokens`` and ``py_rewind_len`` (set by the sampler under MTP).
+      ``py_num_accepted_draft_tokens`` and ``py_rewind_len`` (set by the sampler under MTP),
+      ``finish_reason`` (the real per-beam ``finish_reasons``, beam width 1) with
+      ``finish_by_reason`` and ``is_finished_due_to_cancellation``.
 
     Model-only attributes:
       ``block_keys``: chained keys of the prompt's full engine blocks (tokens_per_block tokens each);
@@ -98,6 +107,7 @@ class LlmRequestModel:
         self.py_rewind_len = 0
         self.py_is_dummy = False
         self.is_dummy = False
+        self.finish_reason = FinishReason.NOT_FINISHED
         # Model-only: per-pool memo of the last radix walk (see core_manager._match).
         self.py_reuse_probe_memo: dict = {}
 
@@ -117,6 +127,19 @@ class LlmRequestModel:
     @property
     def is_finished(self) -> bool:
         return self.state == LlmRequestState.GENERATION_COMPLETE
+
+    @property
+    def is_finished_due_to_cancellation(self) -> bool:
+        return self.finish_reason is FinishReason.CANCELLED
+
+    def finish_by_reason(self, reason: FinishReason) -> None:
+        """Real ``LlmRequest.finish_by_reason``: the request becomes GENERATION_COMPLETE; the reason
+        is recorded only where none was set yet (the real one sets it per beam still NOT_FINISHED). A
+        request that already completed (the model records no reason for its last token) keeps its
+        outcome: a cancellation arriving after the last token does not make it a cancelled one."""
+        if self.finish_reason is FinishReason.NOT_FINISHED and self.state != LlmRequestState.GENERATION_COMPLETE:
+            self.finish_reason = reason
+        self.state = LlmRequestState.GENERATION_COMPLETE
 
     # --- context chunking (real names) ---------------------------------------------------------
     @property

@@ -23,6 +23,7 @@ from typing import Any
 from kvscope.engine_model.build import EngineParts, build_engine
 from kvscope.engine_model.config import EngineConfig
 from kvscope.engine_model.executor import PyExecutorModel
+from kvscope.workloads.cancellations import with_cancellations
 from kvscope.workloads.workload import TraceFormatError
 
 from .scenarios import SCENARIOS, get_scenario, trace_workload_builder
@@ -43,7 +44,8 @@ class ReplaySummary:
     every micro-batch in flight);
     ``queue_wait_*`` arrival to first scheduled chunk (nearest-rank percentiles, s);
     ``requests_errored`` requests ended one by one with an error response while the engine served on
-    (the executor's per-request error path, ``PyExecutorModel._handle_errors(..., requests=[...])``).
+    (the executor's per-request error path, ``PyExecutorModel._handle_errors(..., requests=[...])``);
+    ``requests_cancelled`` requests the client cancelled (``cancel_rate``), ended without an error.
     ``engine_fatal`` covers a crash of the loop and an error the executor classified fatal.
     """
 
@@ -73,6 +75,7 @@ class ReplaySummary:
     pool_capacity_blocks: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     requests_errored: int = 0
+    requests_cancelled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,7 +116,9 @@ def run(source: str, overrides: list[str] | dict[str, Any] | None = None, *,
     base, build_workload, label = resolve(source)
     config = (config or base).with_overrides(overrides or [])
     parts = build_engine(config)
-    parts.workload = workload if workload is not None else build_workload(config)
+    parts.workload = with_cancellations(workload if workload is not None else build_workload(config),
+                                        cancel_rate=config.cancel_rate, cancel_after_s=config.cancel_after_s,
+                                        seed=config.seed)
     handle = instrument(parts) if instrument is not None else None
     wall_start = time.perf_counter()
     try:
@@ -164,6 +169,7 @@ def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySumm
         pool_capacity_blocks=capacities,
         config=parts.config.to_dict(),
         requests_errored=stats.requests_errored,
+        requests_cancelled=stats.requests_cancelled,
     )
 
 

@@ -69,8 +69,9 @@ def update_resources(b: Binding, original: Method) -> Method:
 
 
 def free_resources(b: Binding, original: Method) -> Method:
-    """A pending request's resources are freed: REQUEST_FINISHED (generation complete) or
-    REQUEST_CANCELLED, and its bookkeeping ends."""
+    """A pending request's resources are freed: REQUEST_FAILED (an error response was recorded),
+    REQUEST_CANCELLED (``is_finished_due_to_cancellation``, or freed before it completed),
+    REQUEST_FINISHED (generation complete), and its bookkeeping ends."""
     rec = b.rec
 
     @functools.wraps(original)
@@ -87,6 +88,9 @@ def free_resources(b: Binding, original: Method) -> Method:
                     error = b.errored.pop(rid, None)
                     if error is not None:
                         b.emit(EventKind.REQUEST_FAILED, rid, PoolRole.NONE, reason=error[:512])
+                    elif getattr(request, "is_finished_due_to_cancellation", False) is True:
+                        # finish_by_reason(CANCELLED) leaves the state GENERATION_COMPLETE too.
+                        b.emit(EventKind.REQUEST_CANCELLED, rid, PoolRole.NONE, reason="cancelled by the client")
                     elif state == "GENERATION_COMPLETE":
                         generated = getattr(request, "num_generated_tokens", None)
                         if generated is None:
