@@ -24,12 +24,25 @@ from kvscope.workloads.workload import WorkloadRequest
 
 
 class ListWorkload:
-    """A fixed list of requests (open loop)."""
+    """A fixed list of requests (open loop), and the client's cancellations: (time, request id),
+    sent whatever the request is doing then (not arrived yet, queued, running, finished)."""
 
-    def __init__(self, requests: list[WorkloadRequest], tokens_per_block: int) -> None:
+    def __init__(self, requests: list[WorkloadRequest], tokens_per_block: int,
+                 cancels: list[tuple[float, int]] | None = None) -> None:
         self.tokens_per_block = tokens_per_block
         self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
         self.finished: list[int] = []
+        self.cancels = sorted(cancels or [])
+        self.cancels_sent: list[int] = []
+
+    def pop_cancellations(self, now_s: float) -> list[int]:
+        due = [rid for t, rid in self.cancels if t <= now_s]
+        self.cancels = [(t, rid) for t, rid in self.cancels if t > now_s]
+        self.cancels_sent += due
+        return due
+
+    def next_cancel_s(self) -> float | None:
+        return self.cancels[0][0] if self.cancels else None
 
     def pop_arrivals(self, now_s: float) -> list[WorkloadRequest]:
         out = [r for r in self.requests if r.arrival_s <= now_s]
@@ -83,11 +96,30 @@ def engine_configs(draw: Any) -> EngineConfig:
     )
     if max_draft_len == 0:
         values["draft_mode"] = DraftMode.UNPAIRED  # paired needs a draft pool
+    if draw(st.sampled_from([False, False, True])):
+        # Hybrid target (Gated-DeltaNet / mamba state pool, as qwen-hybrid-mtp): at least one slot per
+        # index slot, as the real pool requires; snapshots every 0, 1 or 2 blocks.
+        index_slots = values["max_batch_size"] * values["pp_size"] + EngineConfig().num_reserved_index_slots
+        values["num_mamba_slots"] = index_slots + draw(st.integers(0, 8))
+        values["mamba_snapshot_interval"] = draw(st.sampled_from([0, 1, 2])) * tokens_per_block
     try:
         return dataclasses.replace(EngineConfig(), **values)
     except ValueError as e:  # a combination the config refuses (documented rule): not a case
         note(f"refused config: {e}")
         reject()
+
+
+@st.composite
+def cancellations(draw: Any, requests: list[WorkloadRequest]) -> list[tuple[float, int]]:
+    """The client's cancellations at random points: for a random subset of the requests, a time from
+    before its arrival (dropped: not active yet) to long after it (often finished by then)."""
+    out = []
+    for request in requests:
+        if draw(st.integers(0, 3)) == 0:
+            out.append((max(0.0, request.arrival_s + draw(st.integers(-2, 80)) * 0.05), request.request_id))
+    if requests and draw(st.booleans()):
+        out.append((draw(st.integers(0, 60)) * 0.05, draw(st.integers(1, len(requests) + 3))))  # any id
+    return out
 
 
 @st.composite
@@ -156,20 +188,31 @@ def check_pools(parts: Any, log: InvariantLog) -> None:
     mamba = getattr(parts.kv_cache_manager, "mamba_pool_state", None)
     if mamba is not None:
         s = mamba()
-        if not (0 <= s.free_blocks <= s.capacity_blocks and s.used_blocks >= 0):
+        if not (0 <= s.free_blocks <= s.capacity_blocks and s.used_blocks >= 0 and s.evictable_blocks >= 0):
             log.violations.append(f"mamba: {s}")
+        if s.used_blocks + s.free_blocks + s.evictable_blocks != s.capacity_blocks:
+            log.violations.append(f"mamba: used+free+evictable != capacity ({s})")
+        # One live state per request cache, held by nobody else (a set: never owned twice).
+        live = set(parts.kv_cache_manager.mamba_state_pool._live)
+        if live != set(parts.kv_cache_manager.kv_cache_map):
+            log.violations.append(f"mamba: live states {sorted(live)[:5]} != caches "
+                                  f"{sorted(parts.kv_cache_manager.kv_cache_map)[:5]}")
         log.pool_checks += 1
 
 
-def check_every_iteration(parts: Any, log: InvariantLog) -> None:
-    """Wrap the executor's step so the pool checks run after every executed iteration."""
+def check_every_iteration(parts: Any, log: InvariantLog, every: int = 1) -> None:
+    """Wrap the executor's step so the pool checks run after every executed iteration (``every``
+    > 1: after one in ``every``, for long runs)."""
     executor = parts.executor
     step = executor.step
+    count = [0]
 
     def checked_step(*args: Any, **kwargs: Any) -> Any:
         result = step(*args, **kwargs)
-        log.iterations_checked += 1
-        check_pools(parts, log)
+        count[0] += 1
+        if count[0] % every == 0:
+            log.iterations_checked += 1
+            check_pools(parts, log)
         return result
 
     executor.step = checked_step
@@ -178,7 +221,7 @@ def check_every_iteration(parts: Any, log: InvariantLog) -> None:
 def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) -> None:
     """Every request ended; a drained healthy engine holds no blocks for anyone."""
     ended = (summary.requests_completed + summary.requests_failed + summary.requests_rejected
-             + getattr(summary, "requests_errored", 0))
+             + getattr(summary, "requests_errored", 0) + getattr(summary, "requests_cancelled", 0))
     if summary.engine_fatal:
         # Requests due after the engine died never arrive; every one that did got the error.
         if ended != summary.requests_total:
@@ -189,7 +232,8 @@ def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) ->
     if ended != num_requests:
         log.violations.append(f"healthy run: {ended} ended of {num_requests} (completed "
                               f"{summary.requests_completed}, failed {summary.requests_failed}, rejected "
-                              f"{summary.requests_rejected}, errored {getattr(summary, 'requests_errored', 0)})")
+                              f"{summary.requests_rejected}, errored {getattr(summary, 'requests_errored', 0)}, "
+                              f"cancelled {getattr(summary, 'requests_cancelled', 0)})")
     if parts.executor.active_requests:
         log.violations.append(f"{len(parts.executor.active_requests)} requests still active after the drain")
     for name, manager in _managers(parts).items():
@@ -198,3 +242,6 @@ def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) ->
         state = manager.pool_state()
         if state.used_blocks != 0:
             log.violations.append(f"{name}: {state.used_blocks} blocks still used after the drain (leak)")
+    mamba = getattr(parts.kv_cache_manager, "mamba_pool_state", None)
+    if mamba is not None and mamba().used_blocks != 0:
+        log.violations.append(f"mamba: {mamba().used_blocks} live states after the drain (leak)")

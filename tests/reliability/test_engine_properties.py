@@ -1,18 +1,21 @@
 """Property-based tests of the engine model and kvscope's effect on it (hypothesis).
 
 Over random configurations (pool and block sizes, reuse on/off, paired/unpaired drafts, engine
-version, pp/tp, chunk budgets, batch sizes, draft lengths, host tier, resume threshold, acceptance)
-and random shared-prefix workloads (some prompts longer than the engine allows):
+version, pp/tp, chunk budgets, batch sizes, draft lengths, host tier, resume threshold, acceptance,
+hybrid Gated-DeltaNet targets with their mamba state pool and snapshot interval), random
+shared-prefix workloads (some prompts longer than the engine allows) and client cancellations at
+random points (before arrival, queued, in context, in generation, suspended, after the end):
 
 * at every executed iteration, in every pool: used + free + evictable = capacity, the occupied
   blocks equal the radix tree's GPU runs plus every cache's private pages, the evictable counter
-  equals the blocks in the eviction queue, no block key is owned by two runs;
-* every request ends (completed, failed with the error, or rejected), and a drained healthy engine
-  holds no block and no cache;
+  equals the blocks in the eviction queue, no block key is owned by two runs; in the mamba state
+  pool live + free + snapshots = slots and the live states are exactly the target's caches;
+* every request ends (completed, failed with the error, rejected, or cancelled), and a drained
+  healthy engine holds no block, no cache and no live mamba state;
 * instrumentation never changes an engine decision (same summary, iteration for iteration);
 * with remediation: the ledger adds up at every pass, is empty at the end, and with remediation on
-  from the start no request reaches a draft capacity raise site or the deadlock check (no
-  engine-fatal).
+  from the start no request reaches a draft or mamba capacity raise site or the deadlock check
+  (no engine-fatal).
 
 Shrunk counterexamples are kept below as explicit regression examples (``@example``).
 """
@@ -23,6 +26,7 @@ import pytest
 from engine_checks import (
     InvariantLog,
     ListWorkload,
+    cancellations,
     check_end,
     check_every_iteration,
     engine_configs,
@@ -57,7 +61,7 @@ class _Handles:
         self.handles = []
 
 
-def _run(config, requests, *instruments):
+def _run(config, requests, cancels, *instruments):
     """One replay of ``requests`` on ``config``; instrumentation (if any) is undone whatever happens,
     so no example leaks hooks into the next."""
     opened = _Handles()
@@ -67,7 +71,7 @@ def _run(config, requests, *instruments):
             opened.handles.append(i(parts))
         return opened
 
-    workload = ListWorkload(list(requests), config.tokens_per_block)
+    workload = ListWorkload(list(requests), config.tokens_per_block, list(cancels))
     try:
         return replay.run(SOURCE, config=config, workload=workload, instrument=instrument)
     finally:
@@ -84,12 +88,13 @@ def _comparable(summary):
 @st.composite
 def cases(draw):
     config = draw(engine_configs())
-    return config, draw(workloads(config))
+    requests = draw(workloads(config))
+    return config, requests, draw(cancellations(requests))
 
 
 @given(cases())
 def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
-    config, requests = case
+    config, requests, cancels = case
     log = InvariantLog()
     holder = {}
 
@@ -97,7 +102,7 @@ def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
         holder["parts"] = parts
         check_every_iteration(parts, log)
 
-    summary = _run(config, requests, checks)
+    summary = _run(config, requests, cancels, checks)
     check_end(holder["parts"], summary, len(requests), log)
     note(f"{summary.requests_total} requests, {log.iterations_checked} iterations, fatal={summary.engine_fatal}")
     assert log.violations == [], log.violations[:5]
@@ -105,10 +110,10 @@ def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
 
 @given(cases())
 def test_instrumentation_never_changes_an_engine_decision(case):
-    config, requests = case
-    plain = _run(config, requests)
+    config, requests, cancels = case
+    plain = _run(config, requests, cancels)
     sink = MemorySink()
-    recorded = _run(config, requests, lambda parts: EventFileSession(None, extra_sinks=[sink])(parts))
+    recorded = _run(config, requests, cancels, lambda parts: EventFileSession(None, extra_sinks=[sink])(parts))
     assert _comparable(recorded) == _comparable(plain)
     assert len(sink.events) > 0
 
@@ -121,7 +126,7 @@ MODES = ("off", "shadow", "on", "auto")
 def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, switches, first_mode):
     from kvscope.remedy import RemediatedSession
 
-    config, requests = case
+    config, requests, cancels = case
     log = InvariantLog()
     holder = {}
     session = RemediatedSession(mode=first_mode, switch_at=sorted(switches))
@@ -143,7 +148,7 @@ def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, s
 
         ctl.pass_hooks.append(check_ledger)
 
-    summary = _run(config, requests, session, checks)
+    summary = _run(config, requests, cancels, session, checks)
     stats = session.final_stats
     check_end(holder["parts"], summary, len(requests), log)
     assert stats.get("live_reservations", 0) == 0, stats
@@ -163,8 +168,8 @@ def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, s
 def test_shadow_mode_releases_every_reservation_it_makes(case):
     from kvscope.remedy import RemediatedSession
 
-    config, requests = case
+    config, requests, cancels = case
     session = RemediatedSession(mode="shadow")
-    _run(config, requests, session)
+    _run(config, requests, cancels, session)
     stats = session.final_stats
     assert stats["reservations_made"] == stats["reservations_released"], stats

@@ -1,12 +1,17 @@
 """Soak (``make soak``; skipped unless KVSCOPE_SOAK=1): >= 10^5 requests of the Claude Code traces,
-closed loop, remediation on, events recorded, memory sampled.
+closed loop, remediation on, client cancellations, events recorded, memory sampled.
 
 The trace holds 49,334 requests, so it is replayed back to back with different seeds (session
-orders) until 10^5 requests have run. Checked per replay: zero fatal, zero reservations leaked,
-every request ended, no block held after the drain; across replays: the process's resident memory
-does not grow (bounded: the high-water mark after the last replay stays within a margin of the one
-after the first). The engine model has no client cancellation path, so cancellations are not
-exercised here. Figures are printed (run with ``-s``) and written to ``$KVSCOPE_SOAK_REPORT``.
+orders) until 10^5 requests have run. The client cancels a random tenth of the requests
+(``cancel_rate``, ``KVSCOPE_SOAK_CANCEL_RATE``) after an exponential delay of mean 10 s
+(``cancel_after_s``): queued, in context, in generation or suspended, as it happens. Checked per
+replay: zero fatal, zero reservations leaked, every request ended (completed, cancelled, rejected or
+failed), no block held after the drain; sampled during the run (one iteration in
+``INVARIANT_EVERY``, one scheduling pass in ``LEDGER_EVERY``): block accounting in every pool, no block
+owned twice, the reservation ledger adds up and holds only live requests. Across replays the
+process's resident memory does not grow (bounded: the high-water mark after the last replay stays
+within a margin of the one after the first). Figures are printed (run with ``-s``) and written to
+``$KVSCOPE_SOAK_REPORT``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_checks import InvariantLog, check_end
+from engine_checks import InvariantLog, check_end, check_every_iteration
 
 pytestmark = [pytest.mark.soak,
               pytest.mark.skipif(os.environ.get("KVSCOPE_SOAK") != "1", reason="long run: make soak")]
@@ -26,6 +31,10 @@ pytestmark = [pytest.mark.soak,
 TRACE = Path(os.environ.get("KVSCOPE_TRACES_DIR", Path(__file__).resolve().parents[3] / "shared" / "traces")) \
     / "kv-cache-tester_traces.tar.xz"
 TARGET_REQUESTS = int(os.environ.get("KVSCOPE_SOAK_REQUESTS", "100000"))
+CANCEL_RATE = float(os.environ.get("KVSCOPE_SOAK_CANCEL_RATE", "0.1"))
+SESSIONS = int(os.environ.get("KVSCOPE_SOAK_SESSIONS", "710"))  # 710: the whole trace; fewer for a smoke run
+INVARIANT_EVERY = 200
+LEDGER_EVERY = 100
 
 
 def _rss_mb() -> float:
@@ -40,8 +49,9 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
     from kvscope.remedy import RemediatedSession
 
     assert TRACE.exists(), TRACE
-    report = {"requests": 0, "completed": 0, "rejected": 0, "failed": 0, "fatal": 0, "leaked_reservations": 0,
-              "sim_hours": 0.0, "wall_s": 0.0, "replays": [], "rss_mb_samples": []}
+    report = {"requests": 0, "completed": 0, "cancelled": 0, "rejected": 0, "failed": 0, "fatal": 0,
+              "leaked_reservations": 0, "invariant_violations": 0, "iterations_checked": 0, "ledger_checks": 0,
+              "sim_hours": 0.0, "wall_s": 0.0, "cancel_rate": CANCEL_RATE, "replays": [], "rss_mb_samples": []}
     seed = 0
     start = time.perf_counter()
     while report["requests"] < TARGET_REQUESTS:
@@ -50,28 +60,65 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
         session = RemediatedSession(mode="on", events_path=str(tmp_path / f"soak-{seed}.parquet"),
                                     label=str(TRACE))
 
-        def instrument(parts, session=session, holder=holder):
+        log = InvariantLog()
+        ledger_checks = [0]
+
+        def instrument(parts, session=session, holder=holder, log=log, ledger_checks=ledger_checks):
             holder["parts"] = parts
-            return session(parts)
+            handle = session(parts)
+            check_every_iteration(parts, log, every=INVARIANT_EVERY)
+            ctl = session.controller
+            passes = [0]
+
+            def check_ledger(_iteration):
+                passes[0] += 1
+                if passes[0] % LEDGER_EVERY:
+                    return
+                ledger = getattr(getattr(ctl, "_policy", None), "ledger", None)
+                if ledger is None:
+                    return
+                ledger_checks[0] += 1
+                try:
+                    ledger.check()  # totals == sum of reservations
+                except AssertionError as exc:
+                    log.violations.append(f"ledger: {exc}")
+                live = {r.request_id for r in parts.executor.active_requests}
+                stale = [rid for rid in ledger.request_ids() if rid not in live]
+                if stale:
+                    log.violations.append(f"reservations of requests no longer live: {stale[:5]}")
+
+            ctl.pass_hooks.append(check_ledger)
+            return handle
 
         def progress(_executor, samples=samples):
             samples.append(_rss_mb())
 
-        overrides = [f"seed={seed}", "max_sessions=710", "max_requests=0"]  # the whole trace
+        overrides = [f"seed={seed}", f"max_sessions={SESSIONS}", "max_requests=0",
+                     f"cancel_rate={CANCEL_RATE}", "cancel_after_s=10"]
         summary = replay.run(str(TRACE), overrides, instrument=instrument, progress=progress)
         stats = session.final_stats
-        log = InvariantLog()
         check_end(holder["parts"], summary, summary.requests_total, log)
         rec = {"seed": seed, "requests": summary.requests_total, "completed": summary.requests_completed,
+               "cancelled": summary.requests_cancelled,
                "rejected": summary.requests_rejected + int(stats.get("rejected", 0)),
-               "failed": summary.requests_failed, "fatal": summary.engine_fatal,
+               "failed": summary.requests_failed + summary.requests_errored, "fatal": summary.engine_fatal,
                "sim_hours": round(summary.sim_seconds / 3600, 3), "leaked": int(stats.get("live_reservations", 0)),
-               "violations": log.violations[:3], "rss_mb_max": round(max(samples + [_rss_mb()]), 1)}
+               "reservations_made": int(stats.get("reservations_made", 0)),
+               "reservations_released": int(stats.get("reservations_released", 0)),
+               "iterations": summary.iterations, "iterations_checked": log.iterations_checked,
+               "ledger_checks": ledger_checks[0], "num_violations": len(log.violations),
+               "violations": log.violations[:3], "rss_mb_max": round(max(samples + [_rss_mb()]), 1),
+               "wall_s": round(summary.wall_seconds, 1)}
+        print(json.dumps(rec), flush=True)
         report["replays"].append(rec)
         report["requests"] += summary.requests_total
         report["completed"] += summary.requests_completed
+        report["cancelled"] += summary.requests_cancelled
+        report["invariant_violations"] += len(log.violations)
+        report["iterations_checked"] += log.iterations_checked
+        report["ledger_checks"] += ledger_checks[0]
         report["rejected"] += rec["rejected"]
-        report["failed"] += summary.requests_failed
+        report["failed"] += rec["failed"]
         report["fatal"] += int(summary.engine_fatal)
         report["leaked_reservations"] += rec["leaked"]
         report["sim_hours"] += summary.sim_seconds / 3600
@@ -85,6 +132,7 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
     if os.environ.get("KVSCOPE_SOAK_REPORT"):
         Path(os.environ["KVSCOPE_SOAK_REPORT"]).write_text(json.dumps(report, indent=1))
     assert report["fatal"] == 0 and report["leaked_reservations"] == 0
+    assert CANCEL_RATE == 0 or report["cancelled"] > 0
     assert all(not r["violations"] for r in report["replays"]), report["replays"]
     first, last = report["rss_mb_samples"][0], report["rss_mb_samples"][-1]
     assert last <= first * 1.25 + 64, report["rss_mb_samples"]  # bounded: no growth run over run
