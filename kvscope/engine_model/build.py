@@ -40,7 +40,32 @@ class EngineParts:
 
 
 def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> EngineParts:
-    """Build scheduler, managers, resource manager and executor for ``config`` (no workload yet)."""
+    """Build scheduler, managers, resource manager and executor for ``config`` (no workload yet);
+    with ``last_stage_num_host_blocks`` set, also the last PP stage's own set (``stage_replica.py``)."""
+    target, draft, resource_manager, scheduler = _stage(config, config.num_host_blocks)
+    replica = None
+    if config.pp_size > 1 and config.last_stage_num_host_blocks not in (-1, config.num_host_blocks):
+        from .stage_replica import LastStageReplica
+
+        _, _, stage_resources, stage_scheduler = _stage(config, config.last_stage_num_host_blocks)
+        replica = LastStageReplica(stage_resources, stage_scheduler)
+    clock = clock or SimClock()
+    layout = RankLayout(config.pp_size, config.tp_size)
+    probes = {"target": target.pool_state}
+    if draft is not None:
+        probes["draft"] = draft.pool_state
+    if config.num_mamba_slots > 0:
+        probes["mamba"] = target.mamba_pool_state
+    # The decode fast-forward advances one set of managers; a divergent last stage runs every step.
+    executor = PyExecutorModel(config, resource_manager, scheduler, CostModel.from_config(config), clock,
+                               rank_layout=layout, pool_probes=probes,
+                               decode_fast_forward=None if replica is not None else fast_forward_decode,
+                               stage_replica=replica)
+    return EngineParts(config, executor, scheduler, resource_manager, target, draft, layout, clock)
+
+
+def _stage(config: EngineConfig, num_host_blocks: int) -> tuple[Any, Any, Any, Any]:
+    """One stage's (target, draft or None, resource manager, scheduler), its host tier as given."""
     from . import kv_cache_manager as kvm  # imported here so config-only users need not load it
     from .scheduler import KVCacheV2SchedulerModel
 
@@ -52,7 +77,7 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         max_batch_size=config.max_batch_size, max_num_tokens=config.max_num_tokens,
         pp_size=config.pp_size, max_draft_len=config.max_draft_len,
         max_util_for_resume=config.max_util_for_resume, num_extra_kv_tokens=config.extra_kv_tokens,
-        num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=config.num_host_blocks,
+        num_reserved_index_slots=config.num_reserved_index_slots, num_host_blocks=num_host_blocks,
         enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint, engine_build=build,
         fix_19120=config.fix_19120,
     )
@@ -91,13 +116,4 @@ def build_engine(config: EngineConfig, *, clock: SimClock | None = None) -> Engi
         config.max_batch_size, config.max_num_tokens, target, draft_kv_cache_manager=draft,
         ctx_chunk_config=ctx_chunk_config, enable_chunked_prefill=config.enable_chunked_prefill,
         engine_build=build)
-    clock = clock or SimClock()
-    layout = RankLayout(config.pp_size, config.tp_size)
-    probes = {"target": target.pool_state}
-    if draft is not None:
-        probes["draft"] = draft.pool_state
-    if config.num_mamba_slots > 0:
-        probes["mamba"] = target.mamba_pool_state
-    executor = PyExecutorModel(config, resource_manager, scheduler, CostModel.from_config(config), clock,
-                               rank_layout=layout, pool_probes=probes, decode_fast_forward=fast_forward_decode)
-    return EngineParts(config, executor, scheduler, resource_manager, target, draft, layout, clock)
+    return target, draft, resource_manager, scheduler

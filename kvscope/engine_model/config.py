@@ -94,6 +94,9 @@ class EngineConfig:
     target_fixed_bytes: int = _knob(0, "target cost intercept (e.g. mamba state) for the split")
     draft_fixed_bytes: int = _knob(0, "draft cost intercept for the split")
     num_host_blocks: int = _knob(0, "host-tier blocks per pool for suspended pages (0: none)")
+    last_stage_num_host_blocks: int = _knob(
+        -1, "host-tier blocks per pool on the last PP stage when it differs from the first (each rank sizes "
+            "its own host tier; 0: none, as after a failed cuMemHostRegister; -1: the same, one replica)")
     num_mamba_slots: int = _knob(0, "mamba state slots of a hybrid target (live states + snapshots; 0: not hybrid)")
     mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (prefix reuse resumes at one; 0: none)")
     draft_mode: DraftMode = _knob(DraftMode.UNPAIRED, "unpaired (today) or paired (joint reuse)")
@@ -141,6 +144,9 @@ class EngineConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.last_stage_num_host_blocks < -1:
+            raise ValueError(f"last_stage_num_host_blocks must be >= -1 (-1: as num_host_blocks), "
+                             f"got {self.last_stage_num_host_blocks}")
         if self.num_extra_kv_tokens < -1:
             raise ValueError(f"num_extra_kv_tokens must be >= -1 (-1: derived), got {self.num_extra_kv_tokens}")
         non_negative = ("max_draft_len", "num_reserved_index_slots",

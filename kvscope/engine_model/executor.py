@@ -63,7 +63,9 @@ micro-batch's request states (context cursor, tokens) move when it is handled, n
 stage's earlier sampling (nothing reads them in between: its requests are in flight); an iteration
 lasts as long as its slowest stage, each stage taking the cost model's step time of the micro-batch
 it runs. Rank placement of state and of the raise is ``ranks.RankLayout``'s job, not simulated
-rank by rank.
+rank by rank, except when the last stage's host tier differs (``last_stage_num_host_blocks``): then
+``stage_replica`` holds that stage's own managers and scheduler pass, driven at the same points, and
+its raises are fatal on the last stage's ranks alone.
 
 Speed (simulated time must run >= 1000x faster than real time):
 - idle stretches: when nothing is active the clock jumps to the next arrival;
@@ -170,7 +172,8 @@ class PyExecutorModel:
     def __init__(self, config: Any, resource_manager: Any, scheduler: Any, cost_model: CostModel,
                  clock: SimClock | None = None, *, rank_layout: Any = None,
                  pool_probes: dict[str, Callable[[], Any]] | None = None,
-                 decode_fast_forward: Callable[[PyExecutorModel, int], int] | None = None) -> None:
+                 decode_fast_forward: Callable[[PyExecutorModel, int], int] | None = None,
+                 stage_replica: Any = None) -> None:
         self.config = config
         self.resource_manager = resource_manager
         self.scheduler = scheduler
@@ -179,6 +182,8 @@ class PyExecutorModel:
         self.rank_layout = rank_layout
         self.pool_probes = dict(pool_probes or {})
         self.decode_fast_forward = decode_fast_forward
+        self.stage_replica = stage_replica
+        """The last PP stage's own managers and pass when it diverges from the first (stage_replica.py)."""
         self.active_requests: list[LlmRequestModel] = []
         self.inflight_request_ids: set[int] = set()
         # _executor_loop_pp: pp_size micro-batch slots (the synchronous sample-state relay, the
@@ -297,12 +302,18 @@ class PyExecutorModel:
             paused_requests=list(getattr(output, "paused_requests", []) or []),
         )
         self._note_first_schedule(scheduled_batch)
+        replica = self.stage_replica
+        if replica is not None:
+            # Every later stage re-runs the pass on its own managers before it executes rank 0's batch.
+            replica.schedule(self.active_requests, self.inflight_request_ids)
         pipelined = self.num_micro_batches > 1
         if pipelined:
             # _add_inflight_ids: the next micro-batches are scheduled without these requests.
             self.inflight_request_ids.update(r.py_request_id for r in scheduled_batch.all_requests())
         # Not guarded: the draft manager's _prepare_draft_resources raises here (fatal).
         self.resource_manager.prepare_resources(scheduled_batch)
+        if replica is not None:
+            replica.prepare_resources(scheduled_batch)
         # Forward: its page-table copies can fail (unmapped draft id); the error is handled per
         # request, then the loop's "Sampling failed" assertion ends it (forward.py).
         if scheduled_batch.batch_size and not forward_step(self, scheduled_batch):
@@ -324,6 +335,8 @@ class PyExecutorModel:
             if self.canceled_req_ids and (pipelined or scheduled_batch.batch_size):
                 self._handle_canceled_requests()
             self.resource_manager.update_resources(executed, None, None)
+            if replica is not None:
+                replica.update_resources(executed)
             self._terminate_finished(executed)
             if pipelined:
                 # _remove_inflight_ids: its requests may be scheduled again.
@@ -537,7 +550,7 @@ class PyExecutorModel:
         now_s = self.clock.now_s
         finished_ids = {r.py_request_id for r in finished}
         for request in finished:
-            self.resource_manager.free_resources(request)
+            self._free_request_resources(request)
             self._acceptance_phase.pop(request.py_request_id, None)
             record = self.records.pop(request.py_request_id, None)
             self.stats.requests_completed += 1
@@ -618,9 +631,15 @@ class PyExecutorModel:
     def _terminate_request(self, request: LlmRequestModel) -> None:
         """``_terminate_request`` -> ``_free_request_resources``: free the request in every manager
         (``free_resources`` in reversed order: target, draft, ...) and drop the executor's own records."""
-        self.resource_manager.free_resources(request)
+        self._free_request_resources(request)
         self._acceptance_phase.pop(request.py_request_id, None)
         self.records.pop(request.py_request_id, None)
+
+    def _free_request_resources(self, request: LlmRequestModel) -> None:
+        """``_free_request_resources``: every manager of every stage frees the request."""
+        self.resource_manager.free_resources(request)
+        if self.stage_replica is not None:
+            self.stage_replica.free_resources(request)
 
     def _account(self, batch: ScheduledRequestsModel, step_s: float, num_iterations: int = 1) -> None:
         self.stats.running_request_seconds += batch.batch_size * step_s * num_iterations
@@ -676,6 +695,9 @@ class PyExecutorModel:
 
             kind = _raising_state(exc, self.scheduler, StateKind)
             self.fatal_ranks = self.rank_layout.raising_ranks(kind)
+            if self.stage_replica is not None and _raised_in(exc, self.stage_replica.owns):
+                # The last stage's own managers or pass: its ranks raise alone (the others are killed).
+                self.fatal_ranks = self.rank_layout.stage_ranks(self.rank_layout.pp_size - 1)
             self.killed_ranks = self.rank_layout.killed_ranks(self.fatal_ranks)
         now_s = self.clock.now_s
         pending = list(self.active_requests)
@@ -700,6 +722,16 @@ def _raising_state(exc: BaseException, scheduler: Any, state_kind: Any) -> Any:
             kind = state_kind.DRAFT_POOL if owner.is_draft else state_kind.TARGET_POOL
         tb = tb.tb_next
     return kind
+
+
+def _raised_in(exc: BaseException, owns: Callable[[Any], bool]) -> bool:
+    """Whether a frame of ``exc``'s traceback belongs to an object ``owns`` accepts."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if owns(tb.tb_frame.f_locals.get("self")):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _phase(seed: int, request_id: int) -> float:

@@ -64,6 +64,9 @@ def forward_step(executor: Any, batch: Any) -> bool:
     """
     try:
         copy_block_offsets(executor.resource_manager, batch)
+        replica = getattr(executor, "stage_replica", None)
+        if replica is not None:
+            copy_block_offsets(replica.resource_manager, batch)  # the last stage's own page tables
     except Exception as exc:  # noqa: BLE001 - the real _forward_step catches Exception
         logger.error("Encountered an error in forward function: %s", exc)
         executor.forward_error = exc
