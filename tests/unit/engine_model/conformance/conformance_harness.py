@@ -24,6 +24,19 @@ from kvscope.engine_model.versions import NEWEST as NEWEST_BUILD
 
 TPB = 4
 FCFS = ContextChunkingPolicy.FIRST_COME_FIRST_SERVED
+FORCE = ContextChunkingPolicy.FORCE_CHUNK
+
+SCHEDULER_TESTS = """Upstream file: ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py`` of
+NVIDIA/TensorRT-LLM @ 00746ef9992943a9bb604dbf1ecf00c64af58c32 (the commit the model's scheduler
+follows). Each test here is named after the upstream test (same class, same name) and keeps its
+decisions exact: which requests are scheduled, paused, recompute-paused, in which order, and which
+manager calls were made. Where upstream scripts a manager answer ("the second allocation fails"),
+the pools are sized so the model's own arithmetic gives that answer; the numbers chosen are in each
+docstring. Upstream tests of features the model does not claim (encoder/cross KV, disaggregated
+serving, PEFT/LoRA pages, beam width, multimodal chunk alignment, KV connector, async transfer
+manager) are listed in ``kvscope/engine_model/SOURCES.md`` with the reason.
+"""
+"""What the ``test_conformance_scheduler_*`` files follow, and how (one copy, named in each file)."""
 
 # The engine versions the model claims (versions.py); tests taking ``version`` run once per build.
 ENGINE_VERSIONS: dict[str, EngineBuild] = dict(ENGINE_BUILDS)

@@ -1,14 +1,6 @@
 """Upstream unpaired-draft admission, blocked pending-context fast path and mirror preview tests of KVCacheV2Scheduler, re-expressed on the model's scheduler and real model pools.
 
-Upstream file: ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py`` of
-NVIDIA/TensorRT-LLM @ 00746ef9992943a9bb604dbf1ecf00c64af58c32 (the commit the model's scheduler
-follows). Each test here is named after the upstream test (same class, same name) and keeps its
-decisions exact: which requests are scheduled, paused, recompute-paused, in which order, and which
-manager calls were made. Where upstream scripts a manager answer ("the second allocation fails"),
-the pools are sized so the model's own arithmetic gives that answer; the numbers chosen are in each
-docstring. Upstream tests of features the model does not claim (encoder/cross KV, disaggregated
-serving, PEFT/LoRA pages, beam width, multimodal chunk alignment, KV connector, async transfer
-manager) are listed in ``kvscope/engine_model/SOURCES.md`` with the reason.
+Upstream file, commit and method: ``conformance_harness`` (``SCHEDULER_TESTS``).
 """
 
 from __future__ import annotations
@@ -24,11 +16,6 @@ from conformance_harness import (
 )
 
 from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
-from kvscope.engine_model.scheduler import (
-    ContextChunkingPolicy,
-)
-
-FORCE = ContextChunkingPolicy.FORCE_CHUNK
 
 
 class TestUnpairedDraftAdmission:

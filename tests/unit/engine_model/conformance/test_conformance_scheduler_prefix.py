@@ -1,20 +1,13 @@
 """Upstream prefix-aware skip tests of KVCacheV2Scheduler, re-expressed on the model's scheduler and real model pools.
 
-Upstream file: ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py`` of
-NVIDIA/TensorRT-LLM @ 00746ef9992943a9bb604dbf1ecf00c64af58c32 (the commit the model's scheduler
-follows). Each test here is named after the upstream test (same class, same name) and keeps its
-decisions exact: which requests are scheduled, paused, recompute-paused, in which order, and which
-manager calls were made. Where upstream scripts a manager answer ("the second allocation fails"),
-the pools are sized so the model's own arithmetic gives that answer; the numbers chosen are in each
-docstring. Upstream tests of features the model does not claim (encoder/cross KV, disaggregated
-serving, PEFT/LoRA pages, beam width, multimodal chunk alignment, KV connector, async transfer
-manager) are listed in ``kvscope/engine_model/SOURCES.md`` with the reason.
+Upstream file, commit and method: ``conformance_harness`` (``SCHEDULER_TESTS``).
 """
 
 from __future__ import annotations
 
 import pytest
 from conformance_harness import (
+    FORCE,
     TPB,
     build,
     cache_prefix,
@@ -29,9 +22,6 @@ from kvscope.engine_model.scheduler import (
     ContextChunkingPolicy,
     KVCacheV2SchedulerModel,
 )
-
-FORCE = ContextChunkingPolicy.FORCE_CHUNK
-
 
 SHARED = [424242]  # the first block key two prompts have in common
 
