@@ -106,7 +106,8 @@ class EngineConfig:
     think_time_cap_s: float = _knob(60.0, "closed loop: cap on recorded think time (s; <0: no cap)")
     share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
     session_start_interval_s: float = _knob(
-        0.0, "closed loop: least time between two session starts (s; 0: start together, a burst)")
+        -1.0, "Claude Code traces: least time between two session starts (s; -1: the traces' mean request "
+              "cycle 28.67 s / requests_in_flight, 1.19 s at 24, no start-up burst; 0: all start at t=0, a burst)")
     cancel_rate: float = _knob(
         0.0, "fraction of requests the client cancels, drawn per request from the seed (0: none)")
     cancel_after_s: float = _knob(
@@ -147,13 +148,16 @@ class EngineConfig:
         if self.last_stage_num_host_blocks < -1:
             raise ValueError(f"last_stage_num_host_blocks must be >= -1 (-1: as num_host_blocks), "
                              f"got {self.last_stage_num_host_blocks}")
+        if self.session_start_interval_s < 0 and self.session_start_interval_s != -1:
+            raise ValueError(
+                f"session_start_interval_s must be >= 0 or -1 (derived), got {self.session_start_interval_s}")
         if self.num_extra_kv_tokens < -1:
             raise ValueError(f"num_extra_kv_tokens must be >= -1 (-1: derived), got {self.num_extra_kv_tokens}")
         non_negative = ("max_draft_len", "num_reserved_index_slots",
                         "max_gpu_total_bytes", "num_target_blocks", "num_draft_blocks",
                         "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
                         "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
-                        "max_requests", "max_sessions", "max_sim_seconds", "pace", "session_start_interval_s",
+                        "max_requests", "max_sessions", "max_sim_seconds", "pace",
                         "cancel_after_s",
                         "step_overhead_s", "prefill_s_per_token", "decode_s_per_request")
         for name in non_negative:

@@ -9,7 +9,10 @@ is named as the model's own.
   blocks) in each pool. Traffic: the Claude Code agentic traces, closed loop, 16-32 requests in
   flight (model choice: 24), with the tools+system prefix shared across sessions; the first 48
   sessions of the seeded order (~3,100 requests; ``--set max_sessions=0`` replays without end,
-  recycling sessions under fresh namespaces).
+  recycling sessions under fresh namespaces). The traces carry no absolute start times, so the first
+  sessions start one mean request cycle apart over the requests in flight (28.67 s / 24 = 1.19 s,
+  ``session_start_interval_s`` -1; the report replayed conversations "at their original arrival
+  pace", without a start-up burst); ``--set session_start_interval_s=0`` starts them all at t=0.
 - ``shared-prefix``: the report's minimal reproduction on the glm5-dsa engine: many 100k+ token
   prompts sharing one long prefix at 16+ concurrency (synthetic).
 - ``qwen-hybrid-mtp``: hybrid Gated-DeltaNet/attention 27B, tp 2, MTP with 3 draft tokens, block
@@ -88,12 +91,16 @@ def _module(name: str) -> Any:
 
 
 def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> Any:
-    return _module("traces_claude").ClaudeCodeTraceWorkload(
+    traces = _module("traces_claude")
+    interval = config.session_start_interval_s
+    if interval < 0:  # derived: the first sessions arrive at the loop's own pace, not in a burst
+        interval = traces.paced_session_start_interval_s(config.requests_in_flight)
+    return traces.ClaudeCodeTraceWorkload(
         config.tokens_per_block, config.seed, path=str(path or TRACES_DIR / "kv-cache-tester_traces.tar.xz"),
         requests_in_flight=config.requests_in_flight,
         max_think_time_s=None if config.think_time_cap_s < 0 else config.think_time_cap_s,
         share_system_prefix=config.share_system_prefix, max_requests=config.max_requests or None,
-        max_sessions=config.max_sessions or None, session_start_interval_s=config.session_start_interval_s)
+        max_sessions=config.max_sessions or None, session_start_interval_s=interval)
 
 
 def _mooncake_workload(config: EngineConfig) -> Any:
@@ -140,8 +147,9 @@ SCENARIOS: dict[str, Scenario] = {
         GLM5_DSA, _claude_workload,
         "the incident: target reuse keeps the target pool small while every unpaired draft mirror "
         "holds its whole context; the draft pool runs out and the engine dies on a draft resize or "
-        "resume. On its default build (1.3.0rc25) reuse off survives only at the deployment guide's "
-        "max_batch_size=8; on main-00746ef reuse off or draft_mode=paired survive."),
+        "resume. On its default build (1.3.0rc25) reuse off dies too, at a new mirror's first resume "
+        "(at the deployment guide's max_batch_size=8 later); on main-00746ef reuse off or "
+        "draft_mode=paired survive."),
     "shared-prefix": Scenario(
         "shared-prefix", "glm5-dsa engine; 100k+ token prompts sharing one long prefix at 16+ concurrency",
         dataclasses.replace(GLM5_DSA, requests_in_flight=24, max_requests=96),

@@ -56,7 +56,30 @@ from .workload import (
     num_uncovered,
 )
 
-__all__ = ["ClaudeCodeTraceWorkload"]
+__all__ = ["MEAN_REQUEST_CYCLE_S", "ClaudeCodeTraceWorkload", "paced_session_start_interval_s"]
+
+MEAN_REQUEST_CYCLE_S = 28.67
+"""Mean time between two consecutive main-agent requests of one session in the archive, as the
+replay spaces them: the recorded ``api_time`` of the earlier request (mean 9.75 s over the 43,674 of
+47,948 gaps that carry it) plus the think time before the later one capped at 60 s (the scenarios'
+``think_time_cap_s``; mean 21.53 s). Median 18.0 s. Uncapped the mean is 160.7 s: the long idle gaps
+the cap removes. (The per-session rate, p50 0.81 requests/min = 74 s, averages over whole sessions,
+idle gaps included, so it is no request cycle.)"""
+
+
+def paced_session_start_interval_s(requests_in_flight: int, mean_cycle_s: float = MEAN_REQUEST_CYCLE_S) -> float:
+    """Session-start spacing that brings the first sessions in at the replay's own arrival pace.
+
+    The archive has no absolute start times (every session starts at its own t=0). With
+    ``requests_in_flight`` requests kept outstanding and a mean request cycle ``mean_cycle_s`` the
+    loop's arrivals come about ``mean_cycle_s / requests_in_flight`` apart once it runs (glm5-dsa at
+    24: 1.19 s; measured in a healthy replay of the same traffic, draft_mode=paired on main-00746ef,
+    100-2000 s: 1.23 s on seed 0, 1.43 s on seed 1); starting the first sessions that far apart
+    spreads them over one mean cycle instead of releasing them all at t=0.
+    """
+    if requests_in_flight < 1:
+        raise ValueError(f"requests_in_flight must be >= 1, got {requests_in_flight}")
+    return mean_cycle_s / requests_in_flight
 
 
 class _Chain:

@@ -15,17 +15,19 @@ qwen-hybrid-mtp: 1.3.0rc27; ``versions.py``); the newest build read (main-00746e
   suffix on rc25). main-00746ef admits the mirror at scheduling and dies at the context resize,
   with the suffix.
 - Block reuse OFF (equal-token pools): on 1.3.0rc25 glm5-dsa's first 64 requests finish at the
-  deployment guide's batch 8 (the full replay dies later, request 149) but die at a mirror's resume
+  deployment guide's batch 8 (the full replay dies later, request 129) but die at a mirror's resume
   at batch 64 (the same rc25 admission order), and so does shared-prefix; the GLM report saw no
-  failure (SOURCES.md says what the model cannot explain). On main-00746ef both finish. Paired mode exists from 1.3.0rc27 and finishes;
+  failure (SOURCES.md says what the model cannot explain, and that the start-up schedule does not). On main-00746ef both finish. Paired mode exists from 1.3.0rc27 and finishes;
   ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
 - qwen-hybrid-mtp (1.3.0rc27) is fatal with either cursor sizing; with reuse off on main its smaller
   draft pool fails the generation resize.
 
 Shortened but faithful workloads, to keep this file to about a minute on 2 cores:
 - glm5-dsa replays the first 64 requests of the Claude Code traces (``max_requests=64``, 24 in flight,
-  shared tools+system prefix on): the crash comes from the start-up burst of 24 sessions, and 64
-  requests cover it. The engine, the pools and the traffic are otherwise the scenario's.
+  shared tools+system prefix on, sessions started 1.19 s apart: the scenario's paced default): the
+  crash comes while the first 24 sessions' long prompts fill the pools, and 64 requests cover it.
+  The engine, the pools and the traffic are otherwise the scenario's; the full replays that end
+  after request 64 are pinned in full (a few seconds each).
 - shared-prefix and qwen-hybrid-mtp run in full; mooncake-conversation replays its first 400 requests.
 """
 
@@ -94,7 +96,7 @@ def test_glm5_dsa_dies_at_a_mirror_resume_when_reuse_on_and_unpaired_on_rc25():
     assert summary.config["engine_version"] == "1.3.0rc25"
     assert summary.config["pp_size"] == 2
     assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 23
+    assert summary.fatal_request_id == 24
     assert summary.fatal_ranks == list(range(8))  # every stage holds a draft manager (ranks.py)
     assert summary.killed_ranks == list(range(8))
     assert summary.prefix_hit_rate > 0
@@ -103,7 +105,16 @@ def test_glm5_dsa_dies_at_a_mirror_resume_when_reuse_on_and_unpaired_on_rc25():
 def test_glm5_dsa_dies_at_the_mirror_resume_without_pipeline_parallelism_on_rc25():
     summary = run("glm5-dsa", *GLM5_SHORT, "pp_size=1")
     assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 25
+    assert summary.fatal_request_id == 26
+
+
+def test_glm5_dsa_dies_earlier_when_sessions_start_together_on_rc25():
+    # The closed loop's earlier default, one --set away: 24 sessions released at t=0.
+    summary = run("glm5-dsa", *GLM5_SHORT, "session_start_interval_s=0")
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.fatal_request_id == 23
+    assert summary.requests_completed == 0
+    assert summary.sim_seconds < run("glm5-dsa", *GLM5_SHORT).sim_seconds
 
 
 def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_main():
@@ -127,6 +138,14 @@ def test_glm5_dsa_dies_at_a_mirror_resume_when_reuse_off_at_batch_64_on_rc25():
     assert_fatal(summary, RESUME_FAILED, reuse=False)
     assert summary.fatal_request_id == 23
     assert summary.prefix_hit_rate == 0
+
+
+def test_glm5_dsa_dies_later_at_a_mirror_resume_when_reuse_off_at_batch_8_on_rc25():
+    # The first 64 requests finish at batch 8 (above); the whole replay does not.
+    summary = run("glm5-dsa", "enable_block_reuse=false", "max_batch_size=8")
+    assert_fatal(summary, RESUME_FAILED, reuse=False)
+    assert summary.fatal_request_id == 129
+    assert summary.requests_completed == 100
 
 
 def test_paired_is_refused_when_the_build_has_no_joint_reuse():

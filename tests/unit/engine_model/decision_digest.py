@@ -28,27 +28,31 @@ from kvscope.replay import run
 # cover reuse on (fatal), reuse off, paired, preemption under pressure, rejections and open loop.
 # The first cases pin the newest build read (main-00746ef) on the scenarios as they were before the
 # engine_version knob and the GLM deployment's host tier (num_host_blocks=0): their digests are the
-# ones the fixture held before, so those decisions did not move. The rc25 cases pin the scenarios'
-# default build (1.3.0rc25, host tier on).
+# ones the fixture held before, so those decisions did not move; they also keep the closed loop's
+# earlier session starts (all at t=0, ``_BURST``). The rc25 cases pin the scenarios' defaults
+# (build 1.3.0rc25, host tier on, sessions paced).
 _MAIN = "engine_version=main-00746ef"
 _NO_HOST = "num_host_blocks=0"
+_BURST = "session_start_interval_s=0"
 CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("glm5-dsa-64", "glm5-dsa", ("max_requests=64", _MAIN, _NO_HOST)),
-    ("glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", _MAIN, _NO_HOST)),
-    ("glm5-dsa-64-paired", "glm5-dsa", ("max_requests=64", "draft_mode=paired", _MAIN, _NO_HOST)),
+    ("glm5-dsa-64", "glm5-dsa", ("max_requests=64", _MAIN, _NO_HOST, _BURST)),
+    ("glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", _MAIN, _NO_HOST, _BURST)),
+    ("glm5-dsa-64-paired", "glm5-dsa", ("max_requests=64", "draft_mode=paired", _MAIN, _NO_HOST, _BURST)),
     # Tight pools: suspension, recompute pause, preemption, eviction of reusable blocks, host tier.
     ("glm5-dsa-tight-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
                                               "num_target_blocks=5000", "num_draft_blocks=5000",
-                                              _MAIN, _NO_HOST)),
+                                              _MAIN, _NO_HOST, _BURST)),
     ("glm5-dsa-tight-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired",
-                                           "num_target_blocks=5000", "num_draft_blocks=5000", _MAIN, _NO_HOST)),
+                                           "num_target_blocks=5000", "num_draft_blocks=5000", _MAIN, _NO_HOST,
+                                           _BURST)),
     ("glm5-dsa-tight-host-paired", "glm5-dsa", ("max_requests=120", "draft_mode=paired", "num_target_blocks=5000",
-                                                "num_draft_blocks=5000", "num_host_blocks=20000", _MAIN)),
+                                                "num_draft_blocks=5000", "num_host_blocks=20000", _MAIN,
+                                                _BURST)),
     ("glm5-dsa-tight-host-reuse-off", "glm5-dsa", ("max_requests=150", "enable_block_reuse=false",
                                                    "num_target_blocks=5000", "num_draft_blocks=5000",
-                                                   "num_host_blocks=20000", _MAIN)),
+                                                   "num_host_blocks=20000", _MAIN, _BURST)),
     ("glm5-dsa-tight-target-reuse-on", "glm5-dsa", ("max_requests=120", "num_target_blocks=8000",
-                                                    "num_draft_blocks=30000", _MAIN, _NO_HOST)),
+                                                    "num_draft_blocks=30000", _MAIN, _NO_HOST, _BURST)),
     ("shared-prefix", "shared-prefix", (_MAIN, _NO_HOST)),
     ("shared-prefix-reuse-off", "shared-prefix", ("enable_block_reuse=false", _MAIN, _NO_HOST)),
     ("shared-prefix-paired", "shared-prefix", ("draft_mode=paired", _MAIN, _NO_HOST)),
@@ -67,8 +71,8 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # Without pipeline parallelism (one micro-batch in flight): the decisions the model made before
     # it ran pp_size micro-batches, identical hashes.
     ("pp1-glm5-dsa-64-reuse-off", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", _MAIN, _NO_HOST,
-                                               "pp_size=1")),
-    ("pp1-rc25-glm5-dsa-64", "glm5-dsa", ("max_requests=64", "pp_size=1")),
+                                               "pp_size=1", _BURST)),
+    ("pp1-rc25-glm5-dsa-64", "glm5-dsa", ("max_requests=64", "pp_size=1", _BURST)),
     ("pp1-rc25-shared-prefix", "shared-prefix", ("pp_size=1",)),
 )
 

@@ -91,6 +91,13 @@ def test_validation_states_rule_when_value_out_of_range():
         dataclasses.replace(GLM5_DSA, max_draft_len=0, draft_mode="paired")
 
 
+def test_session_start_interval_takes_minus_one_as_derived_and_nothing_else_below_zero():
+    assert EngineConfig().session_start_interval_s == -1.0
+    assert EngineConfig().with_overrides(["session_start_interval_s=0"]).session_start_interval_s == 0.0
+    with pytest.raises(ValueError, match=r"session_start_interval_s must be >= 0 or -1 \(derived\), got -2.0"):
+        EngineConfig(session_start_interval_s=-2.0)
+
+
 def test_no_draft_pool_when_max_draft_len_zero():
     config = dataclasses.replace(GLM5_DSA, max_draft_len=0)
     target_blocks, draft_blocks = config.pool_blocks()

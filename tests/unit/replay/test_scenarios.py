@@ -6,6 +6,7 @@ import pytest
 
 from kvscope.engine_model.config import DraftCursorSizing, DraftMode
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
+from kvscope.workloads.traces_claude import MEAN_REQUEST_CYCLE_S
 
 
 def test_glm5_dsa_matches_report_when_built():
@@ -19,6 +20,20 @@ def test_glm5_dsa_matches_report_when_built():
     assert config.share_system_prefix is True
     assert config.draft_mode is DraftMode.UNPAIRED
     assert 16 <= config.requests_in_flight <= 32
+
+
+def test_glm5_dsa_starts_sessions_one_mean_request_cycle_apart_over_the_requests_in_flight_when_default():
+    scenario = get_scenario("glm5-dsa")
+    assert scenario.config.session_start_interval_s == -1.0  # derived
+    assert MEAN_REQUEST_CYCLE_S == 28.67
+    workload = scenario.build_workload(scenario.config)
+    assert workload.session_start_interval_s == pytest.approx(28.67 / 24)
+    assert workload.describe()["session_start_interval_s"] == pytest.approx(1.1946, abs=1e-4)
+    fewer = scenario.config.with_overrides(["requests_in_flight=8"])
+    assert scenario.build_workload(fewer).session_start_interval_s == pytest.approx(28.67 / 8)
+    # The earlier burst (every session at t=0) is one --set away.
+    burst = scenario.config.with_overrides(["session_start_interval_s=0"])
+    assert scenario.build_workload(burst).session_start_interval_s == 0.0
 
 
 def test_qwen_hybrid_matches_report_when_built():
