@@ -20,8 +20,13 @@ MAIN = "engine_version=main"
 RUNS: list[tuple[str, list[str], str]] = [
     ("glm5-dsa", [], "target cache prepared in an earlier pass; the mirror, born in prepare_resources, "
                       "is refused at its first resume (draft above max_util_for_resume)"),
-    ("glm5-dsa", ["enable_block_reuse=false"], "same rc25 admission order: a mirror meets the resume gate alone"),
-    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "same path, later: batch 8 delays it, does not stop it"),
+    ("glm5-dsa", ["session_start_interval_s=0"], "the closed loop's earlier start (24 sessions at t=0): same path, "
+                                                 "sooner"),
+    ("glm5-dsa", ["enable_block_reuse=false"], "same rc25 admission order: a target cache prepared while the pools "
+                                               "were empty lets the request in; its mirror meets the resume gate "
+                                               "alone (the report saw no failure: not reproduced)"),
+    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "same path, later: batch 8 delays it, does not "
+                                                                   "stop it (the report saw no failure)"),
     ("glm5-dsa", [MAIN], "admit_mirror resumes at scheduling; the unsized mirror fails its context resize"),
     ("glm5-dsa", [MAIN, "draft_mode=paired"], "joint reuse: both pools sized and reverted together at admission"),
     ("glm5-dsa", [MAIN, "enable_block_reuse=false"], "admit_mirror defers a refused mirror; the target reserves what "
