@@ -104,6 +104,11 @@ class ProcessSession:
         exc = getattr(sys, "last_value", None)
         status = "complete" if exc is None else ("interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
         self.pump.shutdown(status=status)
+        for name, report in self.pump.sink_reports.items():
+            if report.get("dropped"):
+                detail = ", ".join(f"{k} {v}" for k, v in report.items())
+                print(f"kvscope-instrument: rank {self.rank} pid {self.pid}: sink {name} dropped "
+                      f"{report['dropped']} item(s) ({detail}); the engine ran unaffected", file=sys.stderr)
         for close in self.closers:
             try:
                 close()
@@ -178,7 +183,8 @@ def _open_zmq(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: 
     base = env.get("KVSCOPE_ZMQ_ENDPOINT", DEFAULT_ZMQ_ENDPOINT)
     head, _, port = base.rpartition(":")
     endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
-    return ZmqPublisherSink(endpoint, run_id=meta.get("run_id"))
+    hwm = env.get("KVSCOPE_ZMQ_HWM")
+    return ZmqPublisherSink(endpoint, run_id=meta.get("run_id"), **({"high_water_mark": int(hwm)} if hwm else {}))
 
 
 def _open_otlp(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,
@@ -188,8 +194,9 @@ def _open_otlp(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta:
 
     pipeline = OtlpPipeline(OtlpConfig.from_env(), resource=kvscope_resource(meta, rank=rank))
     sink = OtelSink(**pipeline.sink_options())
-    if closers is not None:
-        closers.append(pipeline.shutdown)
+    # Shut down with the sink, before the files' end records: the providers' last export attempts
+    # (a dead collector's) are then in the sink's report there.
+    sink.after_shutdown = pipeline.shutdown
     return sink
 
 

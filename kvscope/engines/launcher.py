@@ -14,6 +14,8 @@ Configuration is by environment variables (options here only set them):
 ``KVSCOPE_SINKS``           comma list of ``jsonl`` (default), ``parquet``, ``zmq``, ``otlp``
 ``KVSCOPE_ZMQ_ENDPOINT``    live publisher endpoint base (rank r binds port + r; default
                             ``tcp://127.0.0.1:5557``)
+``KVSCOPE_ZMQ_HWM``         messages the live publisher queues per subscriber before it drops
+                            (and counts) new ones instead of waiting (default 1000)
 ``OTEL_EXPORTER_OTLP_*``    used by the ``otlp`` sink (standard variables)
 ``KVSCOPE_ENGINE``          ``auto`` (default), ``tensorrt_llm`` or ``model``
 ``KVSCOPE_RANK``            global rank; else ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
@@ -70,6 +72,9 @@ def check_env(env: dict[str, str]) -> list[str]:
     endpoint = env.get("KVSCOPE_ZMQ_ENDPOINT")
     if endpoint is not None and "zmq" in sinks and "://" not in endpoint:
         problems.append(f"--zmq-endpoint/KVSCOPE_ZMQ_ENDPOINT: expected e.g. tcp://127.0.0.1:5557, got {endpoint!r}")
+    hwm = env.get("KVSCOPE_ZMQ_HWM")
+    if hwm is not None and not (hwm.isdigit() and 0 < int(hwm) < 1 << 31):
+        problems.append(f"KVSCOPE_ZMQ_HWM: expected a number of messages > 0, got {hwm!r}")
     sizing = sizing_problem(env.get("KVSCOPE_SIZING", ""))
     if sizing:
         problems.append(f"KVSCOPE_SIZING: {sizing}")

@@ -132,6 +132,10 @@ class ZmqPublisherSink:
     def flush(self) -> None:
         return None
 
+    def report(self) -> dict[str, int]:
+        """For the recording's end record: events sent, and events ``dropped`` at the high-water mark."""
+        return {"sent": self.num_sent_events, "dropped": self.num_dropped_events}
+
     def shutdown(self) -> None:
         if not self._closed:
             self._closed = True

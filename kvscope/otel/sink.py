@@ -145,6 +145,9 @@ class OtelSink:
         metric snapshot: sets gauges whose values follow the event timeline (analyzer gauges)."""
         self.on_close: Callable[[], None] | None = None
         """Called once at shutdown, before open spans end (the analyzer bridge's closing findings)."""
+        self.after_shutdown: Callable[[], None] | None = None
+        """Called once at the end of :meth:`shutdown` (an owner's pipeline shutdown, so the
+        providers' last export attempts are counted before :meth:`report` is read)."""
         self._lock = threading.RLock()  # one translator at a time; re-entered by on_batch findings
         self._next_metric_ns: int | None = None
         self._last_push: tuple[int, int] | None = None
@@ -206,6 +209,8 @@ class OtelSink:
             self._push_snapshot(final=True)
         if self._metric_queue is not None:
             self._metric_queue.shutdown(self.shutdown_timeout_s)
+        if self.after_shutdown is not None:
+            self.after_shutdown()
 
     # ---- analyzer wiring ------------------------------------------------------------------------
     def emit_finding(self, finding: object) -> None:
@@ -300,6 +305,16 @@ class OtelSink:
         out = {"events": self._pending.num_dropped if self._pending else 0}
         for q in self.queues:
             out[q.name] = out.get(q.name, 0) + q.num_dropped
+        return out
+
+    def report(self) -> dict[str, int]:
+        """For the recording's end record: events translated, items exported, and ``dropped``
+        (spans, log records and metric points not delivered, plus events not translated)."""
+        s = self.summary()
+        out = {"events": s["events"], "dropped": s["dropped_total"]}
+        for signal in ("spans", "logs", "metric_points"):
+            out[f"{signal}_exported"] = s[signal]["exported"]
+            out[f"{signal}_dropped"] = s[signal]["dropped"]
         return out
 
     def summary(self) -> dict[str, Any]:

@@ -14,7 +14,10 @@ end record under ``kvscope_end``) and renamed to ``<path>``, so a Parquet file a
 closed by kvscope, and its end record says whether the recording was complete or interrupted.
 
 The end record (both formats): ``status`` (``complete``, ``interrupted`` or ``error``),
-``num_events`` written, ``dropped`` (events the recorder's ring lost before they reached the sink).
+``num_events`` written, ``dropped`` (events the recorder's ring lost before they reached the sink),
+and, when the recording had other sinks (a live publisher, an OTLP exporter), ``sinks``: what each
+delivered and dropped (``{name: {"dropped": N, ...}}``), so a run's losses outside the file are on
+record with it.
 A header with ``end_record: true`` promises one; a file that promises one and has none was cut off.
 """
 
@@ -58,12 +61,16 @@ def make_header(anchor: WallClockAnchor, meta: dict[str, Any] | None = None) -> 
     }
 
 
-def make_end_record(status: str, *, num_events: int, dropped: int = 0) -> dict[str, Any]:
+def make_end_record(status: str, *, num_events: int, dropped: int = 0,
+                    sinks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The end record written on close (see module docstring)."""
     if status not in END_STATUSES:
         raise ValueError(f"status must be one of {', '.join(END_STATUSES)}, got {status!r}")
-    return {"format": END_FORMAT, "status": status, "num_events": int(num_events), "dropped": int(dropped),
-            "closed_epoch_ns": time.time_ns()}
+    end = {"format": END_FORMAT, "status": status, "num_events": int(num_events), "dropped": int(dropped),
+           "closed_epoch_ns": time.time_ns()}
+    if sinks:
+        end["sinks"] = {str(k): dict(v) for k, v in sinks.items()}
+    return end
 
 
 class _EndState:
@@ -72,11 +79,13 @@ class _EndState:
     def __init__(self) -> None:
         self.status = "complete"
         self.dropped = 0
+        self.sinks: dict[str, dict[str, Any]] = {}
 
-    def set_end(self, status: str, *, dropped: int = 0) -> None:
+    def set_end(self, status: str, *, dropped: int = 0, sinks: dict[str, dict[str, Any]] | None = None) -> None:
         make_end_record(status, num_events=0)  # validates status
         self.status = status
         self.dropped = int(dropped)
+        self.sinks = dict(sinks or {})
 
 
 def arrow_schema() -> pa.Schema:
@@ -196,7 +205,8 @@ class JsonlSink(_EndState):
     def shutdown(self) -> None:
         if self._fh is not None:
             try:
-                end = make_end_record(self.status, num_events=self.num_written, dropped=self.dropped)
+                end = make_end_record(self.status, num_events=self.num_written, dropped=self.dropped,
+                                      sinks=self.sinks)
                 self._fh.write(json.dumps(end) + "\n")
             finally:
                 self._fh.close()
@@ -250,7 +260,8 @@ class ParquetSink(_EndState):
         finally:
             self._writer = None
             self._fh = None
-        end = json.dumps(make_end_record(self.status, num_events=self.num_written, dropped=self.dropped))
+        end = json.dumps(make_end_record(self.status, num_events=self.num_written, dropped=self.dropped,
+                                         sinks=self.sinks))
         tmp = self.path.with_name(self.path.name + ".closing")
         with pa.memory_map(str(self.partial_path)) as source:
             reader = pa.ipc.open_stream(source)

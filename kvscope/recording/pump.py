@@ -1,7 +1,8 @@
 """BatchPump: a daemon thread that moves events from a recorder's ring to sinks.
 
 The engine thread never waits on it. A failing sink is counted and logged, never fatal, and the
-other sinks still get the batch.
+other sinks still get the batch. At shutdown the sinks that are not files (a live publisher, an
+exporter) close first, so the files' end records carry what they delivered and dropped.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class BatchPump:
         self.sink_errors = 0
         self.dropped_by_sink: dict[str, int] = {}
         """Events a failing sink did not take, by sink (what kvscope dropped; the others got them)."""
+        self.sink_reports: dict[str, dict[str, int]] = {}
+        """After :meth:`shutdown`: per sink that reports (``report()``) or failed, what it delivered
+        and dropped (``dropped``: events it did not deliver). Also in the files' end records."""
         self._lock = threading.Lock()  # one drainer at a time (thread or flush caller)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -97,7 +101,8 @@ class BatchPump:
         Args:
             timeout_s: how long to wait for the pump thread.
             status: how the recording ended (``complete``, ``interrupted``, ``error``); file sinks
-                write it in their end record with the recorder's drop count.
+                write it in their end record with the recorder's drop count and the other sinks'
+                reports (:attr:`sink_reports`).
         """
         if self._is_shut_down:
             return
@@ -107,15 +112,42 @@ class BatchPump:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self.flush()
-        for sink in self.sinks:
+        files = [s for s in self.sinks if hasattr(s, "set_end")]
+        others = [s for s in self.sinks if not hasattr(s, "set_end")]
+        for sink in others:  # first: their final counts go into the files' end records
             try:
-                if getattr(sink, "num_written", 1) == 0 and hasattr(sink, "write_header_only"):
-                    sink.write_header_only(self.recorder.anchor)
-                if hasattr(sink, "set_end"):
-                    sink.set_end(status, dropped=self.recorder.dropped)
                 sink.shutdown()
             except Exception as e:
                 self._sink_failed(sink, "shut down", e, 0)
+        self.sink_reports = self._reports(others)
+        for sink in files:
+            try:
+                if getattr(sink, "num_written", 1) == 0 and hasattr(sink, "write_header_only"):
+                    sink.write_header_only(self.recorder.anchor)
+                sink.set_end(status, dropped=self.recorder.dropped, sinks=self.sink_reports)
+                sink.shutdown()
+            except Exception as e:
+                self._sink_failed(sink, "shut down", e, 0)
+        for sink in files:  # a file that failed is reported to the caller (not in its own end record)
+            name = _sink_name(sink)
+            if name in self.dropped_by_sink:
+                self.sink_reports[name] = {"dropped": self.dropped_by_sink[name]}
+
+    def _reports(self, sinks: Sequence[Sink]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for sink in sinks:
+            name = _sink_name(sink)
+            report = getattr(sink, "report", None)
+            try:
+                got = dict(report()) if callable(report) else {}
+            except Exception as e:
+                self._sink_failed(sink, "report", e, 0)
+                got = {}
+            if name in self.dropped_by_sink:  # events it raised on: not delivered either
+                got["dropped"] = got.get("dropped", 0) + self.dropped_by_sink[name]
+            if got:
+                out[name] = got
+        return out
 
     def _sink_failed(self, sink: Sink, what: str, exc: Exception, num_rows: int) -> None:
         """Count a sink failure; one log line on a sink's first failure (a full disk fails every
