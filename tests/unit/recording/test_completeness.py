@@ -122,3 +122,52 @@ def test_jsonl_cut_before_its_end_record_is_cut_off_when_read(tmp_path, fake_clo
     pump.flush()  # the process dies here: no end record
     facts = read_file(tmp_path / "k.jsonl").attrs["kvscope"]["files"][0]
     assert facts["status"] == "cut off" and facts["complete"] is False
+
+
+class _Dropping:
+    """A sink that delivers half of what it gets (a live publisher at its high-water mark)."""
+
+    def __init__(self) -> None:
+        self.sent = self.dropped = 0
+
+    def export(self, batch) -> None:
+        self.sent += len(batch) // 2
+        self.dropped += len(batch) - len(batch) // 2
+
+    def flush(self) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        self.dropped += 1  # a last send that failed at shutdown is counted too
+
+    def report(self) -> dict[str, int]:
+        return {"sent": self.sent, "dropped": self.dropped}
+
+
+class _Raising(_Dropping):
+    def export(self, batch) -> None:
+        raise OSError("collector gone")
+
+    def report(self) -> dict[str, int]:
+        return {}
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_other_sinks_drops_are_in_the_end_record_when_shut_down(tmp_path, fake_clock, suffix):
+    rec = Recorder(clock=fake_clock)
+    other, raising = _Dropping(), _Raising()
+    pump = BatchPump(rec, [sink_for_path(tmp_path / f"e{suffix}"), other, raising], start=False)
+    for i in range(5):
+        rec.record(EventKind.ADMITTED, i)
+    pump.shutdown()
+    want = {"_Dropping": {"sent": 2, "dropped": 4}, "_Raising": {"dropped": 5}}
+    assert pump.sink_reports == want
+    if suffix == ".jsonl":
+        end = json.loads((tmp_path / "e.jsonl").read_text().splitlines()[-1])
+    else:
+        import pyarrow.parquet as pq
+
+        end = json.loads(pq.read_schema(tmp_path / "e.parquet").metadata[END_KEY])
+    assert end["sinks"] == want and end["num_events"] == 5
+    facts = read_file(tmp_path / f"e{suffix}").attrs["kvscope"]["files"][0]
+    assert facts["complete"] is True  # the file itself lost nothing
