@@ -1,3 +1,4 @@
 from kvscope.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # a spawned child process (export --follow's analyzer) imports this module too
+    raise SystemExit(main())

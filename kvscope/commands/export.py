@@ -98,6 +98,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not run the analyzer (no finding logs, no debt / time-to-exhaustion / alarm-level gauges)",
     )
+    p.add_argument(
+        "--analyze-inline",
+        action="store_true",
+        help="with --follow: run the streaming analyzer in this process (default: a child process "
+             "that analyzes each batch while this one translates it)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
 
@@ -183,6 +189,7 @@ def follow(
     analyze: bool = True,
     max_queue_size: int = 2048,
     run_id: str | None = None,
+    analyzer_process: bool = True,
 ) -> dict[str, Any]:
     """Subscribe to a live event stream and export it as it comes (out of the engine's process).
 
@@ -191,7 +198,8 @@ def follow(
     raises finding logs and sets the debt / time-to-exhaustion gauges. Batches arrive as the
     recorder's raw rows (no per-event decoding) and go to the sink whole. Runs until the
     publisher's END (its clean shutdown), ``stop()`` is true, or ``idle_exit_s`` seconds pass
-    without events after the first ones.
+    without events after the first ones. With ``analyzer_process`` the analyzer runs in a child
+    process, side by side with the translation (see :mod:`kvscope.commands._analysis_process`).
 
     The summary's ``stream`` key says what the stream delivered and lost (events the publisher
     dropped at its high-water mark or this process never received, events published before it
@@ -207,7 +215,13 @@ def follow(
                             max_block_s=0.0)
     sink = OtelSink(**pipeline.sink_options(), threaded=False, metric_interval_s=metric_interval_s)
     bridge = None
-    if analyze:
+    remote = None
+    if analyze and analyzer_process:
+        from kvscope.commands._analysis_process import AnalyzerProcess
+
+        remote = AnalyzerProcess()
+        bridge = AnalyzerBridge(sink, remote)
+    elif analyze:
         from kvscope.analysis.streaming import StreamingAnalyzer
 
         bridge = AnalyzerBridge(sink, StreamingAnalyzer())
@@ -220,6 +234,9 @@ def follow(
             if batches:
                 last = now
                 for b in batches:
+                    if remote is not None:  # analyzed in the child while this process translates
+                        h = b.header
+                        remote.submit(h.rank, h.pid, h.num_rows, b.body)
                     sink.export(b.event_batch())
             elif idle_exit_s is not None and last is not None and now - last >= idle_exit_s:
                 break
@@ -233,6 +250,8 @@ def follow(
         sub.close()
     s = sink.summary()
     s["findings"] = bridge.num_findings if bridge is not None else 0
+    if remote is not None and remote.failed is not None:
+        s["analyzer_failed"] = remote.failed
     s["files"] = []
     s["endpoint"], s["protocol"], s["followed"] = config.endpoint, config.protocol, endpoint
     s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
@@ -307,7 +326,8 @@ def run(args: argparse.Namespace) -> int:
         if args.events:
             raise ValueError("give event files or --follow, not both")
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
-                   idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id)
+                   idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
+                   analyzer_process=not args.analyze_inline)
     else:
         if not args.events:
             raise ValueError("give event files to export, or --follow a live stream")

@@ -165,10 +165,11 @@ def _rows_to_raw(rows: list[Row]) -> list[RawRow]:
 
 @dataclass(frozen=True, slots=True)
 class LiveBatch:
-    """One received batch: its header and the recorder's raw rows."""
+    """One received batch: its header, the recorder's raw rows and the body they were read from."""
 
     header: BatchHeader
     raw: list[RawRow]
+    body: bytes = b""
 
     def event_batch(self) -> EventBatch:
         """As the pump hands batches to sinks (canonical rows built only when a sink asks)."""
@@ -242,7 +243,7 @@ class LiveSubscriber:
             if header.kind != DATA:
                 continue
             raw = decode_rows(frames[2], header.num_rows)
-            out.append(LiveBatch(header, raw))
+            out.append(LiveBatch(header, raw, frames[2]))
             self.num_received += len(raw)
             self.num_batches += 1
         return out
