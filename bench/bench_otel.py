@@ -17,7 +17,6 @@ before metric snapshots were batched into one request).
 from __future__ import annotations
 
 import glob
-import json
 import os
 import socket
 import subprocess
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 from kvscope.commands.export import export_files
-from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
+from kvscope.otel import OtlpConfig
 from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path
 from kvscope.testing import FakeClock
 from kvscope.testing.incident import IncidentShape, file_meta, record_incident
@@ -103,61 +102,6 @@ def start_follower(endpoint: str, grpc_port: int, *, analyze: bool = True, extra
          f"http://127.0.0.1:{grpc_port}", "--protocol", "grpc", "--metric-interval", "60", "--idle-exit", "30",
          "--json", *([] if analyze else ["--no-analyze"]), *(extra or [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)  # fmt: skip
-
-
-def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple[float, float, int]:
-    """Returns (engine wall ns/event excluding the nominal pauses, engine CPU ns/event, events).
-
-    ``export_on``: False (no sink), True (OtelSink in the engine's process), "follow" (the engine
-    process only publishes on ZeroMQ; ``kvscope export --follow`` translates in another process).
-    """
-    clock = PacedClock(pause_s)
-    rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 16)
-    pipeline = None
-    sinks = []
-    follower = None
-    if export_on in ("follow", "follow-nice"):
-        from kvscope.engines.live import ZmqPublisherSink
-
-        pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
-        sinks = [pub]
-        follower = start_follower(pub.endpoint, grpc_port, nice=export_on == "follow-nice")
-        for _ in range(400):  # until the follower's subscription arrives
-            pub._drain_subscriptions()
-            if pub.num_subscribers:
-                break
-            time.sleep(0.025)
-    elif export_on:
-        pipeline = OtlpPipeline(OtlpConfig(f"http://127.0.0.1:{grpc_port}", "grpc"),
-                                resource=kvscope_resource(file_meta(ENGINE_SHAPE)))  # fmt: skip
-        # Live cadence: a metric snapshot per minute of (simulated) engine time.
-        sinks = [OtelSink(**pipeline.sink_options(), metric_interval_s=60)]
-    pump = BatchPump(rec, sinks, interval_s=0.05)
-    steps = [0]
-    orig_advance = clock.advance
-
-    def counting_advance(ns: int) -> None:
-        steps[0] += 1
-        orig_advance(ns)
-
-    clock.advance = counting_advance  # type: ignore[method-assign]
-    t, c = time.perf_counter_ns(), time.thread_time_ns()
-    record_incident(rec, clock, ENGINE_SHAPE)
-    wall, cpu = time.perf_counter_ns() - t, time.thread_time_ns() - c
-    pump.shutdown()
-    if pipeline is not None:
-        pipeline.shutdown()
-        dropped = sinks[0].summary()["dropped_total"]
-        if dropped:
-            print(f"    (export on: {dropped} items dropped)")
-    if follower is not None:
-        out, err = follower.communicate(timeout=120)
-        s = json.loads(out) if out.strip() else {}
-        if s.get("events") != pump.num_exported or s.get("dropped_total"):
-            print(f"    (follow: received {s.get('events')} of {pump.num_exported}, dropped {s.get('dropped_total')}"
-                  f", publisher dropped {sinks[0].num_dropped_events}) {err.strip()[-200:]}")
-    events = pump.num_exported
-    return (wall - steps[0] * pause_s * 1e9) / events, cpu / events, events
 
 
 def main() -> int:

@@ -9,15 +9,20 @@ batch's translation, before the next batch's metric snapshots).
 
 :class:`AnalyzerProcess` satisfies :class:`kvscope.otel.analyzer_bridge.StreamingDetector`, so the
 same :class:`~kvscope.otel.analyzer_bridge.AnalyzerBridge` wires it to the sink. If the child dies
-the export goes on without findings and says so once (``failed``).
+the export goes on without findings and says so once (``failed``). The child is a plain
+``python -m kvscope.commands._analysis_process`` talking over two pipes, not a multiprocessing
+child: those re-import the caller's main module, which a script without a main guard cannot bear.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -25,11 +30,15 @@ log = logging.getLogger(__name__)
 _NO_GAUGE = (math.nan, math.inf)
 
 
-def _serve(conn: Any, pools: Sequence[str]) -> None:
+def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
     """The child: decode each body, feed the analyzer, answer with (findings, gauges)."""
+    import gc
     import signal
 
+    from kvscope.commands.export import FOLLOW_GC_THRESHOLDS
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the follower, which then closes this
+    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
     from kvscope.analysis.streaming import StreamingAnalyzer
     from kvscope.otel.logs import from_finding
     from kvscope.recording.recorder import raw_to_rows
@@ -42,15 +51,15 @@ def _serve(conn: Any, pools: Sequence[str]) -> None:
 
     while True:
         try:
-            msg = conn.recv()
+            msg = conn_in.recv()
         except EOFError:  # the follower is gone
             return
         if msg is None:
-            conn.send(([from_finding(f) for f in analyzer.close()], gauges()))
+            conn_out.send(([from_finding(f) for f in analyzer.close()], gauges()))
             return
         rank, pid, num_rows, body = msg
         found = analyzer.feed(raw_to_rows(decode_rows(body, num_rows), rank, pid))
-        conn.send(([from_finding(f) for f in found], gauges()))
+        conn_out.send(([from_finding(f) for f in found], gauges()))
 
 
 class AnalyzerProcess:
@@ -61,12 +70,15 @@ class AnalyzerProcess:
     """
 
     def __init__(self, pools: Sequence[str] = ("target", "draft")) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a process that runs exporter threads
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, tuple(pools)), daemon=True,
-                                 name="kvscope-follow-analyzer")
-        self._proc.start()
-        child.close()
+        from_parent, to_child = os.pipe()  # (read end, write end)
+        from_child, to_parent = os.pipe()
+        self._proc = subprocess.Popen(  # never fork a process that runs exporter threads
+            [sys.executable, "-m", "kvscope.commands._analysis_process", str(from_parent), str(to_parent),
+             ",".join(pools)], pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+        os.close(from_parent)
+        os.close(to_parent)
+        self._out = Connection(to_child, readable=False)
+        self._in = Connection(from_child, writable=False)
         self._pending = 0
         self._closed = False
         self._gauges: dict[str, tuple[float, float]] = {}
@@ -77,7 +89,7 @@ class AnalyzerProcess:
         if self.failed is not None:
             return
         try:
-            self._conn.send((rank, pid, num_rows, body))
+            self._out.send((rank, pid, num_rows, body))
         except (OSError, ValueError) as e:
             self._fail(e)
             return
@@ -85,7 +97,7 @@ class AnalyzerProcess:
 
     def _answer(self) -> list:
         try:
-            findings, gauges = self._conn.recv()
+            findings, gauges = self._in.recv()
         except (EOFError, OSError) as e:
             self._fail(e)
             return []
@@ -119,16 +131,24 @@ class AnalyzerProcess:
         out = self.feed(())
         if self.failed is None:
             try:
-                self._conn.send(None)
+                self._out.send(None)
                 out.extend(self._answer_close())
             except (OSError, ValueError) as e:
                 self._fail(e)
-        self._conn.close()
-        self._proc.join(5)
-        if self._proc.is_alive():
-            self._proc.terminate()
+        self._out.close()
+        self._in.close()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5)
         return out
 
     def _answer_close(self) -> list:
         self._pending += 1
         return self._answer()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
+           tuple(sys.argv[3].split(",")))

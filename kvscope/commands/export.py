@@ -13,6 +13,7 @@ was dropped (with one line on stderr), 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -34,6 +35,10 @@ from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
 
 BATCH_ROWS = 4096
+FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
+"""The follower allocates a few objects per event and keeps few: the default first-generation
+threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
+a quarter of the follower's CPU."""
 REPLAY_MAX_BLOCK_S = 10.0
 """A replay waits up to this long for room in a full export queue while the collector answers
 (a file is not an engine: pacing it loses nothing); once an export fails it stops waiting."""
@@ -227,6 +232,8 @@ def follow(
         bridge = AnalyzerBridge(sink, StreamingAnalyzer())
     last = None
     refused = None
+    gc_thresholds = gc.get_threshold()
+    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
     try:
         while not (stop is not None and stop()) and not sub.ended:
             batches = sub.poll_batches(timeout_ms=200)
@@ -245,6 +252,7 @@ def follow(
     except StreamRefusedError as e:
         refused = str(e)
     finally:
+        gc.set_threshold(*gc_thresholds)
         sink.shutdown()
         pipeline.shutdown()
         sub.close()

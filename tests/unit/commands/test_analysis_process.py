@@ -47,7 +47,7 @@ def test_child_analyzer_matches_the_inline_one_batch_by_batch():
 def test_a_dead_child_leaves_the_export_running_without_findings_and_says_why():
     child = AnalyzerProcess()
     child._proc.kill()
-    child._proc.join(10)
+    child._proc.wait(10)
     child.submit(0, 1, 0, encode_rows([]))
     assert child.feed(()) == [] and child.close() == []
     assert child.failed is not None and "analyzer process ended" in child.failed
