@@ -183,7 +183,11 @@ def main() -> int:
                     best = max(best, res, key=lambda x: x[0])
                 rate, cpu_us, s = best
                 st = s.get("stream", {})
-                print(f"  {name:<40} {rate:9,.0f} events/s   follower CPU {cpu_us:5.1f} us/event   received "
+                n = max(s.get("events", 0), 1)
+                own = (s.get("cpu_s") or {}).get("follower") or 0.0
+                child = (s.get("cpu_s") or {}).get("analyzer_process")
+                split = f" (translating {own / n * 1e6:4.1f}, analyzer process {child / n * 1e6:4.1f})" if child else ""
+                print(f"  {name:<40} {rate:9,.0f} events/s   follower CPU {cpu_us:5.1f} us/event{split}   received "
                       f"{s.get('events', 0):,} lost {st.get('gap_events')} spans {s.get('spans', {}).get('exported', 0):,} "
                       f"findings {s.get('findings')} dropped {s.get('dropped_total')} {s.get('error', '')}")
             print(f"load average at end: {os.getloadavg()[0]:.1f}")

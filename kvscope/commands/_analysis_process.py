@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 _NO_GAUGE = (math.nan, math.inf)
 
 
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
     """The child: decode each body, feed the analyzer, answer with (findings, gauges)."""
     import gc
@@ -84,6 +91,8 @@ class AnalyzerProcess:
         self._gauges: dict[str, tuple[float, float]] = {}
         self.failed: str | None = None
         """Why the analyzer stopped (the export went on without it), or None."""
+        self.cpu_s: float | None = None
+        """CPU seconds the child used (known once it has exited)."""
 
     def submit(self, rank: int, pid: int, num_rows: int, body: bytes) -> None:
         if self.failed is not None:
@@ -138,11 +147,16 @@ class AnalyzerProcess:
         self._out.close()
         self._in.close()
         try:
-            self._proc.wait(5)
+            self._wait(5)
         except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.wait(5)
+            self._wait(5)
         return out
+
+    def _wait(self, timeout_s: float) -> None:
+        before = _children_cpu_s()
+        self._proc.wait(timeout_s)
+        self.cpu_s = _children_cpu_s() - before  # the follower starts no other child
 
     def _answer_close(self) -> list:
         self._pending += 1

@@ -209,11 +209,13 @@ def follow(
     The summary's ``stream`` key says what the stream delivered and lost (events the publisher
     dropped at its high-water mark or this process never received, events published before it
     subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
-    when a batch of another run or schema stopped the follow.
+    when a batch of another run or schema stopped the follow. ``cpu_s`` says what the follow cost
+    in CPU: this process, and the analyzer's child process.
     """
     # composition root: the live stream's reader
     from kvscope.engines.live import LiveSubscriber, StreamRefusedError
 
+    cpu0 = time.process_time()
     sub = LiveSubscriber(endpoint, expect_run_id=run_id)
     pipeline = OtlpPipeline(config, resource=kvscope_resource({}, service_name=service_name),
                             max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
@@ -260,6 +262,8 @@ def follow(
     s["findings"] = bridge.num_findings if bridge is not None else 0
     if remote is not None and remote.failed is not None:
         s["analyzer_failed"] = remote.failed
+    s["cpu_s"] = {"follower": round(time.process_time() - cpu0, 3),
+                  "analyzer_process": None if remote is None or remote.cpu_s is None else round(remote.cpu_s, 3)}
     s["files"] = []
     s["endpoint"], s["protocol"], s["followed"] = config.endpoint, config.protocol, endpoint
     s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))

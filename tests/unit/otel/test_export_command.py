@@ -99,6 +99,7 @@ def test_follow_exports_a_live_stream_from_another_process_side_with_the_analyze
     stream = out["stream"]
     assert (stream["ended"], stream["run_id"], stream["events"]) == (True, pub.run_id, 110)
     assert stream["gap_events"] == stream["publisher_dropped"] == stream["recorder_dropped"] == 0
+    assert out["cpu_s"]["analyzer_process"] is not None and "analyzer_failed" not in out  # analyzed in its child
 
 
 def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
