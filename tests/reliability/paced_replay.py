@@ -7,7 +7,8 @@ Only the workload waits (inside ``pop_arrivals``, on the engine thread): the eng
 a simulated clock, so its decisions are those of an unpaused run. At the N-th non-empty batch of
 arrivals it writes ``CONTROL_DIR/paused-N`` (JSON: the number of events recorded so far, and, under
 ``kvscope-instrument``, its sinks' reports, refreshed while it waits) and waits for
-``CONTROL_DIR/go-N``. ``--step A:B`` hands what was recorded to the sinks before each of arrival
+``CONTROL_DIR/go-N``; with ``--flush`` it first flushes kvscope-instrument's sinks once (an exporter
+pushes a metric snapshot and its queued spans). ``--step A:B`` hands what was recorded to the sinks before each of arrival
 batches A..B-1 (under ``kvscope-instrument``: one pump batch, so one live message, per step).
 """
 
@@ -52,8 +53,10 @@ def _session_reports() -> dict:
 class Paced:
     """Delegates to ``inner``; pauses / steps at the configured arrival batches."""
 
-    def __init__(self, inner, control: Path, pauses: set[int], step: tuple[int, int] | None) -> None:
+    def __init__(self, inner, control: Path, pauses: set[int], step: tuple[int, int] | None,
+                 flush: bool = False) -> None:
         self._inner, self._control, self._pauses, self._step = inner, control, pauses, step
+        self._flush = flush
         self._batches = 0
 
     def __getattr__(self, name):
@@ -73,6 +76,10 @@ class Paced:
 
     def _pause(self, n: int) -> None:
         rec = _recorder()
+        if self._flush:
+            from kvscope.engines.autoload import current_session
+
+            current_session().pump.flush()
         marker, go = self._control / f"paused-{n}", self._control / f"go-{n}"
         while not go.exists():
             state = {"recorded": _num_recorded(rec) if rec is not None else None, "sinks": _session_reports()}
@@ -89,6 +96,7 @@ def main() -> int:
     p.add_argument("control", type=Path)
     p.add_argument("--pause", type=int, action="append", default=[])
     p.add_argument("--step")
+    p.add_argument("--flush", action="store_true")
     args = p.parse_args(argv[:cut])
     step = tuple(int(x) for x in args.step.split(":")) if args.step else None
 
@@ -98,7 +106,7 @@ def main() -> int:
 
     def paced_resolve(source):
         base, build, label = resolve(source)
-        return base, (lambda config: Paced(build(config), args.control, set(args.pause), step)), label
+        return base, (lambda config: Paced(build(config), args.control, set(args.pause), step, args.flush)), label
 
     runner.resolve = paced_resolve
     from kvscope.cli import main as cli_main
