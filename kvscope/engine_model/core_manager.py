@@ -62,6 +62,8 @@ class KVCacheManagerCoreModel:
             raise ValueError(f"reuse_match_backoff must be >= 0, got {reuse_match_backoff}")
         self.tokens_per_block = tokens_per_block
         self.max_util_for_resume = max_util_for_resume
+        # Python core's text; the adapter sets the build's (versions.EngineBuild).
+        self.history_over_capacity_text = "History length cannot be greater than capacity"
         self.reuse_match_backoff = reuse_match_backoff
         self.tree = BlockRadixTreeModel()
         self.pool = BlockPoolModel(num_blocks, num_host_blocks, self.tree)

@@ -6,7 +6,9 @@ Stands for ``tensorrt_llm/runtime/kv_cache_manager_v2/_core/_kv_cache.py`` @
 - three lengths with ``num_committed_tokens <= history_length <= capacity``; a new cache starts
   SUSPENDED with all three equal to the reused length (``__init__``, ``_setup_for_reuse``);
 - ``resize(capacity, history_length=None) -> bool``: ``ValueError("History length cannot be
-  decreased")`` / ``ValueError("History length cannot be greater than capacity")`` on contract breaks,
+  decreased")`` / ``ValueError("History length cannot be greater than capacity")`` on contract breaks (the
+  second text is the owner's ``history_over_capacity_text``: the C++ core's wording for builds that
+  ran it, see ``versions.py``),
   False when the GPU cannot supply the new pages (``OutOfPagesError`` from ``new_gpu_slots``), shrinking
   frees tail pages;
 - ``resume() -> bool``: refused when the GPU pool's utilization (unavailable / total, where evictable
@@ -43,6 +45,7 @@ class CacheOwner(Protocol):
 
     tokens_per_block: int
     max_util_for_resume: float
+    history_over_capacity_text: str
     pool: BlockPoolModel
     tree: BlockRadixTreeModel
     num_allocated_blocks: int
@@ -167,7 +170,7 @@ class _KVCacheModel:
         if history_length < self._history_length:
             raise ValueError("History length cannot be decreased")
         if capacity < history_length:
-            raise ValueError("History length cannot be greater than capacity")
+            raise ValueError(self._manager.history_over_capacity_text)  # the build's core text
         tpb = self._tokens_per_block
         old_num_blocks = -(-self._capacity // tpb)
         new_num_blocks = -(-capacity // tpb)

@@ -227,6 +227,7 @@ class KVCacheManagerV2Model:
         self.impl = KVCacheManagerCoreModel(
             num_blocks, tokens_per_block, num_host_blocks=num_host_blocks,
             max_util_for_resume=max_util_for_resume, reuse_match_backoff=reuse_match_backoff)
+        self.impl.history_over_capacity_text = engine_build.history_over_capacity_text
         self.can_evict = num_host_blocks > 0
         self.kv_cache_map: dict[int, _KVCacheModel] = {}
         self._allocated_draft_lens: dict[int, int] = {}

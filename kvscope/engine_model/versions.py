@@ -82,6 +82,11 @@ class EngineBuild:
         deadlock_stall_passes: passes with no progress before the scheduler raises its deadlock
             error (1: the older check, which raises on the first pass that schedules nothing while
             generation requests wait and none was evicted, with the older message).
+        history_over_capacity_text: what a resize whose capacity is below its history raises. The
+            C++ core (``KvCache::resize``) says "History length cannot exceed capacity", the Python
+            core (``_core/_kv_cache.py`` @ 00f6bd6) "History length cannot be greater than
+            capacity". rc25: the C++ text, the one the #18661 report's rc25 traceback shows; the
+            other builds keep the Python core's (which core a build runs by default was not read).
     """
 
     version: str
@@ -101,6 +106,7 @@ class EngineBuild:
     free_failed_first_chunk: bool
     chunk_unit_checked_after_prepare: bool
     deadlock_stall_passes: int
+    history_over_capacity_text: str = "History length cannot be greater than capacity"
 
     @property
     def label(self) -> str:
@@ -118,7 +124,7 @@ RC25 = EngineBuild(
     draft_len_on_every_chunk=True, joint_reuse=False, missing_gen_mirror=MissingGenMirror.RAISE_MISSING,
     context_mirror_unchecked=True, has_cache_tier_below_gpu=False, recompute_pause=False,
     prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=True,
-    deadlock_stall_passes=1,
+    deadlock_stall_passes=1, history_over_capacity_text="History length cannot exceed capacity",
 )
 RC27 = EngineBuild(
     version="1.3.0rc27", build="v1.3.0rc27 (commit not given; read as 0004396)",

@@ -213,7 +213,7 @@ def test_a_reclaim_wider_than_the_growth_breaks_the_history_contract_unless_fix_
     # rewind wider than the slot this pool grew (what #19120 describes after draft padding).
     req.num_generated_tokens, req.py_num_accepted_draft_tokens, req.py_rewind_len = 3, 1, 2  # rewind 2, grown 1
     if not fix:
-        with pytest.raises(ValueError, match="^History length cannot be greater than capacity$"):
+        with pytest.raises(ValueError, match="^History length cannot exceed capacity$"):  # rc25: C++ core
             draft.update_resources(batch)
         return
     draft.update_resources(batch)
@@ -251,10 +251,26 @@ def test_a_stage_whose_own_pass_did_not_grow_a_scheduled_request_breaks_the_hist
     req.py_draft_tokens = [0]  # stamped for the next step; no try_allocate_generation on this stage
     req.num_generated_tokens, req.py_num_accepted_draft_tokens, req.py_rewind_len = 3, 0, 1  # history 98
     if not fix:
-        with pytest.raises(ValueError, match="^History length cannot be greater than capacity$"):
+        with pytest.raises(ValueError, match="^History length cannot exceed capacity$"):  # rc25: C++ core
             target.update_resources(batch)  # capacity 97 - 1 = 96 < 98
         return
     target.update_resources(batch)
     # The #19120 clamp grows the cache to the history instead: the raise is gone, the stage still
     # ran a step its own pass never allocated (the desync stays silent).
     assert (target.kv_cache_map[7].capacity, target.kv_cache_map[7].history_length) == (98, 98)
+
+
+@pytest.mark.parametrize("build", [RC25, RC27, MAIN_00746EF], ids=lambda b: b.version)
+def test_a_resize_below_the_history_raises_the_build_core_text(build):
+    # rc25: the C++ core's text, the one the #18661 report's rc25 traceback shows; the other builds
+    # keep the Python core's (_core/_kv_cache.py @ 00f6bd6).
+    expected = {"1.3.0rc25": "History length cannot exceed capacity"}.get(
+        build.version, "History length cannot be greater than capacity")
+    assert build.history_over_capacity_text == expected
+    target = KVCacheManagerV2Model(num_blocks=8, tokens_per_block=TPB, max_seq_len=4096, max_batch_size=4,
+                                   engine_build=build)
+    cache = target._create_kv_cache(1, None, None)
+    assert cache.resume() and cache.resize(32, 32)
+    with pytest.raises(ValueError, match=f"^{expected}$"):
+        cache.resize(31, 32)
+
