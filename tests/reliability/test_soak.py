@@ -2,7 +2,8 @@
 closed loop, remediation on, client cancellations, events recorded, memory sampled.
 
 The trace holds 49,334 requests, so it is replayed back to back with different seeds (session
-orders) until 10^5 requests have run. The client cancels a random tenth of the requests
+orders) until 10^5 requests have run; the last replay takes only the sessions still needed (with a
+margin), not the whole trace again. The client cancels a random tenth of the requests
 (``cancel_rate``, ``KVSCOPE_SOAK_CANCEL_RATE``) after an exponential delay of mean 10 s
 (``cancel_after_s``): queued, in context, in generation or suspended, as it happens. Checked per
 replay: zero fatal, zero reservations leaked, every request ended (completed, cancelled, rejected or
@@ -17,6 +18,7 @@ within a margin of the one after the first). Figures are printed (run with ``-s`
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import time
@@ -33,6 +35,7 @@ TRACE = Path(os.environ.get("KVSCOPE_TRACES_DIR", Path(__file__).resolve().paren
 TARGET_REQUESTS = int(os.environ.get("KVSCOPE_SOAK_REQUESTS", "100000"))
 CANCEL_RATE = float(os.environ.get("KVSCOPE_SOAK_CANCEL_RATE", "0.1"))
 SESSIONS = int(os.environ.get("KVSCOPE_SOAK_SESSIONS", "710"))  # 710: the whole trace; fewer for a smoke run
+TRACE_REQUESTS = 49_334  # requests in the 710 sessions of the trace
 INVARIANT_EVERY = 200
 LEDGER_EVERY = 100
 
@@ -93,7 +96,11 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
         def progress(_executor, samples=samples):
             samples.append(_rss_mb())
 
-        overrides = [f"seed={seed}", f"max_sessions={SESSIONS}", "max_requests=0",
+        remaining = TARGET_REQUESTS - report["requests"]
+        sessions = SESSIONS
+        if SESSIONS == 710 and remaining < TRACE_REQUESTS:
+            sessions = max(8, math.ceil(710 * remaining / TRACE_REQUESTS * 1.25))
+        overrides = [f"seed={seed}", f"max_sessions={sessions}", "max_requests=0",
                      f"cancel_rate={CANCEL_RATE}", "cancel_after_s=10"]
         summary = replay.run(str(TRACE), overrides, instrument=instrument, progress=progress)
         stats = session.final_stats
