@@ -218,6 +218,31 @@ def check_every_iteration(parts: Any, log: InvariantLog, every: int = 1) -> None
     executor.step = checked_step
 
 
+class DecisionLog:
+    """An observer of every scheduling decision the engine makes (per ``schedule_request`` call: the
+    iteration, context requests with cursor and chunk, generation, paused and recompute-paused ids);
+    use as an ``instrument``. Changes nothing: it only reads the scheduler's output."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def __call__(self, parts: Any) -> None:
+        scheduler, executor = parts.scheduler, parts.executor
+        schedule = scheduler.schedule_request
+
+        def logged(active_requests: Any, inflight_request_ids: Any) -> Any:
+            out = schedule(active_requests, inflight_request_ids)
+            self.rows.append((executor.iter_counter,
+                              tuple((r.py_request_id, r.context_current_position, r.context_chunk_size)
+                                    for r in out.context_requests),
+                              tuple(r.py_request_id for r in out.generation_requests),
+                              tuple(r.py_request_id for r in out.paused_requests),
+                              tuple(r.py_request_id for r in getattr(out, "recompute_paused_requests", ()))))
+            return out
+
+        scheduler.schedule_request = logged
+
+
 def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) -> None:
     """Every request ended; a drained healthy engine holds no blocks for anyone."""
     ended = (summary.requests_completed + summary.requests_failed + summary.requests_rejected

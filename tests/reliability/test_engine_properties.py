@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import pytest
 from engine_checks import (
+    DecisionLog,
     InvariantLog,
     ListWorkload,
     cancellations,
@@ -111,10 +112,13 @@ def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
 @given(cases())
 def test_instrumentation_never_changes_an_engine_decision(case):
     config, requests, cancels = case
-    plain = _run(config, requests, cancels)
+    plain_log, recorded_log = DecisionLog(), DecisionLog()
+    plain = _run(config, requests, cancels, plain_log)
     sink = MemorySink()
-    recorded = _run(config, requests, cancels, lambda parts: EventFileSession(None, extra_sinks=[sink])(parts))
+    recorded = _run(config, requests, cancels, lambda parts: EventFileSession(None, extra_sinks=[sink])(parts),
+                    recorded_log)
     assert _comparable(recorded) == _comparable(plain)
+    assert recorded_log.rows == plain_log.rows  # iteration for iteration
     assert len(sink.events) > 0
 
 
