@@ -2,9 +2,9 @@
 dropped, and what it wrote before the fault stays readable.
 
 Faults: resize/resume failures forced at random calls (raise, or refuse as a shortage); the event
-sink's disk full (RLIMIT_FSIZE) mid-run; a worker process killed under kvscope-instrument. (The OTel
-collector killed mid-run and the live subscriber stalled are covered by
-tests/integration/test_otel_export.py and tests/unit/engines/test_live.py.)
+sink's disk full (RLIMIT_FSIZE) mid-run; a worker process killed under kvscope-instrument. The disk
+turned read-only, the OTel collector killed and the live subscriber stalled or killed mid-run are
+in test_faults_disk.py, test_faults_otel.py and test_faults_live.py.
 """
 
 from __future__ import annotations
