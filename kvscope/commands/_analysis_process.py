@@ -107,7 +107,7 @@ class AnalyzerProcess:
     def _answer(self) -> list:
         try:
             findings, gauges = self._in.recv()
-        except (EOFError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - a dead or desynchronised child (e.g. a Ctrl-C mid-read) ends analysis only
             self._fail(e)
             return []
         self._pending -= 1
