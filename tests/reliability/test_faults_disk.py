@@ -57,7 +57,12 @@ class LoopDisk:
 
     def make_read_only(self) -> None:
         """The kernel's own error path: ext4 records an error and remounts read-only."""
-        Path(f"/sys/fs/ext4/{Path(self.dev).name}/trigger_fs_error").write_text("kvscope fault test\n")
+        trigger = Path(f"/sys/fs/ext4/{Path(self.dev).name}/trigger_fs_error")
+        try:
+            trigger.write_text("kvscope fault test\n")
+        except OSError as e:
+            pytest.fail(f"cannot make the test filesystem fail read-only through {trigger} ({e}); "
+                        "the read-only disk test needs a kernel with ext4's sysfs error trigger")
         self.assert_read_only()
 
     def assert_read_only(self) -> None:
