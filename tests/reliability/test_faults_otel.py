@@ -102,8 +102,9 @@ def test_collector_killed_mid_run_export_follow_drops_counted_and_it_ends(tmp_pa
     procs = [engine, follower]
     try:
         fh.wait_for("the kill point", fh.paused(control, KILL_AT), alive=procs)
-        # It stays down to the end (a restart is the in-process test's): the follower must give up
-        # on what it cannot send, count it, and end.
+        # Down to the end (the in-process test starts it again; here when the follower tries to
+        # export during a short outage depends on its timing): it must give up on what it cannot
+        # send within its timeouts, count it, and end.
         collector.kill_collector()
         fh.release(control, KILL_AT)
         out, err = fh.finish(engine)
@@ -121,7 +122,7 @@ def test_collector_killed_mid_run_export_follow_drops_counted_and_it_ends(tmp_pa
     # Everything arrived over the stream; what the dead collector cost is counted and reported.
     assert s["events"] == end["num_events"], s
     assert s["stream"]["gap_events"] == 0 and s["stream"]["ended"], s["stream"]
-    assert s["dropped_total"] > 0, s
+    assert s["dropped_total"] > 0 and s["spans"]["dropped"] > 0, s
     assert follower.returncode == 1, f_err
     warnings = [x for x in f_err.splitlines() if x.startswith("kvscope export: warning:")]
     assert len(warnings) == 1 and "dropped" in warnings[0], f_err
