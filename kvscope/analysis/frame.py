@@ -61,6 +61,7 @@ CONFIG_COLUMNS: dict[str, str] = {
     "max_util_for_resume": "float64",
     "in_admission": "bool",
     "num_host_blocks": "int64",
+    "admits_mirror": "int64",
 }
 
 
@@ -165,8 +166,19 @@ def _config_row(
         "is_draft": is_draft,
         "max_util_for_resume": float(d.get("max_util_for_resume", 0.95)),
         "in_admission": role == PoolRole.TARGET.value or paired,
-        "num_host_blocks": int(d.get("num_host_blocks", 0) or 0),
+        "num_host_blocks": _host_blocks(d),
+        # -1: the file does not say (older recordings); the rules then read the pool as before.
+        "admits_mirror": int(d.get("admits_mirror", -1)),
     }
+
+
+def _host_blocks(d: dict[str, Any]) -> int:
+    """Host-tier blocks: the count when given, else 1 for a host tier known only to exist
+    (``host_tier=1``), else 0."""
+    n = int(d.get("num_host_blocks", 0) or 0)
+    if n < 0 or (n == 0 and "num_host_blocks" not in d):
+        n = 1 if int(d.get("host_tier", 0) or 0) > 0 else 0
+    return n
 
 
 def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.DataFrame:

@@ -48,6 +48,13 @@ class ModelPoolReader:
             "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
             "is_draft": int(bool(manager.is_draft)),
             "max_util_for_resume": float(getattr(manager, "max_util_for_resume", UNKNOWN)),
+            # Build facts the analyzer needs to know which raise comes first: whether the scheduler
+            # admits the unpaired mirror (else it is born suspended and first resumed, under the
+            # max_util_for_resume gate, in the draft manager's prepare_resources), and whether a
+            # host tier can take a suspended cache's pages.
+            "admits_mirror": _admits_mirror(manager),
+            "num_host_blocks": int(getattr(getattr(getattr(manager, "impl", None), "pool", None),
+                                           "num_host_blocks", UNKNOWN)),
             "rank_holds": int(rank),
             "capacity_blocks": int(manager.pool_state().capacity_blocks),
             "bytes_per_token": int(getattr(manager, "bytes_per_token", 0) or 0),
@@ -66,6 +73,13 @@ class ModelPoolReader:
 
     def evicted_total(self, manager: Any) -> int | None:
         return getattr(self._impl_pool(manager)[1], "num_evicted_blocks", None)
+
+
+def _admits_mirror(manager: Any) -> int:
+    """1 when the build's scheduler creates and resumes the unpaired mirror at admission, 0 when it
+    does not, -1 unknown (a manager without a build record, e.g. the mamba view)."""
+    build = getattr(manager, "engine_build", None)
+    return UNKNOWN if build is None else int(bool(build.scheduler_admits_mirror))
 
 
 class MambaPoolView:

@@ -75,6 +75,9 @@ class TrtllmPoolReader:
             "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
             "is_draft": int(bool(getattr(manager, "is_draft", False))),
             "max_util_for_resume": util,
+            # The build's scheduler admits unpaired mirrors (the method the seam table is chosen by).
+            "admits_mirror": int(hasattr(type(manager), "admit_mirror")),
+            "host_tier": _host_tier(manager),
             "rank_holds": int(rank),
             "capacity_blocks": self.state(manager)[0],
             "bytes_per_token": bytes_per_token,
@@ -86,3 +89,12 @@ class TrtllmPoolReader:
 
     def fingerprint(self, manager: Any) -> Any:
         return None  # no cheap allocation counter on the adapter: sweep every iteration
+
+
+def _host_tier(manager: Any) -> int:
+    """1 / 0 whether the pool has a cache tier below the GPU (a suspended cache's pages can move
+    there); -1 when the build does not say (``has_cache_tier_below_gpu`` is newer than rc27)."""
+    try:
+        return int(bool(manager.has_cache_tier_below_gpu))
+    except Exception:
+        return UNKNOWN
