@@ -174,11 +174,11 @@ def _config_row(
 
 def _host_blocks(d: dict[str, Any]) -> int:
     """Host-tier blocks: the count when given, else 1 for a host tier known only to exist
-    (``host_tier=1``), else 0."""
+    (``host_tier=1``, TensorRT-LLM builds that say so), else 0."""
     n = int(d.get("num_host_blocks", 0) or 0)
-    if n < 0 or (n == 0 and "num_host_blocks" not in d):
-        n = 1 if int(d.get("host_tier", 0) or 0) > 0 else 0
-    return n
+    if n <= 0 and int(d.get("host_tier", -1) or 0) > 0:
+        return 1
+    return max(n, 0)
 
 
 def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.DataFrame:
