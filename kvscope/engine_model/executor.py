@@ -166,7 +166,8 @@ class PyExecutorModel:
         clock: simulated clock (injected; tests pass their own).
         rank_layout: optional ``RankLayout`` naming the ranks that raise / are killed.
         pool_probes: name -> zero-arg callable returning an object with ``capacity_blocks`` and
-            ``used_blocks`` (the manager's ``pool_state``), sampled once per iteration for peak utilisation.
+            ``used_blocks`` (the manager's ``pool_state``), sampled after every ``prepare_resources`` and at
+            an engine failure for peak utilisation.
     """
 
     def __init__(self, config: Any, resource_manager: Any, scheduler: Any, cost_model: CostModel,
@@ -314,6 +315,7 @@ class PyExecutorModel:
         self.resource_manager.prepare_resources(scheduled_batch)
         if replica is not None:
             replica.prepare_resources(scheduled_batch)
+        self._sample_peaks()
         # Forward: its page-table copies can fail (unmapped draft id); the error is handled per
         # request, then the loop's "Sampling failed" assertion ends it (forward.py).
         if scheduled_batch.batch_size and not forward_step(self, scheduled_batch):
@@ -644,6 +646,15 @@ class PyExecutorModel:
     def _account(self, batch: ScheduledRequestsModel, step_s: float, num_iterations: int = 1) -> None:
         self.stats.running_request_seconds += batch.batch_size * step_s * num_iterations
         self.stats.busy_seconds += step_s * num_iterations
+
+    def _sample_peaks(self) -> None:
+        """Fold the pools' utilisation (capacity - free - evictable, over capacity) into the peaks.
+
+        Called right after ``prepare_resources`` -- the iteration's high-water mark: every page of
+        the step is allocated and nothing that finishes in it is freed yet -- and once more at an
+        engine failure (the state the engine died in). These are the points the recorder stamps a
+        POOL_SNAPSHOT, so the replay summary's peak is the maximum of the snapshot rows.
+        """
         for name, probe in self.pool_probes.items():
             state = probe()
             if state.capacity_blocks:
@@ -686,6 +697,7 @@ class PyExecutorModel:
     def _on_event_loop_error(self, exc: BaseException) -> None:
         """What ``_event_loop_wrapper`` does: store the error, fail every pending request, stop."""
         self.event_loop_error = exc
+        self._sample_peaks()
         if isinstance(exc, AssertionError) and self.forward_error is not None:
             exc = self.forward_error  # attribute the crash to what failed in the forward
         match = _REQUEST_ID_RE.search(str(exc))

@@ -37,8 +37,9 @@ class ReplaySummary:
 
     Definitions: ``requests_total`` arrivals seen (rejected included); ``requests_failed`` requests
     in the engine when it died (each gets the error); ``sim_seconds`` simulated time at the end;
-    ``peak_utilization`` per pool, the highest fraction of blocks held by live requests (evictable
-    reuse blocks excluded) at the end of any iteration; ``prefix_hit_rate`` prompt tokens reused
+    ``peak_utilization`` per pool, the highest (capacity - free - evictable) / capacity right after
+    any iteration's ``prepare_resources`` or at the engine failure (the POOL_SNAPSHOT points, so it
+    is the maximum of the snapshot rows' utilisation and of the exported pool utilisation gauge); ``prefix_hit_rate`` prompt tokens reused
     at admission / prompt tokens admitted; ``goodput_tokens_per_s`` output tokens of completed
     requests per simulated second; ``mean_running_requests`` time-weighted mean batch size (with pipeline parallelism, the requests of
     every micro-batch in flight);
