@@ -44,8 +44,15 @@ from kvscope.analysis.frame import (
     request_ids,
     request_index,
 )
-from kvscope.analysis.projections import admissible_fraction, arrival_debt
-from kvscope.analysis.queue import prompt_table, prompts_of, queue_head, queue_spans, queued_need
+from kvscope.analysis.projections import admissible_fraction, arrival_debt, resume_ceiling
+from kvscope.analysis.queue import (
+    prompt_table,
+    prompts_of,
+    queue_head,
+    queue_spans,
+    queued_count,
+    queued_need,
+)
 from kvscope.analysis.track import (
     CAP_SETTERS,
     DONE_SETTERS,
@@ -368,6 +375,15 @@ def compute_debt(
         else:
             f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
             f["arrival_samples"] = np.zeros(len(q_pos), dtype=np.int64)
+        # A mirror born suspended meets the resume ceiling before the pool is full (builds whose
+        # scheduler does not admit it; unknown builds keep the capacity rules alone).
+        cf = configs.loc[role.value]
+        if (role != PoolRole.TARGET and tgt is not None and not bool(cf["paired"])
+                and int(cf["admits_mirror"]) == 0):
+            ct = configs.loc[PoolRole.TARGET.value]
+            f["resume"] = {**resume_ceiling(f, tgt, cf, ct, head_f), "waiting": queued_count(ev, q_below, nq),
+                           "target_max_util": float(ct["max_util_for_resume"]),
+                           "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
 

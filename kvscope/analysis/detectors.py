@@ -83,8 +83,29 @@ def find_admission_gaps(
     return out
 
 
-_BASIS = np.array(["", "trend", "queue", "debt", "arrival"], dtype=object)
+_BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume"], dtype=object)
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
+
+
+def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(at risk, blocks past the ceiling) per iteration end from :func:`~kvscope.analysis.projections.
+    resume_ceiling` arrays ``r``: a new mirror's first resume will be refused.
+
+    The pool goes past its ceiling (by more than the projection margin) with the admitted requests,
+    or with the queue the target has room for now; a request is still waiting to be the victim (two
+    when the queue is what takes it past: its head is admitted before); and the target can still
+    admit one then -- room for a first chunk, and under its own resume gate (by the margin) unless
+    the build resumed that request's target cache before checking its budget, long before."""
+    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+    head = r["headroom"][qi]
+    by_admitted = np.nan_to_num(r["admitted"][qi] - head, nan=-np.inf)
+    past = np.nan_to_num(r["admitted"][qi] + r["queued"][qi] - head, nan=-np.inf)
+    waiting = r["waiting"][qi]
+    victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
+    gate = np.full(len(qi), True) if r["target_resumes_early"] else (
+        np.nan_to_num(r["target_util"][qi], nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
+    risk = (past > margin) & victim & (r["target_room"][qi] >= 1) & gate
+    return risk, past
 
 
 def exhaustion_arrays(
@@ -137,6 +158,11 @@ def exhaustion_arrays(
         admits = ~certain & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
         queue = ~certain & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
                             | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
+        resume = np.zeros(len(ends), dtype=bool)
+        past_ceiling = np.full(len(ends), -np.inf)
+        if "resume" in f:
+            resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, cfg)
+            resume &= ~certain
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & (f["arrival_median"][qi] > margin) & (
@@ -146,11 +172,14 @@ def exhaustion_arrays(
             net_rate = np.where(span_t > 0, net / span_t, np.nan)
             per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
             per_it_net = np.where(span_i > 0, net / span_i, np.nan)
-            by_alloc = certain | queue | arrival
-            eta_s = np.where(by_alloc, avail / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
-            eta_it = np.where(by_alloc, avail / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
+            by_alloc = certain | queue | arrival | resume
+            # Past the resume ceiling, what runs out first is the room below it.
+            room = np.where(resume, np.maximum(f["resume"]["headroom"][qi], 0.0) if "resume" in f else avail, avail)
+            eta_s = np.where(by_alloc, room / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
+            eta_it = np.where(by_alloc, room / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
             utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
-        basis = np.where(certain, 3, np.where(queue, 2, np.where(arrival, 4, np.where(np.isfinite(eta_s), 1, 0))))
+        basis = np.where(certain, 3, np.where(resume, 5, np.where(queue, 2, np.where(
+            arrival, 4, np.where(np.isfinite(eta_s), 1, 0)))))
         basis = basis.astype(np.int8)
         out[role] = {
             "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pos": ends,
@@ -162,6 +191,7 @@ def exhaustion_arrays(
             "projected_now_debt_blocks": f["projected_now"][qi],
             "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
+            "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
         }
     return out
 
@@ -249,9 +279,12 @@ def estimate_time_to_exhaustion(
         basis = g["basis_code"]
         certain = basis == 3
         admits = g["target_admits_queue"].astype(bool)
+        resume = basis == 5
         with np.errstate(invalid="ignore"):
-            risk = (basis == 2) | (basis == 4) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
-                                   & (g["utilization"] >= cfg.risk_min_utilization) & g["is_binding"])
+            risk = (basis == 2) | (basis == 4) | resume | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
+                                                           & (g["utilization"] >= cfg.risk_min_utilization)
+                                                           & g["is_binding"])
+        ceiling = float(configs.loc[role, "max_util_for_resume"])
         it = g["iteration"]
         for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
             row = {k: v[s] for k, v in g.items()}
@@ -266,11 +299,14 @@ def estimate_time_to_exhaustion(
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             admissible = bool(admits[s : e + 1].any())
-            crit = np.flatnonzero((certain | admits)[s : e + 1])
+            resumes = np.flatnonzero(resume[s : e + 1])
+            crit = np.flatnonzero((certain | admits | resume)[s : e + 1])
             crit_i = s + int(crit[0]) if len(crit) else None
             eta = float(est["eta_s"])
             runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
                         f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
+            if b == "resume":
+                runs_out = runs_out.replace("runs out", "reaches its resume ceiling", 1)
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
                     "queue": (f"at risk: with the queue admitted it would owe "
                               f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks']):.0f} blocks"
@@ -280,10 +316,11 @@ def estimate_time_to_exhaustion(
                                 f"{row['arrival_max_debt_blocks']:.0f} blocks in debt"
                                 + (", a typical one " + f"{row['arrival_debt_blocks']:.0f}"
                                    if row["arrival_debt_blocks"] > cfg.min_debt_blocks else "")
-                                + ", and the target has room to admit it")}[b]
+                                + ", and the target has room to admit it"),
+                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling)}[b]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
-                severity=Severity.CRITICAL if is_certain or admissible else Severity.WARNING,
+                severity=Severity.CRITICAL if is_certain or admissible or len(resumes) else Severity.WARNING,
                 t_start_s=row["t_s"], t_end_s=t_end,
                 iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
@@ -294,6 +331,9 @@ def estimate_time_to_exhaustion(
                     "estimated_at_iteration": int(est["iteration"]),
                     "predicted_exhaustion_s": float(est["t_s"]) + eta,
                     "basis": b, "certain": is_certain, "target_admits_queue": admissible,
+                    "resume_ceiling": bool(len(resumes)),
+                    "past_ceiling_blocks": (float(np.max(g["past_ceiling_blocks"][s + resumes])) if len(resumes)
+                                            else None),
                     # when the episode turned critical (its start may be an earlier at-risk warning)
                     "critical_at_iteration": None if crit_i is None else int(g["iteration"][crit_i]),
                     "critical_at_s": None if crit_i is None else float(g["t_s"][crit_i]),
@@ -306,6 +346,13 @@ def estimate_time_to_exhaustion(
                 },
             ))
     return out
+
+
+def resume_text(past_blocks: float, ceiling: float) -> str:
+    """The ``resume`` basis in words (shared with the streaming analyzer)."""
+    return (f"a new mirror's first resume will be refused: admitted and queued requests take it "
+            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
+            f"still admit another request, whose mirror this build creates suspended")
 
 
 def _nanmin(values: np.ndarray) -> float:

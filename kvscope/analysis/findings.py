@@ -29,6 +29,9 @@ class FindingKind(str, Enum):
     """Prefix tokens the target reused that an unpaired draft mirror had to hold again."""
     ENGINE_FATAL = "engine_fatal"
     """The executor loop ended with an error (every pending request failed)."""
+    REMEDIATION_DEFERRAL = "remediation_deferral"
+    """Requests the admission policy (remediation) deferred: the intended behaviour, reported as
+    info with counts, never as a stall."""
 
 
 class Severity(str, Enum):
@@ -54,7 +57,8 @@ ALARM_KINDS: frozenset[FindingKind] = frozenset(
         FindingKind.ENGINE_FATAL,
     }
 )
-"""Kinds that call for action. ``reuse_loss`` is a cost report, not an alarm."""
+"""Kinds that call for action. ``reuse_loss`` is a cost report and ``remediation_deferral`` the
+policy at work, not alarms."""
 
 
 @dataclass(frozen=True, slots=True)

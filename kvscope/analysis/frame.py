@@ -62,6 +62,7 @@ CONFIG_COLUMNS: dict[str, str] = {
     "in_admission": "bool",
     "num_host_blocks": "int64",
     "admits_mirror": "int64",
+    "resumes_before_budget": "int64",
 }
 
 
@@ -169,6 +170,7 @@ def _config_row(
         "num_host_blocks": _host_blocks(d),
         # -1: the file does not say (older recordings); the rules then read the pool as before.
         "admits_mirror": int(d.get("admits_mirror", -1)),
+        "resumes_before_budget": int(d.get("resumes_before_budget", -1)),
     }
 
 

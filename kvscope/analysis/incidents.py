@@ -6,7 +6,9 @@ engine working as designed, and on a busy healthy run hundreds of requests wait 
 stall rule reports *incidents* (every wait for the same blocking pool that overlaps another, with
 its requests) and keeps the warning for waits an operator must act on: a request still waiting
 when the events end on a live engine, or a wait longer than ``stall_warn_s``. Shorter waits that
-all resolved are ``info``.
+all resolved are ``info``. Waits the admission policy (remediation) imposed -- every deferral of the
+episode was the policy's -- are the policy working as intended: their incidents are
+``remediation_deferral`` findings, always ``info``, counted, never stalls.
 """
 
 from __future__ import annotations
@@ -29,33 +31,34 @@ def group_stalls(episodes: Sequence[Finding], cfg: DetectorConfig, *, engine_fai
         engine_failed: the events end with an engine failure (a request still waiting then is the
             failure's consequence, reported by ``engine_fatal``, not a stall of its own).
     """
-    by_pool: dict[tuple[str, ...], list[Finding]] = {}
+    by_pool: dict[tuple[bool, tuple[str, ...]], list[Finding]] = {}
     for f in sorted(episodes, key=lambda f: (f.t_start_s, f.iteration_start, f.request_ids)):
-        by_pool.setdefault(f.pools, []).append(f)
+        by_pool.setdefault((bool(f.evidence.get("remediation")), f.pools), []).append(f)
     out = []
-    for pools, eps in by_pool.items():
+    for (policy, pools), eps in by_pool.items():
         group: list[Finding] = []
         end_it = end_t = None
         for f in eps:
             if group and (f.iteration_start - end_it > cfg.merge_gap_iterations and f.t_start_s > end_t):
-                out.append(_incident(pools, group, cfg, engine_failed))
+                out.append(_incident(pools, group, cfg, engine_failed, policy))
                 group = []
             if not group:
                 end_it, end_t = f.iteration_end, f.t_end_s
             group.append(f)
             end_it, end_t = max(end_it, f.iteration_end), max(end_t, f.t_end_s)
         if group:
-            out.append(_incident(pools, group, cfg, engine_failed))
+            out.append(_incident(pools, group, cfg, engine_failed, policy))
     return out
 
 
-def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig, engine_failed: bool) -> Finding:
+def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig, engine_failed: bool,
+              policy: bool = False) -> Finding:
     longest = max(group, key=lambda f: (f.evidence["wait_s"], -f.request_ids[0]))
     waits = sorted(f.evidence["wait_s"] for f in group)
     unresolved = [f for f in group if not f.evidence["resolved"]]
     still_waiting = bool(unresolved) and not engine_failed
     too_long = longest.evidence["wait_s"] >= cfg.stall_warn_s
-    sev = Severity.WARNING if (still_waiting or too_long) else Severity.INFO
+    sev = Severity.WARNING if (still_waiting or too_long) and not policy else Severity.INFO
     blocking = pools[0] if pools else PoolRole.NONE.value
     ids = [f.request_ids[0] for f in group]
     rid = longest.request_ids[0]
@@ -68,14 +71,16 @@ def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig,
     else:
         summary = (f"{len(group)} requests waited without progress{by}; longest: request {rid}, "
                    f"{lw_s:.1f} s ({lw_it} iterations)")
+    if policy:
+        summary = "the admission policy deferred: " + summary.replace(" without progress", "")
     if unresolved:
         summary += (f"; {len(unresolved)} still waiting when the events end"
                     + (" (the engine had failed)" if engine_failed else ""))
-    elif sev == Severity.INFO:
+    elif sev == Severity.INFO and not policy:
         summary += "; all made progress (back-pressure)"
     summary += "."
     return Finding(
-        kind=FindingKind.STALLED_RESERVATION, severity=sev,
+        kind=FindingKind.REMEDIATION_DEFERRAL if policy else FindingKind.STALLED_RESERVATION, severity=sev,
         t_start_s=min(f.t_start_s for f in group), t_end_s=max(f.t_end_s for f in group),
         iteration_start=min(f.iteration_start for f in group), iteration_end=max(f.iteration_end for f in group),
         pools=pools, request_ids=tuple(ids[: cfg.max_named_requests]), summary=summary,
@@ -83,7 +88,7 @@ def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig,
             "wait_s": lw_s, "wait_iterations": lw_it,
             "num_deferrals": sum(f.evidence["num_deferrals"] for f in group),
             "reservation": any(f.evidence["reservation"] for f in group),
-            "resolved": not unresolved, "blocking_pool": blocking,
+            "resolved": not unresolved, "blocking_pool": blocking, "remediation": policy,
             "num_requests": len(group), "num_unresolved": len(unresolved), "longest_request": rid,
             "wait_p50_s": waits[len(waits) // 2],
             "requests": [[f.request_ids[0], f.evidence["wait_s"], f.evidence["wait_iterations"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from kvscope.analysis.detectors import resume_text
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import group_stalls
 from kvscope.analysis.request_detectors import fatal_leads
@@ -35,7 +36,9 @@ class _Req:
     q: dict = field(default_factory=dict)
     context_done: bool = False
     dec: dict = field(default_factory=dict)
-    stall: tuple | None = None  # (t_s, iteration, kind, pool, num_deferrals)
+    stall: tuple | None = None
+    """(t_s, iteration, kind, pool, num_deferrals, seconds held by the policy, time of the last
+    stall row, whether the policy wrote it)."""
     never_fitting: list = field(default_factory=list)
 
 
@@ -94,7 +97,8 @@ class LiveFindings:
             self._gap[p] = _Episode(self._add(f), it, names)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
-                  arr_med=-math.inf, arr_max=-math.inf) -> None:
+                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf) -> None:
+        crit = basis in ("debt", "resume") or admits
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
         cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
@@ -114,7 +118,10 @@ class LiveFindings:
                       named_at=[[r, i] for r, i in order])
             ev["certain"] = ev["certain"] or basis == "debt"
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
-            sev = Severity.CRITICAL if basis == "debt" or admits else f.severity
+            if basis == "resume":
+                ev["resume_ceiling"] = True
+                ev["past_ceiling_blocks"] = max(ev.get("past_ceiling_blocks") or -math.inf, past)
+            sev = Severity.CRITICAL if crit else f.severity
             if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
                 ev["critical_at_iteration"], ev["critical_at_s"] = it, t
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
@@ -125,18 +132,21 @@ class LiveFindings:
                          + (" and the target has room to admit it" if admits else ""),
                 "trend": "at the current growth",
                 "arrival": f"at risk: one more request like the recent ones would put it {arr_max:.0f} blocks in "
-                           f"debt, and the target has room to admit it"}[basis]
+                           f"debt, and the target has room to admit it",
+                "resume": resume_text(past, self._configs[p]["max_util_for_resume"])}[basis]
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION,
-            severity=Severity.CRITICAL if basis == "debt" or admits else Severity.WARNING,
+            severity=Severity.CRITICAL if crit else Severity.WARNING,
             t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
             request_ids=tuple(r for r, _ in order),
-            summary=f"{p} pool runs out in about {eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, "
-                    f"{avail:.0f} blocks available ({what}).",
+            summary=f"{p} pool {'reaches its resume ceiling' if basis == 'resume' else 'runs out'} in about "
+                    f"{eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, {avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
                       "certain": basis == "debt", "target_admits_queue": admits,
-                      "critical_at_iteration": it if basis == "debt" or admits else None,
-                      "critical_at_s": t if basis == "debt" or admits else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "resume_ceiling": basis == "resume",
+                      "past_ceiling_blocks": past if basis == "resume" else None,
+                      "critical_at_iteration": it if crit else None,
+                      "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
                       "named_at": [[r, i] for r, i in order]},
@@ -146,7 +156,9 @@ class LiveFindings:
     def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
         """Record (or extend) the request's stall episode once it passes both thresholds; the
         findings are the incidents :func:`group_stalls` builds from the episodes."""
-        t0, it0, kind, pool, ndef = req.stall
+        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy = req.stall
+        policy_s += (t - seg_t) if seg_policy else 0.0
+        by_policy = (policy_s > 0 or seg_policy) and 2 * policy_s >= t - t0
         dur_s, dur_it = t - t0, it - it0
         if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
             return
@@ -161,7 +173,7 @@ class LiveFindings:
             summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
                     f"({dur_it} iterations) without progress.",
             evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
-                      "resolved": final, "blocking_pool": pool},
+                      "resolved": final, "blocking_pool": pool, "remediation": bool(by_policy)},
         )
         while len(self._stall_eps) > self.max_findings:
             del self._stall_eps[next(iter(self._stall_eps))]

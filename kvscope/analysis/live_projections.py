@@ -73,3 +73,41 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
         fin_t = _final(ct, prompt, reused)
         out.append(base + fin_p - math.floor(max(sa._need[_T] + fin_t - sa._state[_T][1], 0.0) * conv))
     return float(statistics.median(out)), float(max(out))
+
+
+def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool) -> tuple[bool, float, float]:
+    """(at risk, blocks past the ceiling, room below it) of ``p`` against its resume ceiling: the
+    running-state form of :func:`kvscope.analysis.projections.resume_ceiling` and
+    :func:`kvscope.analysis.detectors.resume_at_risk` (same formulas); (False, -inf, nan) when the
+    build admits the mirror, is unknown, or the pool is paired."""
+    c = sa._configs.get(p)
+    if (not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0):
+        return False, -math.inf, math.nan
+    ct = sa._configs[_T]
+    cap, avail = sa._state[p]
+    cap_t, avail_t = sa._state[_T]
+    need, need_t = sa._need.get(p, 0.0), sa._need.get(_T, 0.0)
+    short = math.floor(max(need_t - avail_t, 0.0) * ct["tokens_per_block"] / c["tokens_per_block"])
+    headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
+    admitted = max(need - short, 0.0)
+    q_t = sa._queued.get(_T, 0.0)
+    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0)
+    q_all = fits * sa._queued.get(p, 0.0)
+    waiting = [r for r in sa._reqs.values() if r.queued]
+    head = waiting[0] if waiting else None
+    head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
+    queued = max(q_all - head_p - sa._decode.get(p, 0.0), 0.0)
+    queued_t = fits * q_t * (queued / q_all if q_all > 0 else 0.0)
+    coming = admitted + queued
+    coming_t = min(max(need_t, 0.0), avail_t) + queued_t
+    share = min(max(headroom / (coming if coming > 0 else 1.0), 0.0), 1.0)
+    room_t = avail_t - share * coming_t
+    util_t = (cap_t - room_t) / cap_t if cap_t > 0 else math.nan
+    cfg = sa.cfg
+    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
+    past = admitted + queued - headroom
+    victim = len(waiting) >= (1 if admitted - headroom > margin else 2)
+    early = int(ct.get("resumes_before_budget", -1)) == 1
+    gate = early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - cfg.risk_margin_fraction)
+    risk = not certain and past > margin and victim and room_t >= 1 and gate
+    return risk, past, headroom

@@ -119,6 +119,16 @@ def queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:
     return has, arr[has], stop, np.nan_to_num(prompt_table(ev)[has], nan=0.0)
 
 
+def queued_count(ev: EventColumns, q_below: np.ndarray, nq: int) -> np.ndarray:
+    """Requests queued (arrived, not yet admitted or ended) at each of the ``nq`` query positions."""
+    queue = ev.cached("queue", lambda: queue_spans(ev))
+    if queue is None:
+        return np.zeros(nq)
+    _has, apos, stop, _prompt = queue
+    return sum_upto(q_below[np.concatenate([apos, stop])],
+                    np.concatenate([np.ones(len(apos)), -np.ones(len(stop))]), nq)
+
+
 def queue_head(ev: EventColumns, q_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The request the scheduler tries next at each query position: the earliest arrival still
     queued (FCFS). Returns (prompt tokens, the target's latest prefix match for it while queued,

@@ -17,7 +17,7 @@ from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, _pool_name, kind_in
 from kvscope.analysis.incidents import group_stalls
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import EventKind, PoolRole, is_remediation_reason
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
 _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *END_KINDS)
@@ -68,6 +68,7 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
     dur_s = (ts[end_pos] - ts[start_pos]) / 1e9
     dur_it = it[end_pos] - it[start_pos]
     hit = (dur_s >= cfg.stall_min_s) & (dur_it >= cfg.stall_min_iterations)
+    by_policy = _policy_deferred(ev, pos, stall_rows, ep, eps, start_pos, end_pos, hit)
     out = []
     for i in np.flatnonzero(hit):
         s, e = int(start_pos[i]), int(end_pos[i])
@@ -87,9 +88,33 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
             evidence={
                 "wait_s": dur_s[i], "wait_iterations": dur_it[i], "num_deferrals": counts[i],
                 "reservation": bool(is_res), "resolved": bool(has_end[i]), "blocking_pool": blocking,
+                "remediation": bool(by_policy[i]),
             },
         ))
     return out
+
+
+def _policy_deferred(ev: EventColumns, pos: np.ndarray, stall_rows: np.ndarray, ep: np.ndarray,
+                     eps: np.ndarray, start_pos: np.ndarray, end_pos: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """Per episode (``eps``): the admission policy held it for at least half of its wait. A
+    deferral row holds the request from its time to the episode's next stall row (or the episode's
+    end); a row the policy wrote (:func:`~kvscope.events.is_remediation_reason`) counts for it."""
+    out = np.zeros(len(eps), dtype=bool)
+    rows = stall_rows[np.isin(ep[stall_rows], eps[hit])]  # in (request, position) order
+    if len(rows) == 0:
+        return out
+    at = np.searchsorted(eps, ep[rows])
+    seg_end = end_pos[at].copy()
+    seg_end[:-1] = np.where(at[1:] == at[:-1], pos[rows[1:]], seg_end[:-1])
+    deferred = np.flatnonzero(ev.kind[pos[rows]] == K[EventKind.ADMISSION_DEFERRED])
+    policy = np.zeros(len(rows), dtype=bool)
+    policy[deferred] = [is_remediation_reason(r) for r in ev.reason_at(pos[rows[deferred]])]
+    ts = ev.ts_ns
+    held = np.where(policy, (ts[seg_end] - ts[pos[rows]]).astype(np.float64), 0.0)
+    policy_ns = np.bincount(at, weights=held, minlength=len(eps))
+    wait_ns = (ts[end_pos] - ts[start_pos]).astype(np.float64)
+    n_policy = np.bincount(at, weights=policy, minlength=len(eps))
+    return (n_policy > 0) & (2 * policy_ns >= wait_ns)
 
 
 def find_never_fitting(

@@ -28,7 +28,8 @@ import numpy as np
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 
 OVERALL = "overall"
-_SCORED_KINDS = tuple(k.value for k in FindingKind if k not in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS))
+_SCORED_KINDS = tuple(k.value for k in FindingKind
+                      if k not in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS, FindingKind.REMEDIATION_DEFERRAL))
 
 
 @dataclass(frozen=True, slots=True)

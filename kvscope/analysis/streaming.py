@@ -23,8 +23,16 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
-from kvscope.analysis.live_projections import arrival_debt, head_debt, queue_now_debt
-from kvscope.events import REQUEST_OUTCOMES, EventKind, KVEvent, PoolRole, blocks_needed, parse_kv
+from kvscope.analysis.live_projections import arrival_debt, head_debt, queue_now_debt, resume_risk
+from kvscope.events import (
+    REQUEST_OUTCOMES,
+    EventKind,
+    KVEvent,
+    PoolRole,
+    blocks_needed,
+    is_remediation_reason,
+    parse_kv,
+)
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 _END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
@@ -216,10 +224,13 @@ class StreamingAnalyzer(LiveFindings):
             if req.queued and pool == PoolRole.TARGET.value:
                 self._set_queued(req, float(nt))
         if kind in _STALL and req.stall is None:
-            req.stall = (t, it, kind, pool, 0)
+            req.stall = (t, it, kind, pool, 0, 0.0, t, False)
         if req.stall is not None and kind in _STALL:
+            # Each stall row holds the request until the next one: the policy's rows count for it.
             s = req.stall
-            req.stall = (s[0], s[1], s[2], s[3], s[4] + (kind == EventKind.ADMISSION_DEFERRED.value))
+            deferred = kind == EventKind.ADMISSION_DEFERRED.value
+            req.stall = (s[0], s[1], s[2], s[3], s[4] + deferred, s[5] + (t - s[6] if s[7] else 0.0), t,
+                         deferred and is_remediation_reason(reason or ""))
         if kind in _PROGRESS and req.stall is not None:
             self._check_stall(req, t, it, final=True)
             req.stall = None
@@ -343,7 +354,13 @@ class StreamingAnalyzer(LiveFindings):
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
-            if certain or queue or arrival:
+            resume, past, ceiling_room = resume_risk(self, p, certain)
+            if resume:
+                # Past the resume ceiling, what runs out first is the room below it.
+                below = max(ceiling_room, 0.0)
+                eta, eta_it = _div(below, rate), _div(below, roll / span_i if span_i else math.nan)
+                basis = "resume"
+            elif certain or queue or arrival:
                 eta, eta_it = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan)
                 basis = "debt" if certain else ("queue" if queue else "arrival")
             elif net_rate > 0:
@@ -360,13 +377,13 @@ class StreamingAnalyzer(LiveFindings):
                     tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
-                risk = basis in ("queue", "arrival") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
+                risk = basis in ("queue", "arrival", "resume") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
                                             and util >= self.cfg.risk_min_utilization and binding)
                 if not (certain or risk):
                     self._tte_break[p] = it
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
-                                   rate, net_rate, admits, arr_med, arr_max)
+                                   rate, net_rate, admits, arr_med, arr_max, past)
         for req in self._reqs.values():
             if req.stall is not None:
                 self._check_stall(req, t, it, final=False)

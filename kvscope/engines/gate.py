@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, format_kv
+from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, format_kv, remediation_reason
 from kvscope.port import (
     AdmissionPolicy,
     AdmissionRequest,
@@ -280,7 +280,8 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
         return True
     manager = state_of(b).managers.get(decision.pool)
     if verdict is Verdict.DEFER:
-        cause = (decision.pool, decision.reason, decision.num_blocks_short, manager)
+        # Marked as the policy's, so a wait it causes is read as remediation at work, not a stall.
+        cause = (decision.pool, remediation_reason(decision.reason), decision.num_blocks_short, manager)
         if epoch is not None:
             state_of(b).deferred[rid] = (epoch, cause)
         b.attempts.defer_cause(rid, *cause)
@@ -288,12 +289,14 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     remedy = state_of(b)
     if remedy.error_path is None:
         # No per-request error path to end it through: it waits (never fails the engine).
-        b.attempts.defer_cause(rid, decision.pool, decision.reason + " (no per-request error path: waiting)",
-                      decision.num_blocks_short, manager)
+        b.attempts.defer_cause(rid, decision.pool,
+                               remediation_reason(decision.reason + " (no per-request error path: waiting)"),
+                               decision.num_blocks_short, manager)
         return False
     if all(r is not req for r, _ in remedy.rejects):
         remedy.rejects.append((req, decision.reason))
-        b.attempts.defer_cause(rid, decision.pool, "rejected: " + decision.reason, decision.num_blocks_short, manager)
+        b.attempts.defer_cause(rid, decision.pool, remediation_reason("rejected: " + decision.reason),
+                               decision.num_blocks_short, manager)
     return False
 
 

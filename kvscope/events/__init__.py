@@ -11,7 +11,13 @@ from kvscope.events.kinds import (
     EventKind,
     PoolRole,
 )
-from kvscope.events.reasons import format_kv, parse_kv
+from kvscope.events.reasons import (
+    REMEDIATION_PREFIX,
+    format_kv,
+    is_remediation_reason,
+    parse_kv,
+    remediation_reason,
+)
 from kvscope.events.schema import FORMAT_NAME, SCHEMA_VERSION
 from kvscope.events.sizing import blocks_needed
 
@@ -23,6 +29,7 @@ __all__ = [
     "OUTCOMES",
     "POOL_CODES",
     "POOL_ROLES",
+    "REMEDIATION_PREFIX",
     "REQUEST_OUTCOMES",
     "SCHEMA_VERSION",
     "UNKNOWN",
@@ -33,5 +40,7 @@ __all__ = [
     "WallClockAnchor",
     "blocks_needed",
     "format_kv",
+    "is_remediation_reason",
     "parse_kv",
+    "remediation_reason",
 ]

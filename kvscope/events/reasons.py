@@ -33,3 +33,17 @@ def parse_kv(reason: str) -> dict[str, int | float | str]:
             except ValueError:
                 out[k] = v
     return out
+
+
+REMEDIATION_PREFIX = "remediation: "
+"""How an ADMISSION_DEFERRED reason starts when the admission policy (remediation), not the
+engine, deferred the request: the analyzer reports those waits as remediation at work, not stalls."""
+
+
+def remediation_reason(reason: str) -> str:
+    """``reason`` marked as a deferral by the admission policy."""
+    return REMEDIATION_PREFIX + reason
+
+
+def is_remediation_reason(reason: str) -> bool:
+    return reason.startswith(REMEDIATION_PREFIX)

@@ -182,3 +182,32 @@ def test_sizing_from_a_recorded_crash_gives_the_draft_pool_what_the_traffic_need
     assert sizing["basis"].startswith("observed: peak draft") and sizing["draft_token_ratio"] > 4
     assert data["pool_capacity_blocks"] == {"target": sizing["target_blocks"], "draft": sizing["draft_blocks"]}
     assert not data["engine_fatal"] and data["requests_contained"] == 0 and data["reservations_leaked"] == 0
+
+
+def test_requests_the_policy_defers_are_reported_as_remediation_deferrals_not_stalls(tmp_path):
+    """``--remediation on``: the waits the admission policy imposes are the policy at work. The
+    analyzer reports them as ``remediation_deferral`` (info, counted), and no stall incident is
+    made of them."""
+    from kvscope.analysis import ALARM_KINDS, FindingKind, Severity, analyze_files
+
+    events = tmp_path / "glm5.parquet"
+    res = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "glm5-dsa", "--set",
+                          "max_requests=600", "--remediation", "on", "--events", str(events), "--json"],
+                         capture_output=True, text=True, timeout=900, env=os.environ.copy())
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout)
+    assert not summary["engine_fatal"] and summary["remediation"]["deferral_decisions"] > 0
+    frame = read_frame(events)
+    deferred = frame[frame["kind"] == "admission_deferred"]
+    by_policy = deferred[deferred["reason"].str.startswith("remediation: ")]
+    assert len(by_policy) > 0 and (by_policy["pool"] == "draft").all()
+    analysis = analyze_files(events)
+    policy = [f for f in analysis.findings if f.kind == FindingKind.REMEDIATION_DEFERRAL]
+    stalls = [f for f in analysis.findings if f.kind == FindingKind.STALLED_RESERVATION]
+    assert policy and all(f.severity == Severity.INFO for f in policy)
+    assert sum(f.evidence["num_requests"] for f in policy) >= len(set(by_policy["request_id"])) // 2
+    policy_ids = set(by_policy["request_id"].tolist())
+    for f in stalls:  # what is left are waits the engine imposed, not the policy
+        assert not (set(f.request_ids) <= policy_ids and f.pools == ("draft",)), f.summary
+    assert analysis.to_dict()["counts"]["by_kind"]["remediation_deferral"] == len(policy)
+    assert FindingKind.REMEDIATION_DEFERRAL not in ALARM_KINDS

@@ -52,7 +52,11 @@ class ModelPoolReader:
             # admits the unpaired mirror (else it is born suspended and first resumed, under the
             # max_util_for_resume gate, in the draft manager's prepare_resources), and whether a
             # host tier can take a suspended cache's pages.
-            "admits_mirror": _admits_mirror(manager),
+            "admits_mirror": _build_fact(manager, "scheduler_admits_mirror"),
+            # A waiting request's target cache is created and resumed before the scheduler checks
+            # its token budget (the older order): it passed the target's own resume gate long
+            # before its first chunk, so that gate cannot hold it back when the draft is full.
+            "resumes_before_budget": _build_fact(manager, "chunk_unit_checked_after_prepare"),
             "num_host_blocks": int(getattr(getattr(getattr(manager, "impl", None), "pool", None),
                                            "num_host_blocks", UNKNOWN)),
             "rank_holds": int(rank),
@@ -75,11 +79,11 @@ class ModelPoolReader:
         return getattr(self._impl_pool(manager)[1], "num_evicted_blocks", None)
 
 
-def _admits_mirror(manager: Any) -> int:
-    """1 when the build's scheduler creates and resumes the unpaired mirror at admission, 0 when it
-    does not, -1 unknown (a manager without a build record, e.g. the mamba view)."""
+def _build_fact(manager: Any, name: str) -> int:
+    """1 / 0 the engine build's boolean ``name`` (see ``kvscope.engine_model.versions.EngineBuild``),
+    -1 unknown (a manager without a build record, e.g. the mamba view)."""
     build = getattr(manager, "engine_build", None)
-    return UNKNOWN if build is None else int(bool(build.scheduler_admits_mirror))
+    return UNKNOWN if build is None else int(bool(getattr(build, name)))
 
 
 class MambaPoolView:

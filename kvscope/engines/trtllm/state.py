@@ -77,6 +77,7 @@ class TrtllmPoolReader:
             "max_util_for_resume": util,
             # The build's scheduler admits unpaired mirrors (the method the seam table is chosen by).
             "admits_mirror": int(hasattr(type(manager), "admit_mirror")),
+            "resumes_before_budget": _resumes_before_budget(manager),
             "host_tier": _host_tier(manager),
             "rank_holds": int(rank),
             "capacity_blocks": self.state(manager)[0],
@@ -98,3 +99,11 @@ def _host_tier(manager: Any) -> int:
         return int(bool(manager.has_cache_tier_below_gpu))
     except Exception:
         return UNKNOWN
+
+
+def _resumes_before_budget(manager: Any) -> int:
+    """1 on a build without joint reuse (1.3.0rc25, the seam table ``choose_table`` picks by the same
+    methods: its scheduler prepares -- creates and resumes -- a waiting request's target cache
+    before checking the token budget), 0 on the builds with it."""
+    cls = type(manager)
+    return 0 if any(hasattr(cls, m) for m in ("prepare_context_cache", "try_allocate_draft_context")) else 1

@@ -16,7 +16,12 @@ severity then time, new top-level keys ``counts`` and ``verdict``, a new pool co
 at 160 characters); the diff was checked to change nothing else (same kinds, severities, times,
 iterations and evidence of every finding). The same regeneration carries the at-risk projections
 of the head of the queue and of one more request like the recent ones (time-to-exhaustion episodes
-only: their severity, extent and estimate evidence).
+only: their severity, extent and estimate evidence). Regenerated for additive keys only: the pool
+config columns ``admits_mirror`` and ``resumes_before_budget`` (-1: these files predate them, so the
+rules read them as before), the finding kind ``remediation_deferral`` in ``counts`` (0 here) and the
+time-to-exhaustion evidence ``resume_ceiling`` / ``past_ceiling_blocks`` (False / None here); no
+finding changed. ``glm5-dsa-reuse-off`` and ``glm5-dsa-rc27-reuse-off`` (see test_resume_ceiling.py)
+carry the build facts; their expected findings were written by the analyzer that reads them.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
@@ -33,7 +38,8 @@ from kvscope.analysis.loader import read_columns
 from kvscope.recording import read_frame
 
 DATA = Path(__file__).parent / "data"
-REPLAYS = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba"]
+REPLAYS = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba",
+           "glm5-dsa-reuse-off", "glm5-dsa-rc27-reuse-off"]
 
 
 def _before(name: str) -> dict:
@@ -61,7 +67,11 @@ def test_findings_identical_to_pre_column_analyzer_when_given_a_frame(name):
 
 def test_replays_cover_every_detector_that_fires_on_them():
     kinds = {f["kind"] for name in REPLAYS for f in _before(name)["findings"]}
-    assert kinds == {"admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal", "never_fitting"}
+    assert kinds == {"admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal", "never_fitting",
+                     "stalled_reservation"}
+    bases = {f["evidence"]["basis"] for name in REPLAYS for f in _before(name)["findings"]
+             if f["kind"] == "time_to_exhaustion"}
+    assert "resume" in bases
 
 
 def test_column_view_falls_back_when_file_is_not_parquet(tmp_path):

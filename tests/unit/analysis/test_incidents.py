@@ -6,9 +6,18 @@ from __future__ import annotations
 from analysis_script import EventScript, crash_script
 from test_detectors import _deferred_script
 
-from kvscope.analysis import DetectorConfig, Finding, FindingKind, Severity, analyze
+from kvscope.analysis import (
+    ALARM_KINDS,
+    DetectorConfig,
+    Finding,
+    FindingKind,
+    Severity,
+    analyze,
+    events_to_frame,
+)
 from kvscope.analysis.incidents import counts, group_stalls, verdict
-from kvscope.events import EventKind, PoolRole
+from kvscope.analysis.streaming import StreamingAnalyzer
+from kvscope.events import EventKind, PoolRole, remediation_reason
 
 CFG = DetectorConfig(stall_min_iterations=10, stall_min_s=0.0, stall_warn_s=5.0, merge_gap_iterations=2)
 
@@ -119,3 +128,58 @@ def test_suspended_mirror_keeps_its_pages_without_a_host_tier_so_no_debt_while_t
     assert [f for f in a.findings if f.severity == Severity.CRITICAL] == []
     series = a.debt.series
     assert (series[series["pool"] == "draft"]["debt_blocks"] <= 0).all()
+
+
+def _policy_and_engine_waits() -> EventScript:
+    """Request 5 is deferred by the admission policy (remediation) for 600 iterations, request 6 by
+    the engine (target pool) for as long, request 7 by the policy for 2 iterations and then by the
+    engine for the rest."""
+    s = EventScript()
+    s.iteration()
+    for rid in (5, 6, 7):
+        s.arrive(rid, 160)
+    s.rec.record(EventKind.ADMISSION_DEFERRED, request_id=5, pool=PoolRole.DRAFT,
+                 reason=remediation_reason("draft-reserve: needs 11 draft blocks, 0 unreserved"))
+    s.defer(6, PoolRole.TARGET)
+    s.rec.record(EventKind.ADMISSION_DEFERRED, request_id=7, pool=PoolRole.DRAFT,
+                 reason=remediation_reason("draft-reserve: needs 11 draft blocks, 0 unreserved"))
+    for i in range(600):
+        if i == 2:
+            s.defer(7, PoolRole.TARGET)
+        s.snapshot()
+        s.iteration()
+    for rid in (5, 6, 7):
+        s.admit(rid)
+        s.chunk(rid, 0, 160)
+    return s
+
+
+def test_a_wait_the_admission_policy_imposed_is_a_remediation_deferral_not_a_stall():
+    cfg = DetectorConfig(stall_min_iterations=20, stall_min_s=0.1, stall_warn_s=5.0)
+    a = analyze(_policy_and_engine_waits().frame(), cfg)
+    policy = [f for f in a.findings if f.kind == FindingKind.REMEDIATION_DEFERRAL]
+    stalls = [f for f in a.findings if f.kind == FindingKind.STALLED_RESERVATION]
+    # 6 s of waiting is past stall_warn_s: the engine's waits are a stall warning, the policy's info
+    assert [(f.request_ids, f.severity) for f in policy] == [((5,), Severity.INFO)]
+    assert policy[0].evidence["remediation"] and "admission policy deferred" in policy[0].summary
+    # request 7 was held by the engine for all but 2 of its 600 iterations: still a stall
+    assert sorted((f.request_ids, f.severity) for f in stalls) == [((6,), Severity.WARNING), ((7,), Severity.WARNING)]
+    assert counts(a.findings)["by_kind"]["remediation_deferral"] == 1
+    assert FindingKind.REMEDIATION_DEFERRAL not in ALARM_KINDS
+
+
+def test_streaming_and_batch_agree_on_remediation_deferrals():
+    cfg = DetectorConfig(stall_min_iterations=20, stall_min_s=0.1, stall_warn_s=5.0)
+    events = _policy_and_engine_waits().rec.drain()
+    batch = analyze(events_to_frame(events), cfg)
+    sa = StreamingAnalyzer(cfg)
+    sa.feed(events)
+    sa.close()
+    kinds = (FindingKind.REMEDIATION_DEFERRAL, FindingKind.STALLED_RESERVATION)
+
+    def key(findings):
+        return sorted((f.kind.value, f.severity.value, f.request_ids, f.evidence["num_requests"])
+                      for f in findings if f.kind in kinds)
+
+    assert key(sa.findings) == key(batch.findings)
+    assert len(key(batch.findings)) == 3

@@ -88,7 +88,8 @@ def test_streaming_rejects_bad_bound():
         StreamingAnalyzer(max_findings=0)
 
 
-REPLAY_FILES = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba"]
+REPLAY_FILES = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba",
+                "glm5-dsa-reuse-off", "glm5-dsa-rc27-reuse-off"]
 
 
 @pytest.mark.parametrize("name", REPLAY_FILES)

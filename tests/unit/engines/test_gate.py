@@ -6,7 +6,7 @@ from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.engines.port import BindingPort, hidden_pools_for
 from kvscope.events import EventKind as K
-from kvscope.events import PoolRole
+from kvscope.events import PoolRole, remediation_reason
 from kvscope.port import AdmissionDecision, AdmissionPort, PassView
 from kvscope.recording import Recorder
 from kvscope.workloads.workload import WorkloadRequest
@@ -63,7 +63,8 @@ def test_deferred_requests_wait_without_preparing_anything_and_are_admitted_once
     events = rec.drain()
     deferred = [(e.iteration, e.request_id, e.pool, e.num_blocks, e.reason) for e in events
                 if e.kind is K.ADMISSION_DEFERRED]
-    assert deferred[0] == (0, 1, PoolRole.DRAFT, 3, "defer-draft: test")
+    # the reason is the policy's, marked as such (the analyzer reads it as remediation at work)
+    assert deferred[0] == (0, 1, PoolRole.DRAFT, 3, remediation_reason("defer-draft: test"))
     assert deferred[1][:3] == (0, 2, PoolRole.NONE) and deferred[1][4].startswith("not tried")
     assert len(deferred) == 2
     assert [e.request_id for e in events if e.kind is K.ADMITTED] == [1, 2]
