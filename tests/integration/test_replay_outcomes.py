@@ -77,8 +77,10 @@ def assert_fatal(summary: replay.ReplaySummary, message: re.Pattern[str], *,
     assert summary.requests_completed + summary.requests_failed + summary.requests_rejected == summary.requests_total
     if reuse:  # the target holds shared prefixes once, each mirror a private copy
         assert summary.peak_utilization["draft"] > summary.peak_utilization["target"]
-    else:  # equal-token pools without reuse run full together
-        assert summary.peak_utilization["draft"] == summary.peak_utilization["target"] > 0.95
+    else:  # equal-token pools without reuse run full together; the peak includes the failing
+        # iteration, where the target already holds the first chunk of the request whose mirror the
+        # draft then refused
+        assert summary.peak_utilization["target"] >= summary.peak_utilization["draft"] > 0.95
     return match
 
 
