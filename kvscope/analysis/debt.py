@@ -381,7 +381,7 @@ def compute_debt(
         if (role != PoolRole.TARGET and tgt is not None and not bool(cf["paired"])
                 and int(cf["admits_mirror"]) == 0):
             ct = configs.loc[PoolRole.TARGET.value]
-            f["resume"] = {**resume_ceiling(f, tgt, cf, ct, head_f), "waiting": queued_count(ev, q_below, nq),
+            f["resume"] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr), "waiting": queued_count(ev, q_below, nq),
                            "target_max_util": float(ct["max_util_for_resume"]),
                            "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,

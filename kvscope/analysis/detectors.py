@@ -87,24 +87,45 @@ _BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume"], dtype=obj
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
 
-def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(at risk, blocks past the ceiling) per iteration end from :func:`~kvscope.analysis.projections.
-    resume_ceiling` arrays ``r``: a new mirror's first resume will be refused.
+def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, free_per_it: np.ndarray,
+                   cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(at risk, blocks past the ceiling) per iteration end from the :func:`~kvscope.analysis.
+    projections.resume_ceiling` pieces ``r`` (at query indices ``qi``): a new mirror's first resume
+    will be refused.
 
-    The pool goes past its ceiling (by more than the projection margin) with the admitted requests,
-    or with the queue the target has room for now; a request is still waiting to be the victim (two
-    when the queue is what takes it past: its head is admitted before); and the target can still
-    admit one then -- room for a first chunk, and under its own resume gate (by the margin) unless
-    the build resumed that request's target cache before checking its budget, long before."""
+    Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
+    allocation rate) decoding requests free pages at the current rate (``free_per_it``; all of them
+    when no rate is known yet): the queue adds what that leaves. Past the ceiling, by more than the
+    projection margin, with the admitted requests (a request still waiting is the victim) or with
+    the queue too (two waiting: its head is admitted before); and the target can still admit one
+    then -- allocations of both pools taken in proportion, room for a first chunk, and under its
+    own resume gate (by the margin) unless the build resumed that request's target cache before
+    checking its budget, long before."""
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
     head = r["headroom"][qi]
-    by_admitted = np.nan_to_num(r["admitted"][qi] - head, nan=-np.inf)
-    past = np.nan_to_num(r["admitted"][qi] + r["queued"][qi] - head, nan=-np.inf)
+    admitted = r["admitted"][qi]
+    dh = r["decode_held"][qi]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_ceiling = np.where(alloc_per_it > 0, np.maximum(head, 0.0) / alloc_per_it, np.inf)
+        frees = np.where(np.isfinite(free_per_it) & np.isfinite(to_ceiling),
+                         np.minimum(dh, np.maximum(free_per_it, 0.0) * to_ceiling), dh)
+    q_gross = r["queued"][qi]
+    queued = np.maximum(q_gross - frees, 0.0)
+    queued_t = r["queued_target"][qi] * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
+    coming = admitted + queued
+    avail_t, cap_t = r["target_available"][qi], r["target_capacity"][qi]
+    coming_t = np.minimum(r["target_need"][qi], avail_t) + queued_t
+    share = np.clip(head / np.where(coming > 0, coming, 1.0), 0.0, 1.0)
+    room_t = avail_t - share * coming_t
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util_t = np.where(cap_t > 0, (cap_t - room_t) / cap_t, np.nan)
+    by_admitted = np.nan_to_num(admitted - head, nan=-np.inf)
+    past = np.nan_to_num(coming - head, nan=-np.inf)
     waiting = r["waiting"][qi]
     victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
     gate = np.full(len(qi), True) if r["target_resumes_early"] else (
-        np.nan_to_num(r["target_util"][qi], nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
-    risk = (past > margin) & victim & (r["target_room"][qi] >= 1) & gate
+        np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
+    risk = (past > margin) & victim & (room_t >= 1) & gate
     return risk, past
 
 
@@ -161,7 +182,10 @@ def exhaustion_arrays(
         resume = np.zeros(len(ends), dtype=bool)
         past_ceiling = np.full(len(ends), -np.inf)
         if "resume" in f:
-            resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, cfg)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                alloc_it = np.where(span_i > 0, roll_alloc / span_i, np.nan)
+                free_it = np.where(span_i > 0, (roll_alloc - net) / span_i, np.nan)
+            resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg)
             resume &= ~certain
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)

@@ -42,19 +42,22 @@ def head_debt(sa: StreamingAnalyzer, p: str) -> float:
     return sa._need[p] + head_p - sa._state[p][1] - short
 
 
+def _slots_fraction(sa: StreamingAnalyzer, waiting: int) -> float:
+    """Share of the ``waiting`` requests the target has request slots for (1 when unknown)."""
+    slots = sa._configs[_T]["index_slots"] - 1
+    if waiting == 0:
+        return 0.0
+    if slots <= 0 or sa._live_target is None:
+        return 1.0
+    return min(1.0, max(slots - sa._live_target, 0) / waiting)
+
+
 def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
     """Debt of ``p`` with every queued request the target has request slots for admitted now."""
     if not _ready(sa, p):
         return -math.inf
     c, ct = sa._configs[p], sa._configs[_T]
-    waiting = sum(1 for r in sa._reqs.values() if r.queued)
-    slots = ct["index_slots"] - 1
-    if waiting == 0:
-        frac = 0.0
-    elif slots <= 0 or sa._live_target is None:
-        frac = 1.0
-    else:
-        frac = min(1.0, max(slots - sa._live_target, 0) / waiting)
+    frac = _slots_fraction(sa, sum(1 for r in sa._reqs.values() if r.queued))
     short = max(sa._need[_T] + frac * sa._queued[_T] - sa._state[_T][1], 0.0) * ct["tokens_per_block"] \
         / c["tokens_per_block"]
     return sa._need[p] + frac * sa._queued[p] - sa._state[p][1] - short
@@ -75,13 +78,15 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     return float(statistics.median(out)), float(max(out))
 
 
-def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool) -> tuple[bool, float, float]:
+def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
+                ) -> tuple[bool, float, float]:
     """(at risk, blocks past the ceiling, room below it) of ``p`` against its resume ceiling: the
     running-state form of :func:`kvscope.analysis.projections.resume_ceiling` and
-    :func:`kvscope.analysis.detectors.resume_at_risk` (same formulas); (False, -inf, nan) when the
-    build admits the mirror, is unknown, or the pool is paired."""
+    :func:`kvscope.analysis.detectors.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
+    the trailing blocks allocated / freed per iteration, NaN before a window exists); (False, -inf,
+    nan) when the build admits the mirror, is unknown, or the pool is paired."""
     c = sa._configs.get(p)
-    if (not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0):
+    if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
         return False, -math.inf, math.nan
     ct = sa._configs[_T]
     cap, avail = sa._state[p]
@@ -91,13 +96,19 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool) -> tuple[bool, flo
     headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
     admitted = max(need - short, 0.0)
     q_t = sa._queued.get(_T, 0.0)
-    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0)
-    q_all = fits * sa._queued.get(p, 0.0)
     waiting = [r for r in sa._reqs.values() if r.queued]
+    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, len(waiting)))
+    q_all = fits * sa._queued.get(p, 0.0)
     head = waiting[0] if waiting else None
     head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
-    queued = max(q_all - head_p - sa._decode.get(p, 0.0), 0.0)
-    queued_t = fits * q_t * (queued / q_all if q_all > 0 else 0.0)
+    q_gross = max(q_all - head_p, 0.0)
+    q_gross_t = fits * q_t * (q_gross / q_all if q_all > 0 else 0.0)
+    dh = sa._decode.get(p, 0.0)
+    to_ceiling = max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf
+    frees = (min(dh, max(free_it, 0.0) * to_ceiling) if math.isfinite(free_it) and math.isfinite(to_ceiling)
+             else dh)
+    queued = max(q_gross - frees, 0.0)
+    queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
     coming_t = min(max(need_t, 0.0), avail_t) + queued_t
     share = min(max(headroom / (coming if coming > 0 else 1.0), 0.0), 1.0)
@@ -105,7 +116,7 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool) -> tuple[bool, flo
     util_t = (cap_t - room_t) / cap_t if cap_t > 0 else math.nan
     cfg = sa.cfg
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
-    past = admitted + queued - headroom
+    past = coming - headroom
     victim = len(waiting) >= (1 if admitted - headroom > margin else 2)
     early = int(ct.get("resumes_before_budget", -1)) == 1
     gate = early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - cfg.risk_margin_fraction)

@@ -84,45 +84,36 @@ def arrival_debt(
     return np.where(n_samples >= 1, med, -np.inf), mx, n_samples
 
 
-def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.ndarray) -> dict[str, np.ndarray]:
+def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.ndarray,
+                   slots_fraction: np.ndarray) -> dict[str, np.ndarray]:
     """Where the draft pool stands against its resume ceiling, on a build whose scheduler does not
     admit the unpaired mirror (``admits_mirror=0``): the mirror is born suspended and first resumed
     in the draft manager's ``prepare_resources``, which raises when the pool's utilisation (used /
     total, free and evictable excluded) is above ``max_util_for_resume``. So a NEW request is the
     victim, once the pool is past ``max_util_for_resume x capacity`` -- not at full capacity.
 
-    All in this pool's blocks unless named otherwise, per query position:
+    The pieces, per query position (this pool's blocks unless named otherwise); the detector
+    (:func:`kvscope.analysis.detectors.resume_at_risk`) combines them with the consumption rates:
 
     - ``headroom``: room below the ceiling, ``available - (1 - max_util_for_resume) x capacity``;
     - ``admitted``: what admitted requests will still allocate here (need minus what the target
       cannot allocate itself, which admission holds back);
     - ``queued``: what the queue adds before anything frees: the share of it the target has room
-      for now (the rest waits for requests to finish), minus its head (the request admitted last,
-      the victim) and minus the pages of decoding requests (optimistic: they finish first);
-    - ``target_room`` (target blocks) and ``target_util``: the target when this pool crosses its
-      ceiling, allocations of both pools taken in proportion (the target must still have room
-      for a first chunk, and below its own resume gate, for a new request to reach the mirror).
-
-    Past the ceiling by admissions alone: ``admitted > headroom``; with the queue:
-    ``admitted + queued > headroom``. The detector decides with its margins.
+      and request slots for now (``slots_fraction``: :func:`admissible_fraction`; the rest waits for
+      requests to finish), minus its head (admitted last: the victim);
+      ``queued_target`` the same requests in the target's blocks;
+    - ``decode_held``: pages of decoding requests (freed when they finish);
+    - ``target_available``, ``target_need``, ``target_capacity``: the target's state (its blocks).
     """
     u = float(cp["max_util_for_resume"])
-    cap = f["capacity"]
     avail_t = np.nan_to_num(tgt["available"], nan=0.0)
-    cap_t = tgt["capacity"]
-    headroom = f["available"] - (1.0 - u) * cap
-    admitted = np.maximum(f["need"] - f["shortfall"], 0.0)
-    t_room = avail_t - tgt["need"]
     q_t = tgt["queued"]
-    fits = np.clip(np.where(q_t > 0, t_room / np.where(q_t > 0, q_t, 1.0), 0.0), 0.0, 1.0)
+    fits = np.minimum(np.clip(np.where(q_t > 0, (avail_t - tgt["need"]) / np.where(q_t > 0, q_t, 1.0), 0.0),
+                              0.0, 1.0), slots_fraction)
     q_all = fits * f["queued"]
-    queued = np.maximum(q_all - head_f - f["decode_held"], 0.0)
-    queued_t = fits * q_t * np.where(q_all > 0, queued / np.where(q_all > 0, q_all, 1.0), 0.0)
-    coming = admitted + queued
-    coming_t = np.minimum(np.maximum(tgt["need"], 0.0), avail_t) + queued_t
-    share = np.clip(headroom / np.where(coming > 0, coming, 1.0), 0.0, 1.0)
-    room_t = avail_t - share * coming_t
-    with np.errstate(divide="ignore", invalid="ignore"):
-        util_t = np.where(cap_t > 0, (cap_t - room_t) / cap_t, np.nan)
-    return {"headroom": headroom, "admitted": admitted, "queued": queued, "target_room": room_t,
-            "target_util": util_t}
+    queued = np.maximum(q_all - head_f, 0.0)
+    return {"headroom": f["available"] - (1.0 - u) * f["capacity"],
+            "admitted": np.maximum(f["need"] - f["shortfall"], 0.0), "queued": queued,
+            "queued_target": fits * q_t * np.where(q_all > 0, queued / np.where(q_all > 0, q_all, 1.0), 0.0),
+            "decode_held": f["decode_held"], "target_available": avail_t,
+            "target_need": np.maximum(tgt["need"], 0.0), "target_capacity": tgt["capacity"]}

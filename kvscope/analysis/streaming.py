@@ -354,7 +354,9 @@ class StreamingAnalyzer(LiveFindings):
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
-            resume, past, ceiling_room = resume_risk(self, p, certain)
+            resume, past, ceiling_room = resume_risk(
+                self, p, certain, roll / span_i if span_i else math.nan,
+                (roll - net) / span_i if span_i else math.nan)
             if resume:
                 # Past the resume ceiling, what runs out first is the room below it.
                 below = max(ceiling_room, 0.0)
