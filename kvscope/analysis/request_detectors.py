@@ -15,7 +15,7 @@ from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.frame import END_KINDS, K, _pool_name, kind_in
+from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
 from kvscope.analysis.incidents import group_stalls
 from kvscope.events import EventKind, PoolRole, is_remediation_reason
 
@@ -97,15 +97,25 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
 def _policy_deferred(ev: EventColumns, pos: np.ndarray, stall_rows: np.ndarray, ep: np.ndarray,
                      eps: np.ndarray, start_pos: np.ndarray, end_pos: np.ndarray, hit: np.ndarray) -> np.ndarray:
     """Per episode (``eps``): the admission policy held it for at least half of its wait. A
-    deferral row holds the request from its time to the episode's next stall row (or the episode's
-    end); a row the policy wrote (:func:`~kvscope.events.is_remediation_reason`) counts for it."""
+    deferral row holds the request from its time to the episode's next stall row naming a blocking
+    pool (or the episode's end); a row the policy wrote (:func:`~kvscope.events.is_remediation_reason`)
+    counts for it."""
     out = np.zeros(len(eps), dtype=bool)
     rows = stall_rows[np.isin(ep[stall_rows], eps[hit])]  # in (request, position) order
     if len(rows) == 0:
         return out
     at = np.searchsorted(eps, ep[rows])
-    seg_end = end_pos[at].copy()
-    seg_end[:-1] = np.where(at[1:] == at[:-1], pos[rows[1:]], seg_end[:-1])
+    # A row holds the request until the episode's next row that names a blocking pool: a row
+    # without one (batch size, token budget, queue order) says only that the pass never tried it.
+    blocking = ev.pool[pos[rows]] != P[PoolRole.NONE]
+    idx = np.arange(len(rows))
+    nxt = np.where(blocking, idx, len(rows))
+    nxt = np.minimum.accumulate(nxt[::-1])[::-1]  # first blocking row at or after each index
+    after = np.append(nxt[1:], len(rows))  # ... strictly after
+    has_next = after < len(rows)
+    same = np.zeros(len(rows), dtype=bool)
+    same[has_next] = at[after[has_next]] == at[has_next]
+    seg_end = np.where(same, pos[rows[np.minimum(after, len(rows) - 1)]], end_pos[at])
     deferred = np.flatnonzero(ev.kind[pos[rows]] == K[EventKind.ADMISSION_DEFERRED])
     policy = np.zeros(len(rows), dtype=bool)
     policy[deferred] = [is_remediation_reason(r) for r in ev.reason_at(pos[rows[deferred]])]

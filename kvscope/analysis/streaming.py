@@ -226,11 +226,14 @@ class StreamingAnalyzer(LiveFindings):
         if kind in _STALL and req.stall is None:
             req.stall = (t, it, kind, pool, 0, 0.0, t, False)
         if req.stall is not None and kind in _STALL:
-            # Each stall row holds the request until the next one: the policy's rows count for it.
+            # Each stall row naming a blocking pool holds the request until the next such row (one
+            # without a pool only says the pass never tried it): the policy's rows count for it.
             s = req.stall
             deferred = kind == EventKind.ADMISSION_DEFERRED.value
-            req.stall = (s[0], s[1], s[2], s[3], s[4] + deferred, s[5] + (t - s[6] if s[7] else 0.0), t,
-                         deferred and is_remediation_reason(reason or ""))
+            if pool != PoolRole.NONE.value:
+                s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t,
+                     deferred and is_remediation_reason(reason or ""))
+            req.stall = (s[0], s[1], s[2], s[3], s[4] + deferred, s[5], s[6], s[7])
         if kind in _PROGRESS and req.stall is not None:
             self._check_stall(req, t, it, final=True)
             req.stall = None
