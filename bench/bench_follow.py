@@ -6,11 +6,13 @@
                   export --follow`` process translates and exports to rotel. Two paces: 'busy' (a
                   tight loop: the pump thread competes for the GIL all the time) and 'paced' (0.5 ms
                   of GIL-free "forward pass" per scheduler iteration, as a real engine). The
-                  follower runs at normal priority and at nice 19 (on cores shared with the engine
-                  it then takes only what the engine leaves; on a host with a spare core the two
-                  are the same). Per event:
-                  engine-thread wall time (waiting for the GIL included) and engine-thread CPU time;
-                  mode - off is what export costs the engine. Target: follow under +1 us/event.
+                  follower runs at its default lower priority (nice 10: on cores it shares with the
+                  engine it takes only what the engine leaves) and with ``--nice 0`` (on a host with
+                  a spare core the two are the same). Per event: engine-thread wall time (waiting
+                  for the GIL or a CPU included), 'own' (wall less the time the thread waited for a
+                  CPU, from /proc/thread-self/schedstat: other jobs' share of a loaded machine
+                  removed) and engine-thread CPU time; mode - off is what export costs the engine.
+                  Target: follow under +1 us/event of wall.
   end to end      a real replay's events (glm5-dsa, reuse off, main-00746ef: healthy, ~390k events,
                   ~5 per scheduler iteration) published at full speed -> ``kvscope export --follow``
                   (its own process) -> OTLP gRPC -> rotel: events/s from the first event published to
@@ -55,20 +57,20 @@ def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple
     engine thread waited for a CPU, engine CPU ns) and the number of events.
 
     ``export_on``: False (no sink), True (OtelSink in the engine's process), "follow" /
-    "follow-nice" (the engine process only publishes on ZeroMQ; ``kvscope export --follow``
-    translates in another process, at normal priority or at nice 19).
+    "follow-nice0" (the engine process only publishes on ZeroMQ; ``kvscope export --follow``
+    translates in another process, at its default lower priority or with ``--nice 0``).
     """
     clock = PacedClock(pause_s)
     rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 16)
     pipeline = None
     sinks = []
     follower = None
-    if export_on in ("follow", "follow-nice"):
+    if export_on in ("follow", "follow-nice0"):
         from kvscope.engines.live import ZmqPublisherSink
 
         pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
         sinks = [pub]
-        follower = start_follower(pub.endpoint, grpc_port, nice=export_on == "follow-nice")
+        follower = start_follower(pub.endpoint, grpc_port, extra=["--nice", "0"] if export_on == "follow-nice0" else [])
         for _ in range(400):  # until the follower's subscription arrives
             pub._drain_subscriptions()
             if pub.num_subscribers:
@@ -152,7 +154,7 @@ def main() -> int:
             print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)")
             print(f"engine-thread cost of export (best of {ROUNDS}; ns/event; wall excludes the nominal pauses; "
                   f"'own' = wall less the time the engine thread waited for a CPU held by other jobs):")
-            modes = (False, True, "follow", "follow-nice")
+            modes = (False, True, "follow", "follow-nice0")
             for label, pause in (("busy", 0.0), ("paced", 0.0005)):
                 best = {m: (float("inf"),) * 3 for m in modes}
                 events = 0
@@ -162,7 +164,7 @@ def main() -> int:
                         best[m] = tuple(min(a, b) for a, b in zip(best[m], fig))
                 w0, o0, c0 = best[False]
                 print(f"  {label:<6} no export        wall {w0:6.0f}  own {o0:6.0f}  CPU {c0:6.0f}  [{events:,} events]")
-                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-nice", "follow, nice 19")):
+                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-nice0", "follow --nice 0")):
                     w, o, c = best[m]
                     print(f"  {label:<6} {name:<16} wall {w:6.0f}  own {o:6.0f}  CPU {c:6.0f}   export adds "
                           f"{(w - w0) / 1000:+.2f} us/event wall, {(o - o0) / 1000:+.2f} own, {(c - c0) / 1000:+.2f} CPU")

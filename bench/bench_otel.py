@@ -92,13 +92,12 @@ class PacedClock(FakeClock):
             time.sleep(self.pause_s)
 
 
-def start_follower(endpoint: str, grpc_port: int, *, analyze: bool = True, extra: list[str] | None = None,
-                   nice: bool = False) -> subprocess.Popen:
+def start_follower(endpoint: str, grpc_port: int, *, analyze: bool = True, extra: list[str] | None = None
+                   ) -> subprocess.Popen:
     """``kvscope export --follow`` in its own process (the out-of-process export path); it ends at
-    the publisher's END message (its clean shutdown). ``nice``: at the lowest CPU priority, so on
-    cores it shares with the engine it takes only what the engine leaves."""
+    the publisher's END message (its clean shutdown)."""
     return subprocess.Popen(
-        [*(["nice", "-n", "19"] if nice else []), sys.executable, "-m", "kvscope", "export", "--follow", endpoint, "--otlp-endpoint",
+        [sys.executable, "-m", "kvscope", "export", "--follow", endpoint, "--otlp-endpoint",
          f"http://127.0.0.1:{grpc_port}", "--protocol", "grpc", "--metric-interval", "60", "--idle-exit", "30",
          "--json", *([] if analyze else ["--no-analyze"]), *(extra or [])], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
 
 BATCH_ROWS = 4096
+FOLLOW_NICE = 10
+"""``export --follow`` runs at this much lower CPU priority by default (its analyzer child too)."""
 FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
 """The follower allocates a few objects per event and keeps few: the default first-generation
 threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
@@ -102,6 +105,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-analyze",
         action="store_true",
         help="do not run the analyzer (no finding logs, no debt / time-to-exhaustion / alarm-level gauges)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=FOLLOW_NICE,
+        metavar="N",
+        help=f"with --follow: lower this process's CPU priority by N (default {FOLLOW_NICE}; 0 keeps it), so on "
+             "cores it shares with the engine it takes only what the engine leaves (a follower that falls "
+             "behind costs dropped, counted batches, never engine time)",
     )
     p.add_argument(
         "--analyze-inline",
@@ -337,6 +349,10 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         if args.events:
             raise ValueError("give event files or --follow, not both")
+        if args.nice < 0:
+            raise ValueError(f"--nice must be >= 0 (a follower never outranks the engine), got {args.nice}")
+        if args.nice:
+            os.nice(args.nice)  # this process only: follow() as a library call never renices its caller
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
                    analyzer_process=not args.analyze_inline)

@@ -118,7 +118,7 @@ def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(code=main(
         ["export", "--follow", pub.endpoint, "--run-id", "my-run", "--otlp-endpoint",
-         f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json"])))
+         f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--nice", "0", "--json"])))
     t.start()
     deadline = time.monotonic() + 30
     while t.is_alive() and time.monotonic() < deadline:  # publish until the follower has heard one batch
@@ -134,3 +134,37 @@ def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
         "(another engine publishes on this endpoint): refused"]
     s = json.loads(out)
     assert s["events"] == 0 and s["stream"]["refused"].endswith("refused")
+
+
+def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_publishers_end():
+    """On cores it shares with the engine the follower must take only what the engine leaves: the
+    CLI renices itself (default 10) before following."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from kvscope.engines.live import ZmqPublisherSink
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*")
+    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
+                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--no-analyze", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while pub.num_subscribers == 0 and time.monotonic() < deadline:
+            pub._drain_subscriptions()
+            time.sleep(0.05)
+        assert pub.num_subscribers == 1
+        assert os.getpriority(os.PRIO_PROCESS, follower.pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
+        rec = Recorder()
+        pump = BatchPump(rec, [pub], start=False)
+        from kvscope.events import EventKind, PoolRole
+
+        rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
+        pump.shutdown()  # one batch, then END
+        out, err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    s = json.loads(out)
+    assert s["events"] == 1 and s["stream"]["ended"], err
