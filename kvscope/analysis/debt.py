@@ -72,7 +72,7 @@ from kvscope.analysis.track import (
     group_step,
     sum_upto,
 )
-from kvscope.events import EVENT_KINDS, EventKind, PoolRole
+from kvscope.events import EVENT_KINDS, EventKind, PoolRole, parse_kv
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +333,7 @@ def compute_debt(
         owing[role.value] = owing_p
         full[role.value] = {**full_p, "queued": q}
     tgt = full.get(PoolRole.TARGET.value)
+    guarded = _policy_enforcing(ev, q_pos)
     head_prompt, head_reuse = queue_head(ev, q_pos) if tgt is not None else (None, None)
     for role in pools:
         f = full[role.value]
@@ -353,6 +354,9 @@ def compute_debt(
             now_shortfall = np.maximum(tgt["need"] + head_t - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
         f["shortfall"] = shortfall
         f["debt"] = f["need"] - f["available"] - shortfall
+        # An enforcing admission policy (remediation) defers what this pool cannot back: the target
+        # then no longer admits into it on its own, so projections of what it admits are not critical.
+        f["guarded"] = guarded
         # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
         # queue is admitted, so only a queue that cannot fit even then is flagged.
         f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
@@ -386,6 +390,17 @@ def compute_debt(
                            "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
+
+
+def _policy_enforcing(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
+    """Per query position: an admission policy was enforcing (the last REMEDIATION_MODE_CHANGED at
+    or before it says ``enforcing=1``)."""
+    mpos = ev.positions(EventKind.REMEDIATION_MODE_CHANGED)
+    if len(mpos) == 0:
+        return np.zeros(len(q_pos), dtype=bool)
+    flags = np.array([bool(parse_kv(r).get("enforcing", 0)) for r in ev.reason_at(mpos)], dtype=bool)
+    at = np.searchsorted(mpos, q_pos, side="right") - 1
+    return np.where(at >= 0, flags[np.maximum(at, 0)], False)
 
 
 _K_SUSPENDED = EVENT_KINDS.index(EventKind.SUSPENDED)

@@ -176,7 +176,8 @@ def exhaustion_arrays(
         # queue admitted at once (projected_queue_now) is an upper bound: at risk, a warning.
         # A projection is an estimate: it is critical only beyond a margin of the pool's capacity.
         margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
-        admits = ~certain & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
+        guarded = f["guarded"][qi] if "guarded" in f else np.zeros(len(qi), dtype=bool)
+        admits = ~certain & ~guarded & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
         queue = ~certain & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
                             | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         resume = np.zeros(len(ends), dtype=bool)
@@ -186,10 +187,10 @@ def exhaustion_arrays(
                 alloc_it = np.where(span_i > 0, roll_alloc / span_i, np.nan)
                 free_it = np.where(span_i > 0, (roll_alloc - net) / span_i, np.nan)
             resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg)
-            resume &= ~certain
+            resume &= ~certain & ~guarded
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
-        arrival_typical = arrival & (f["arrival_median"][qi] > margin) & (
+        arrival_typical = arrival & ~guarded & (f["arrival_median"][qi] > margin) & (
             f["arrival_samples"][qi] >= cfg.arrival_min_samples)
         with np.errstate(divide="ignore", invalid="ignore"):
             alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)

@@ -97,6 +97,7 @@ class StreamingAnalyzer(LiveFindings):
         self._gap_break: dict[str, int] = {}  # pool -> last consistent point without debt
         self._tte_break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
         self._live_target: int | None = None  # live caches at the target's last snapshot
+        self._guarded = False  # an admission policy (remediation) is enforcing
         self._recent_admissions: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (prompt, reuse)
 
     # ---- public API ------------------------------------------------------------------------
@@ -179,6 +180,8 @@ class StreamingAnalyzer(LiveFindings):
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if kind == EventKind.POOL_SNAPSHOT.value and pool == PoolRole.TARGET.value:
             self._live_target = int(_nr)
+        if kind == EventKind.REMEDIATION_MODE_CHANGED.value:
+            self._guarded = bool(parse_kv(reason or "").get("enforcing", 0))
         if rid >= 0:
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
         if kind == EventKind.ENGINE_FAILED.value:
@@ -351,14 +354,14 @@ class StreamingAnalyzer(LiveFindings):
             margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             arr_med, arr_max = arrival_debt(self, p)
-            admits = not certain and head > margin
+            admits = not certain and not self._guarded and head > margin
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
-            admits = admits or (arrival and arr_med > margin
+            admits = admits or (arrival and not self._guarded and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
             resume, past, ceiling_room = resume_risk(
-                self, p, certain, roll / span_i if span_i else math.nan,
+                self, p, certain or self._guarded, roll / span_i if span_i else math.nan,
                 (roll - net) / span_i if span_i else math.nan)
             if resume:
                 # Past the resume ceiling, what runs out first is the room below it.

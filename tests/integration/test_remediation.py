@@ -211,3 +211,17 @@ def test_requests_the_policy_defers_are_reported_as_remediation_deferrals_not_st
         assert not (set(f.request_ids) <= policy_ids and f.pools == ("draft",)), f.summary
     assert analysis.to_dict()["counts"]["by_kind"]["remediation_deferral"] == len(policy)
     assert FindingKind.REMEDIATION_DEFERRAL not in ALARM_KINDS
+    # The enforcing policy defers what the draft pool cannot back: what the target would admit on
+    # its own is no longer heading for the raise, so nothing is critical on this healthy run...
+    assert [f.summary for f in analysis.findings if f.severity == Severity.CRITICAL] == []
+    # ...and the streaming analyzer says the same
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording.reader import frame_to_rows
+
+    sa = StreamingAnalyzer(max_findings=100_000)
+    rows = frame_to_rows(frame)
+    for i in range(0, len(rows), 256):
+        sa.feed(rows[i : i + 256])
+    sa.close()
+    assert sorted((f.kind.value, f.severity.value, f.iteration_start) for f in sa.findings) == sorted(
+        (f.kind.value, f.severity.value, f.iteration_start) for f in analysis.findings)
