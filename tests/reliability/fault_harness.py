@@ -90,6 +90,12 @@ def process_state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
+def unix_socket_users(path: Path) -> int:
+    """Sockets bound or connected to the unix socket ``path`` (a listener and each accepted peer)."""
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return sum(1 for line in lines if line.endswith(" " + str(path)))
+
+
 def finish(proc: subprocess.Popen, timeout_s: float = DEADLINE_S) -> tuple[str, str]:
     try:
         return proc.communicate(timeout=timeout_s)
