@@ -81,6 +81,11 @@ SHORT: list[Run] = [
     Run("glm5-dsa[reuse-off,400 req,main]", "glm5-dsa",
         ("max_requests=400", "enable_block_reuse=false", "engine_version=main-00746ef"), tuned=True),
     Run("glm5-dsa[paired,400 req,seed=1]", "glm5-dsa", ("max_requests=400", *PAIRED, "seed=1")),
+    # The resume ceiling: rc25 dies at a new mirror's first resume with reuse off too; on rc27 the
+    # target's own resume gate holds new requests back although the draft pool passes 95%.
+    Run("glm5-dsa[reuse-off,64 req,seed=2]", "glm5-dsa", ("max_requests=64", "enable_block_reuse=false", "seed=2")),
+    Run("glm5-dsa[reuse-off,48 req,rc27]", "glm5-dsa",
+        ("max_requests=48", "enable_block_reuse=false", "engine_version=1.3.0rc27")),
     Run("shared-prefix[seed=1]", "shared-prefix", ("seed=1",)),
     Run("shared-prefix[reuse-off,seed=2,main]", "shared-prefix", ("seed=2", "enable_block_reuse=false",
                                                                  "engine_version=main-00746ef")),

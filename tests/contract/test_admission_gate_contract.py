@@ -14,7 +14,7 @@ from test_trtllm_standin import _run, _standin
 
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.engines.port import BindingPort
-from kvscope.events import EventKind
+from kvscope.events import EventKind, remediation_reason
 from kvscope.recording import Recorder
 from kvscope.workloads.workload import WorkloadRequest
 
@@ -63,7 +63,8 @@ def test_engine_model_defers_exactly_as_the_policy_says():
     assert _deferrals(rec.drain()) == EXPECTED
 
 
-EXPECTED = [[0, 1, "draft", 3, "defer-draft: test"],
+# The policy's reason, marked as the policy's (the analyzer reads the wait as remediation at work).
+EXPECTED = [[0, 1, "draft", 3, remediation_reason("defer-draft: test")],
             [0, 2, "none", 0, "not tried: queue stopped at an earlier request, or waiting behind one "
                                "computing the same prefix"]]
 

@@ -1,7 +1,7 @@
 """The analyzer scoreboard on the short corpus profile (bench/corpus.py SHORT; the full corpus runs
-in ``make bench``): every eligible draft-capacity crash is warned at least 10 iterations ahead, no
-healthy run gets a critical finding, and healthy runs stay under 5 warnings per simulated hour.
-Labels come from what the engine model did, never from the analyzer.
+in ``make bench``): every eligible draft-capacity crash gets a warning and a critical finding at
+least 10 iterations ahead, no healthy run gets a critical finding, and healthy runs stay under 5
+warnings per simulated hour. Labels come from what the engine model did, never from the analyzer.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ def test_short_corpus_has_crashes_and_healthy_runs(scores):
 
 
 def test_scoreboard_on_the_short_corpus(scores):
-    """Met: recall, a warning at least 10 iterations ahead of every eligible crash, no critical
-    on a healthy run, few warnings per hour. The critical-ahead target (a *critical* finding 10
-    iterations ahead) is measured and printed, not yet met on every crash (see bench/corpus.py)."""
+    """Met on the short profile: recall, a warning and a critical finding at least 10 iterations
+    ahead of every eligible crash (the rc25 resume-ceiling crashes included), no critical on a
+    healthy run (the rc27 reuse-off run whose draft pool passes 95% included), few warnings per
+    hour. The full corpus's figures are in bench/bench_scoreboard.py's output."""
     text, boards = report(scores)
     board = boards["all runs"]
     overall = board["detectors"]["overall"]
@@ -40,4 +41,5 @@ def test_scoreboard_on_the_short_corpus(scores):
     assert overall["healthy_critical"] == 0, text
     assert overall["warnings_per_hour"] <= 5.0, text
     assert board["targets"]["zero_false_critical"] and board["targets"]["warnings_per_hour_le_5"], text
-    assert 0.0 <= overall["critical_ahead"] <= 1.0
+    assert overall["critical_ahead"] == 1.0, text
+    assert board["targets"]["critical_ahead_100pct"], text
