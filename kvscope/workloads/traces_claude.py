@@ -74,7 +74,7 @@ def paced_session_start_interval_s(requests_in_flight: int, mean_cycle_s: float 
     ``requests_in_flight`` requests kept outstanding and a mean request cycle ``mean_cycle_s`` the
     loop's arrivals come about ``mean_cycle_s / requests_in_flight`` apart once it runs (glm5-dsa at
     24: 1.19 s; measured in a healthy replay of the same traffic, draft_mode=paired on main-00746ef,
-    100-2000 s: 1.23 s on seed 0, 1.43 s on seed 1); starting the first sessions that far apart
+    100-2000 s: 1.25 s on seed 0, 1.37 s on seed 1); starting the first sessions that far apart
     spreads them over one mean cycle instead of releasing them all at t=0.
     """
     if requests_in_flight < 1:
