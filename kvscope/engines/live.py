@@ -74,7 +74,11 @@ class ZmqPublisherSink:
         self._sock.setsockopt(zmq.SNDHWM, high_water_mark)
         self._sock.setsockopt(zmq.XPUB_NODROP, 1)
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(endpoint)
+        try:
+            self._sock.bind(endpoint)
+        except zmq.ZMQError:
+            self._sock.close()  # a refused bind (port in use) must not leave a socket behind
+            raise
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.run_id = run_id or new_run_id()
         self.num_sent_events = 0

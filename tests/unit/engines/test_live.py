@@ -153,6 +153,23 @@ def test_subscriber_accounts_for_every_published_event_when_a_stalled_subscriber
     ctx.term()
 
 
+def _bind_when_free(endpoint: str, *, run_id: str) -> ZmqPublisherSink:
+    """A publisher on ``endpoint`` once the closed one's socket has let the port go.
+
+    ZeroMQ closes sockets on its I/O thread, after the publisher's bounded linger: binding the same
+    port at once can meet EADDRINUSE on a loaded machine (a restarted engine is a new process and
+    meets no such race).
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return ZmqPublisherSink(endpoint, run_id=run_id)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_subscriber_refuses_another_run_on_the_same_endpoint_when_the_engine_restarts():
     from kvscope.engines.live import StreamRefusedError
 
@@ -169,7 +186,7 @@ def test_subscriber_refuses_another_run_on_the_same_endpoint_when_the_engine_res
     assert got and sub.run_id == "run-a"
     pump.shutdown()
     _poll_until(sub, lambda: sub.ended)
-    second = ZmqPublisherSink(endpoint, run_id="run-b")  # the next engine binds the same port
+    second = _bind_when_free(endpoint, run_id="run-b")  # the next engine binds the same port
     rec2 = Recorder()
     pump2 = BatchPump(rec2, [second], start=False)
     try:
