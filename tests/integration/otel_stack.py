@@ -211,6 +211,13 @@ class OtelStack:
         r.raise_for_status()
         return r.json()["data"]["result"]
 
+    def vm_value(self, metric: str, *, service: str, at_s: float, **labels: object) -> float | None:
+        """The one sample of ``metric`` for ``service`` with ``labels`` at ``at_s``; None unless exactly
+        one series matches."""
+        sel = ",".join([f'service_name="{service}"'] + [f'{k}="{v}"' for k, v in labels.items()])
+        res = self.vm_query(metric + "{" + sel + "}", at_s=at_s)
+        return float(res[0]["value"][1]) if len(res) == 1 else None
+
     def vm_export(self, match: str, start_s: float, end_s: float) -> list[dict]:
         """Raw samples (values with their own timestamps) of every series matching ``match``."""
         import json

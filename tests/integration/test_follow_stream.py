@@ -59,13 +59,10 @@ def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_sta
     assert n.EV_ENGINE_FAILED in [e["name"] for e in trigger["events"]]
 
     reused = df[df["kind"] == "blocks_reused"].groupby("pool", observed=True)["num_tokens"].sum().to_dict()
-    sel = f'service_name="{service}"'
     last_s = int(df["epoch_ns"].max()) / 1e9
 
     def value(metric, **labels):
-        q = metric + "{" + ",".join([sel] + [f'{k}="{v}"' for k, v in labels.items()]) + "}"
-        res = otel_stack.vm_query(q, at_s=last_s)
-        return float(res[0]["value"][1]) if len(res) == 1 else None
+        return otel_stack.vm_value(metric, service=service, at_s=last_s, **labels)
 
     assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1)
     assert poll(lambda: value("kvscope_prefix_cache_hits_total", kvscope_pool="target") == reused["target"])

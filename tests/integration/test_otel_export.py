@@ -87,9 +87,7 @@ def test_spans_metrics_and_logs_arrive_with_original_times_when_replay_exported(
     last_s = (1_000_000_000 + 1_350_000_000 + off) / 1e9
 
     def value(metric, **labels):
-        q = metric + "{" + ",".join([sel] + [f'{k}="{v}"' for k, v in labels.items()]) + "}"
-        res = otel_stack.vm_query(q, at_s=last_s)
-        return float(res[0]["value"][1]) if len(res) == 1 else None
+        return otel_stack.vm_value(metric, service=service, at_s=last_s, **labels)
 
     def expect(metric, want, **labels):
         # New series become searchable in VictoriaMetrics a moment after ingestion: poll each one.
@@ -241,9 +239,7 @@ def test_engine_model_replay_lands_in_backends_when_exported(
     last_s = int(df["epoch_ns"].max()) / 1e9
 
     def value(metric, **labels):
-        q = metric + "{" + ",".join([sel] + [f'{k}="{v}"' for k, v in labels.items()]) + "}"
-        res = otel_stack.vm_query(q, at_s=last_s)
-        return float(res[0]["value"][1]) if len(res) == 1 else None
+        return otel_stack.vm_value(metric, service=service, at_s=last_s, **labels)
 
     assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1)
     # The mechanism in two numbers: the target pool reuses the shared prefix, the unpaired draft
