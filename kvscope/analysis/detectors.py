@@ -3,6 +3,9 @@
 Each detector reads the event frame and derived frames only, loops over *findings* (few), never
 over events, and returns a list of :class:`~kvscope.analysis.findings.Finding`. Thresholds live in
 :class:`DetectorConfig`; :func:`kvscope.analysis.analyzer.analyze` runs them all.
+
+Size: admission gaps and time to exhaustion share the debt's evaluation points and the exhaustion
+arrays the streaming analyzer reuses; the per-request detectors are in ``request_detectors.py``.
 """
 
 from __future__ import annotations

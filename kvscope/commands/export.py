@@ -8,6 +8,9 @@ gets its own resource (service, engine, version, rank, pp/tp position) from its 
 Export never blocks on the collector: telemetry that cannot be sent in time is dropped and
 counted. The summary says how much was exported and dropped; the exit code is 1 when anything
 was dropped (with one line on stderr), 0 otherwise.
+
+Size: the file replay and ``--follow`` share the pipeline set-up, the drop accounting and the
+summary; the live stream and the analyzer child have modules of their own.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ The binding owns the only patch of each seam; remediation plugs in through the p
 
 Nothing here raises into the engine: a policy that raises is counted (``RemedyState.num_policy_errors``)
 and the attempt is admitted as stock would (a broken policy never stalls the engine).
+
+Size: the five entry points share one per-pass state and one never-raise guard; split, each part
+would reach into the others' state.
 """
 
 from __future__ import annotations
