@@ -246,7 +246,8 @@ def _draw_progress(executor: Any) -> None:
 
 
 def _print_summary(data: dict[str, Any]) -> None:
-    status = "FATAL: " + str(data["fatal_message"]) if data["engine_fatal"] else "healthy"
+    status = ("FATAL: " + str(data["fatal_message"]) if data["engine_fatal"]
+              else "STALLED: " + str(data["stall_message"]) if data.get("engine_stalled") else "healthy")
     print(f"replay {data['source']}: {status}")
     for key in ("requests_total", "requests_completed", "requests_failed", "requests_rejected",
                 "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",

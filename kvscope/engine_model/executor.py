@@ -79,6 +79,7 @@ Speed (simulated time must run >= 1000x faster than real time):
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -91,10 +92,19 @@ from .error_budget import ErrorBudgetModel
 from .forward import SAMPLING_FAILED, forward_step
 from .request import FinishReason, LlmRequestModel, LlmRequestState, prepare_draft_requests
 
+logger = logging.getLogger(__name__)
 _REQUEST_ID_RE = re.compile(r"request (\d+)")
 # Simulated duration of an iteration that runs nothing (the loop spins through schedule and
 # prepare only). Small, so a scheduler deadlock (1,000 stalled passes) takes ~1 simulated second.
 IDLE_ITERATION_S = 1e-3
+# A real loop whose passes neither schedule nor execute anything while requests are active spins
+# without end and raises nothing: e.g. 1.3.0rc25's deadlock check counts a suspension as progress,
+# so requests that resume and suspend again every pass never trip it (same decisions from the real
+# rc25 scheduler_v2.py; 00746ef serves the same input). The model ends such a run (healthy, stalled,
+# ``stall_message``) once nothing has run for both bounds: past any build's deadlock check (1,000
+# stalled passes) and long enough that every waiting request is a stall to the analyzer.
+STALL_LIMIT_ITERATIONS = 2_000
+STALL_LIMIT_S = 30.0
 
 
 class SimClock:
@@ -222,6 +232,11 @@ class PyExecutorModel:
         """Cancel items enqueued by ``cancel_request`` and not fetched yet (the request queue's)."""
         self.canceled_req_ids: list[int] = []
         """Fetched cancellations, applied by the next iteration that runs a batch."""
+        self.stall_message: str | None = None
+        """Set when ``run`` ended a run whose loop would spin without end (``STALL_LIMIT_*``)."""
+        self._idle_iterations = 0
+        self._idle_since_s = 0.0
+        self._idle_suspensions = 0
 
     # ------------------------------------------------------------------------------ health
     @property
@@ -264,6 +279,11 @@ class PyExecutorModel:
                     if not self._idle_until_next_arrival(workload):
                         break
                 self.step()
+                if (self._idle_iterations >= STALL_LIMIT_ITERATIONS
+                        and self.clock.now_s - self._idle_since_s >= STALL_LIMIT_S):
+                    self.stall_message = self._describe_stall()
+                    logger.warning(self.stall_message)
+                    break
                 if pace > 0:
                     ahead_s = (self.clock.now_s - sim_start) / pace - (time.perf_counter() - wall_start)
                     if ahead_s > 0:
@@ -344,6 +364,7 @@ class PyExecutorModel:
                 # _remove_inflight_ids: its requests may be scheduled again.
                 self.inflight_request_ids.difference_update(r.py_request_id for r in executed.all_requests())
         self._account(batch_for_account, step_s)
+        self._note_idle(scheduled_batch, executed, step_s)
         self.iter_counter += 1
         self.stats.num_iterations_run += 1
         # Pure decode: every generating request ran and nothing else happened. Requests still
@@ -364,6 +385,36 @@ class PyExecutorModel:
             num_decode > 0 and not scheduled_batch.context_requests and not scheduled_batch.paused_requests
             and not recompute_paused
             and num_decode == sum(1 for r in self.active_requests if r.state == LlmRequestState.GENERATION_IN_PROGRESS))
+
+    def _note_idle(self, scheduled: ScheduledRequestsModel, executed: ScheduledRequestsModel | None,
+                   step_s: float) -> None:
+        """Count consecutive iterations that scheduled and executed nothing while requests wait."""
+        if (scheduled.batch_size or (executed is not None and executed.batch_size)
+                or not self.active_requests):
+            self._idle_iterations = 0
+            self._idle_suspensions = 0
+            return
+        if self._idle_iterations == 0:
+            self._idle_since_s = self.clock.now_s - step_s
+        self._idle_iterations += 1
+        self._idle_suspensions += len(scheduled.paused_requests)
+
+    def _describe_stall(self) -> str:
+        active = self.active_requests
+        num_gen = sum(1 for r in active if r.state == LlmRequestState.GENERATION_IN_PROGRESS)
+        message = (
+            f"Engine stalled: nothing scheduled or executed in {self._idle_iterations} consecutive "
+            f"iterations ({self.clock.now_s - self._idle_since_s:.1f} simulated s) while {len(active)} "
+            f"request(s) are active ({num_gen} in generation, {len(active) - num_gen} waiting); the real "
+            f"loop spins here without end and raises nothing.")
+        if self._idle_suspensions:
+            message += (f" The scheduler suspended a request {self._idle_suspensions} times in those "
+                        f"passes (a request resumes and is suspended again every pass, which the "
+                        f"deadlock check of this build counts as progress).")
+        if self.canceled_req_ids:
+            message += (f" {len(set(self.canceled_req_ids))} cancellation(s) stay pending: only an "
+                        f"iteration that runs a batch applies them.")
+        return message
 
     def _prepare_and_schedule_batch(self) -> Any:
         """``PyExecutor._prepare_and_schedule_batch``: activate arrivals, set the placeholder drafts

@@ -47,7 +47,10 @@ class ReplaySummary:
     ``requests_errored`` requests ended one by one with an error response while the engine served on
     (the executor's per-request error path, ``PyExecutorModel._handle_errors(..., requests=[...])``);
     ``requests_cancelled`` requests the client cancelled (``cancel_rate``), ended without an error.
-    ``engine_fatal`` covers a crash of the loop and an error the executor classified fatal.
+    ``engine_fatal`` covers a crash of the loop and an error the executor classified fatal;
+    ``engine_stalled`` a loop that would spin without end, scheduling nothing while requests wait
+    (``stall_message`` says why; the model stops it, see ``executor.STALL_LIMIT_S``);
+    ``requests_unfinished`` requests still active when the run ended (a stall, ``max_sim_seconds``).
     """
 
     source: str
@@ -77,6 +80,9 @@ class ReplaySummary:
     config: dict[str, Any] = field(default_factory=dict)
     requests_errored: int = 0
     requests_cancelled: int = 0
+    engine_stalled: bool = False
+    stall_message: str | None = None
+    requests_unfinished: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,6 +177,9 @@ def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySumm
         config=parts.config.to_dict(),
         requests_errored=stats.requests_errored,
         requests_cancelled=stats.requests_cancelled,
+        engine_stalled=executor.stall_message is not None,
+        stall_message=executor.stall_message,
+        requests_unfinished=len(executor.active_requests),
     )
 
 

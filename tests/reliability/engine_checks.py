@@ -252,6 +252,18 @@ def check_end(parts: Any, summary: Any, num_requests: int, log: InvariantLog) ->
         if ended != summary.requests_total:
             log.violations.append(f"fatal run: {ended} ended of {summary.requests_total}")
         return
+    if getattr(summary, "engine_stalled", False):
+        # A loop that would spin without end (executor.STALL_LIMIT_*): requests due after the stop
+        # never arrive; every one that did either ended or is still active, holding only its own caches.
+        active = {r.py_request_id for r in parts.executor.active_requests}
+        if ended + summary.requests_unfinished != summary.requests_total or len(active) != summary.requests_unfinished:
+            log.violations.append(f"stalled run: {ended} ended + {summary.requests_unfinished} unfinished of "
+                                  f"{summary.requests_total} ({len(active)} active)")
+        for name, manager in _managers(parts).items():
+            strays = sorted(set(manager.kv_cache_map) - active)
+            if strays:
+                log.violations.append(f"{name}: caches of requests no longer active at the stall: {strays[:5]}")
+        return
     if summary.requests_total != num_requests:
         log.violations.append(f"{summary.requests_total} requests arrived, {num_requests} were sent")
     if ended != num_requests:

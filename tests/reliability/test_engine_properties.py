@@ -33,7 +33,7 @@ from engine_checks import (
     engine_configs,
     workloads,
 )
-from hypothesis import given, note
+from hypothesis import example, given, note
 from hypothesis import strategies as st
 
 from kvscope import replay
@@ -86,6 +86,26 @@ def _comparable(summary):
     return d
 
 
+def _stall_case():
+    """Shrunk from the example that hung the suite at e0f1721: rc25, two micro-batches, no host tier;
+    the scheduler resumes and suspends a request every pass and nothing ever runs (the model ends
+    the run as a stall, tests/unit/engine_model/test_stall.py). A cancellation arrives mid-stall."""
+    import dataclasses
+
+    from kvscope.engine_model.config import EngineConfig
+    from kvscope.workloads.workload import WorkloadRequest
+
+    config = dataclasses.replace(
+        EngineConfig(), max_batch_size=2, max_num_tokens=128, max_seq_len=76, tokens_per_block=4,
+        enable_block_reuse=False, enable_chunked_prefill=True, max_draft_len=0, max_util_for_resume=1.0,
+        pp_size=2, tp_size=1, num_target_blocks=21, num_draft_blocks=200, num_host_blocks=0,
+        engine_version="1.3.0rc25", mtp_acceptance_rate=0.0)
+    requests = [WorkloadRequest(rid, t, prompt, output, tuple(rid * 1000 + i for i in range(prompt // 4)))
+                for rid, t, prompt, output in [(18, 1.45, 51, 10), (19, 1.45, 29, 19), (8, 1.5, 16, 18),
+                                               (17, 1.6, 34, 15)]]
+    return config, requests, [(3.0, 18)]
+
+
 @st.composite
 def cases(draw):
     config = draw(engine_configs())
@@ -94,6 +114,7 @@ def cases(draw):
 
 
 @given(cases())
+@example(_stall_case())
 def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
     config, requests, cancels = case
     log = InvariantLog()
@@ -110,6 +131,7 @@ def test_block_accounting_and_request_ends_hold_at_every_iteration(case):
 
 
 @given(cases())
+@example(_stall_case())
 def test_instrumentation_never_changes_an_engine_decision(case):
     config, requests, cancels = case
     plain_log, recorded_log = DecisionLog(), DecisionLog()
@@ -155,9 +177,10 @@ def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, s
     summary = _run(config, requests, cancels, session, checks)
     stats = session.final_stats
     check_end(holder["parts"], summary, len(requests), log)
-    assert stats.get("live_reservations", 0) == 0, stats
+    if not summary.engine_stalled:  # a stall stops with requests (and their reservations) live
+        assert stats.get("live_reservations", 0) == 0, stats
     assert stats.get("policy_errors", 0) == 0, stats
-    if first_mode == "on" and not switches:
+    if first_mode == "on" and not switches and not summary.engine_stalled:
         # Enforcing throughout: every reservation made was released (no leak). Shadow and mode
         # changes are the known regressions below.
         assert stats.get("reservations_made", 0) == stats.get("reservations_released", 0), stats
@@ -174,6 +197,7 @@ def test_shadow_mode_releases_every_reservation_it_makes(case):
 
     config, requests, cancels = case
     session = RemediatedSession(mode="shadow")
-    _run(config, requests, cancels, session)
+    summary = _run(config, requests, cancels, session)
     stats = session.final_stats
-    assert stats["reservations_made"] == stats["reservations_released"], stats
+    if not summary.engine_stalled:  # a stall stops with requests (and their reservations) live
+        assert stats["reservations_made"] == stats["reservations_released"], stats

@@ -103,7 +103,7 @@ class _DecisionLog:
         scheduler.schedule_request = logged
 
 
-NEW_SUMMARY_KEYS = {"requests_cancelled": 0}
+NEW_SUMMARY_KEYS = {"requests_cancelled": 0, "engine_stalled": False, "stall_message": None, "requests_unfinished": 0}
 """Summary keys newer than the fixture -> the value that means "nothing of that kind happened"."""
 
 
