@@ -380,12 +380,15 @@ def compute_debt(
             f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
             f["arrival_samples"] = np.zeros(len(q_pos), dtype=np.int64)
         # A mirror born suspended meets the resume ceiling before the pool is full (builds whose
-        # scheduler does not admit it; unknown builds keep the capacity rules alone).
+        # scheduler does not admit it); a build whose scheduler admits it defers new requests at the
+        # same ceiling and lets in what the pool may not back ("gate"). Unknown builds keep the
+        # capacity rules alone.
         cf = configs.loc[role.value]
         if (role != PoolRole.TARGET and tgt is not None and not bool(cf["paired"])
-                and int(cf["admits_mirror"]) == 0):
+                and int(cf["admits_mirror"]) in (0, 1)):
             ct = configs.loc[PoolRole.TARGET.value]
-            f["resume"] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr), "waiting": queued_count(ev, q_below, nq),
+            key = "resume" if int(cf["admits_mirror"]) == 0 else "gate"
+            f[key] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr, head_t), "waiting": queued_count(ev, q_below, nq),
                            "target_max_util": float(ct["max_util_for_resume"]),
                            "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,

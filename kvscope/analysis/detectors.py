@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kvscope.analysis.ceiling import admit_gate_at_risk, resume_at_risk
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
@@ -90,48 +91,6 @@ _BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume"], dtype=obj
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
 
-def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, free_per_it: np.ndarray,
-                   cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(at risk, blocks past the ceiling) per iteration end from the :func:`~kvscope.analysis.
-    projections.resume_ceiling` pieces ``r`` (at query indices ``qi``): a new mirror's first resume
-    will be refused.
-
-    Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
-    allocation rate) decoding requests free pages at the current rate (``free_per_it``; all of them
-    when no rate is known yet): the queue adds what that leaves. Past the ceiling, by more than the
-    projection margin, with the admitted requests (a request still waiting is the victim) or with
-    the queue too (two waiting: its head is admitted before); and the target can still admit one
-    then -- allocations of both pools taken in proportion, room for a first chunk, and under its
-    own resume gate (by the margin) unless the build resumed that request's target cache before
-    checking its budget, long before."""
-    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
-    head = r["headroom"][qi]
-    admitted = r["admitted"][qi]
-    dh = r["decode_held"][qi]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        to_ceiling = np.where(alloc_per_it > 0, np.maximum(head, 0.0) / alloc_per_it, np.inf)
-        frees = np.where(np.isfinite(free_per_it) & np.isfinite(to_ceiling),
-                         np.minimum(dh, np.maximum(free_per_it, 0.0) * to_ceiling), dh)
-    q_gross = r["queued"][qi]
-    queued = np.maximum(q_gross - frees, 0.0)
-    queued_t = r["queued_target"][qi] * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
-    coming = admitted + queued
-    avail_t, cap_t = r["target_available"][qi], r["target_capacity"][qi]
-    coming_t = np.minimum(r["target_need"][qi], avail_t) + queued_t
-    share = np.clip(head / np.where(coming > 0, coming, 1.0), 0.0, 1.0)
-    room_t = avail_t - share * coming_t
-    with np.errstate(divide="ignore", invalid="ignore"):
-        util_t = np.where(cap_t > 0, (cap_t - room_t) / cap_t, np.nan)
-    by_admitted = np.nan_to_num(admitted - head, nan=-np.inf)
-    past = np.nan_to_num(coming - head, nan=-np.inf)
-    waiting = r["waiting"][qi]
-    victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
-    gate = np.full(len(qi), True) if r["target_resumes_early"] else (
-        np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
-    risk = (past > margin) & victim & (room_t >= 1) & gate
-    return risk, past
-
-
 def exhaustion_arrays(
     events: pd.DataFrame | EventColumns | None, debt: DebtResult, cfg: DetectorConfig,
     pools: list[str] | None = None,
@@ -181,19 +140,25 @@ def exhaustion_arrays(
         margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
         guarded = f["guarded"][qi] if "guarded" in f else np.zeros(len(qi), dtype=bool)
         admits = ~certain & ~guarded & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alloc_it = np.where(span_i > 0, roll_alloc / span_i, np.nan)
+            free_it = np.where(span_i > 0, (roll_alloc - net) / span_i, np.nan)
+        gate_open = np.full(len(ends), True)
+        if "gate" in f:
+            # The mirror's admission gate lets in what the pool cannot back: critical; closed, it
+            # holds the queue back (what the target has room for is not admitted then).
+            gate_risk, gate_open = admit_gate_at_risk(f["gate"], qi, cap, alloc_it, free_it, cfg)
+            admits = (admits & gate_open) | (~certain & ~guarded & gate_risk)
         queue = ~certain & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
                             | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         resume = np.zeros(len(ends), dtype=bool)
         past_ceiling = np.full(len(ends), -np.inf)
         if "resume" in f:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                alloc_it = np.where(span_i > 0, roll_alloc / span_i, np.nan)
-                free_it = np.where(span_i > 0, (roll_alloc - net) / span_i, np.nan)
             resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg)
             resume &= ~certain & ~guarded
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
-        arrival_typical = arrival & ~guarded & (f["arrival_median"][qi] > margin) & (
+        arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
             f["arrival_samples"][qi] >= cfg.arrival_min_samples)
         with np.errstate(divide="ignore", invalid="ignore"):
             alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
@@ -337,7 +302,7 @@ def estimate_time_to_exhaustion(
                 runs_out = runs_out.replace("runs out", "reaches its resume ceiling", 1)
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
                     "queue": (f"at risk: with the queue admitted it would owe "
-                              f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks']):.0f} blocks"
+                              f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks'], row['projected_queue_now_debt_blocks']):.0f} blocks"
                               + (" and the target has room to admit it now" if admissible else "")),
                     "trend": "at the current growth",
                     "arrival": (f"at risk: one more request like the recent ones would put it "

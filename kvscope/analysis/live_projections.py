@@ -78,11 +78,51 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     return float(statistics.median(out)), float(max(out))
 
 
+def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float) -> float:
+    """:func:`kvscope.analysis.ceiling._frees_until` on one point."""
+    span = blocks / alloc_it if alloc_it > 0 else math.inf
+    return (min(decode_held, max(free_it, 0.0) * span) if math.isfinite(free_it) and math.isfinite(span)
+            else decode_held)
+
+
+def _target_gate(sa: StreamingAnalyzer, util_t: float) -> bool:
+    ct = sa._configs[_T]
+    early = int(ct.get("resumes_before_budget", -1)) == 1
+    return early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - sa.cfg.risk_margin_fraction)
+
+
+def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:
+    """(at risk, gate open) of ``p`` on a build whose scheduler admits the unpaired mirror: the
+    running-state form of :func:`kvscope.analysis.ceiling.admit_gate_at_risk` (same formulas);
+    (False, True) for any other build or a paired pool."""
+    c = sa._configs.get(p)
+    if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 1:
+        return False, True
+    ct = sa._configs[_T]
+    cap, avail = sa._state[p]
+    cap_t, avail_t = sa._state[_T]
+    need, need_t = sa._need.get(p, 0.0), sa._need.get(_T, 0.0)
+    short = math.floor(max(need_t - avail_t, 0.0) * ct["tokens_per_block"] / c["tokens_per_block"])
+    headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
+    admitted = max(need - short, 0.0)
+    q_t = sa._queued.get(_T, 0.0)
+    waiting = sum(1 for r in sa._reqs.values() if r.queued)
+    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, waiting))
+    q_all = fits * sa._queued.get(p, 0.0)
+    frees = _frees_until(sa._decode.get(p, 0.0), admitted + q_all, alloc_it, free_it)
+    coming = admitted + max(q_all - frees, 0.0)
+    margin = sa.cfg.min_debt_blocks + sa.cfg.risk_margin_fraction * cap
+    gate_open = headroom - admitted > 0
+    util_t = (cap_t - avail_t + min(max(need_t, 0.0), avail_t)) / cap_t if cap_t > 0 else math.nan
+    risk = (not certain and coming - avail > margin and gate_open and waiting >= 1 and _target_gate(sa, util_t))
+    return risk, gate_open
+
+
 def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
                 ) -> tuple[bool, float, float]:
     """(at risk, blocks past the ceiling, room below it) of ``p`` against its resume ceiling: the
     running-state form of :func:`kvscope.analysis.projections.resume_ceiling` and
-    :func:`kvscope.analysis.detectors.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
+    :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
     the trailing blocks allocated / freed per iteration, NaN before a window exists); (False, -inf,
     nan) when the build admits the mirror, is unknown, or the pool is paired."""
     c = sa._configs.get(p)
@@ -101,12 +141,15 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     q_all = fits * sa._queued.get(p, 0.0)
     head = waiting[0] if waiting else None
     head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
-    q_gross = max(q_all - head_p, 0.0)
-    q_gross_t = fits * q_t * (q_gross / q_all if q_all > 0 else 0.0)
-    dh = sa._decode.get(p, 0.0)
-    to_ceiling = max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf
-    frees = (min(dh, max(free_it, 0.0) * to_ceiling) if math.isfinite(free_it) and math.isfinite(to_ceiling)
-             else dh)
+    q_rest = max(q_all - head_p, 0.0)
+    q_rest_t = fits * q_t * (q_rest / q_all if q_all > 0 else 0.0)
+    if admitted - headroom < 0 and head_p > q_rest:
+        # the head is admitted below the ceiling and then grows its mirror by its whole prompt
+        q_gross = head_p
+        q_gross_t = _final(ct, float(head.prompt), head.reused.get(_T, 0.0)) if head is not None else 0.0
+    else:
+        q_gross, q_gross_t = q_rest, q_rest_t
+    frees = _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it)
     queued = max(q_gross - frees, 0.0)
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
@@ -118,7 +161,12 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
     past = coming - headroom
     victim = len(waiting) >= (1 if admitted - headroom > margin else 2)
-    early = int(ct.get("resumes_before_budget", -1)) == 1
-    gate = early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - cfg.risk_margin_fraction)
-    risk = not certain and past > margin and victim and room_t >= 1 and gate
+    risk = not certain and past > margin and victim and room_t >= 1 and _target_gate(sa, util_t)
     return risk, past, headroom
+
+
+def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
+                 ) -> tuple[bool, float, float, bool, bool]:
+    """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
+    build meets it: a refused resume, or the mirror's admission gate)."""
+    return (*resume_risk(sa, p, certain, alloc_it, free_it), *gate_risk(sa, p, certain, alloc_it, free_it))

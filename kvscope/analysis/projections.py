@@ -85,15 +85,20 @@ def arrival_debt(
 
 
 def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.ndarray,
-                   slots_fraction: np.ndarray) -> dict[str, np.ndarray]:
-    """Where the draft pool stands against its resume ceiling, on a build whose scheduler does not
-    admit the unpaired mirror (``admits_mirror=0``): the mirror is born suspended and first resumed
-    in the draft manager's ``prepare_resources``, which raises when the pool's utilisation (used /
-    total, free and evictable excluded) is above ``max_util_for_resume``. So a NEW request is the
-    victim, once the pool is past ``max_util_for_resume x capacity`` -- not at full capacity.
+                   slots_fraction: np.ndarray, head_t: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Where the unpaired draft pool stands against its resume ceiling (``max_util_for_resume x
+    capacity``: a resume is refused when the pool's utilisation, used / total with free and
+    evictable excluded, is above ``max_util_for_resume``).
+
+    On a build whose scheduler does not admit the mirror (``admits_mirror=0``) the mirror is born
+    suspended and first resumed in the draft manager's ``prepare_resources``, which raises: a NEW
+    request is the victim once the pool is past the ceiling -- not at full capacity. On a build
+    whose scheduler does (``admits_mirror=1``) the same gate defers the request instead, and admits
+    it with nothing allocated while the pool is below the ceiling: the pieces then say what the
+    gate lets in (:func:`kvscope.analysis.ceiling.admit_gate_at_risk`).
 
     The pieces, per query position (this pool's blocks unless named otherwise); the detector
-    (:func:`kvscope.analysis.detectors.resume_at_risk`) combines them with the consumption rates:
+    (:func:`kvscope.analysis.ceiling.resume_at_risk`) combines them with the consumption rates:
 
     - ``headroom``: room below the ceiling, ``available - (1 - max_util_for_resume) x capacity``;
     - ``admitted``: what admitted requests will still allocate here (need minus what the target
@@ -102,6 +107,10 @@ def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.
       and request slots for now (``slots_fraction``: :func:`admissible_fraction`; the rest waits for
       requests to finish), minus its head (admitted last: the victim);
       ``queued_target`` the same requests in the target's blocks;
+    - ``head`` / ``head_target``: what the head of the queue needs here / in the target; with
+      ``queued_all`` the share of the queue the target has room and request slots for, head
+      included;
+    - ``available``: the pool's free and evictable blocks;
     - ``decode_held``: pages of decoding requests (freed when they finish);
     - ``target_available``, ``target_need``, ``target_capacity``: the target's state (its blocks).
     """
@@ -115,5 +124,6 @@ def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.
     return {"headroom": f["available"] - (1.0 - u) * f["capacity"],
             "admitted": np.maximum(f["need"] - f["shortfall"], 0.0), "queued": queued,
             "queued_target": fits * q_t * np.where(q_all > 0, queued / np.where(q_all > 0, q_all, 1.0), 0.0),
-            "decode_held": f["decode_held"], "target_available": avail_t,
+            "head": head_f, "head_target": head_f * 0.0 if head_t is None else head_t, "queued_all": q_all,
+            "available": f["available"], "decode_held": f["decode_held"], "target_available": avail_t,
             "target_need": np.maximum(tgt["need"], 0.0), "target_capacity": tgt["capacity"]}

@@ -23,7 +23,7 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
-from kvscope.analysis.live_projections import arrival_debt, head_debt, queue_now_debt, resume_risk
+from kvscope.analysis.live_projections import arrival_debt, ceiling_risk, head_debt, queue_now_debt
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -354,15 +354,15 @@ class StreamingAnalyzer(LiveFindings):
             margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             arr_med, arr_max = arrival_debt(self, p)
-            admits = not certain and not self._guarded and head > margin
+            alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
+            resume, past, ceiling_room, gate, gate_open = ceiling_risk(
+                self, p, certain or self._guarded, alloc_it, free_it)
+            admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
-            admits = admits or (arrival and not self._guarded and arr_med > margin
+            admits = admits or (arrival and not self._guarded and gate_open and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
-            resume, past, ceiling_room = resume_risk(
-                self, p, certain or self._guarded, roll / span_i if span_i else math.nan,
-                (roll - net) / span_i if span_i else math.nan)
             if resume:
                 # Past the resume ceiling, what runs out first is the room below it.
                 below = max(ceiling_room, 0.0)

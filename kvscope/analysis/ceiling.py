@@ -1,0 +1,102 @@
+"""The unpaired draft pool against its resume ceiling (``max_util_for_resume x capacity``), as each
+engine build meets it: a build whose scheduler does not admit the mirror refuses a new mirror's
+first resume past the ceiling and raises (:func:`resume_at_risk`); one whose scheduler admits it
+defers new requests past the ceiling and lets in, below it, what the pool may not back
+(:func:`admit_gate_at_risk`). Vectorized over the iteration ends, on the pieces
+:func:`kvscope.analysis.projections.resume_ceiling` computes; the streaming analyzer's running-state
+form is in :mod:`kvscope.analysis.live_projections`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvscope.analysis.config import DetectorConfig
+
+
+def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, free_per_it: np.ndarray,
+                   cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(at risk, blocks past the ceiling) per iteration end from the :func:`~kvscope.analysis.
+    projections.resume_ceiling` pieces ``r`` (at query indices ``qi``): a new mirror's first resume
+    will be refused.
+
+    Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
+    allocation rate) decoding requests free pages at the current rate (``free_per_it``; all of them
+    when no rate is known yet): the queue adds what that leaves. Past the ceiling, by more than the
+    projection margin, with the admitted requests (a request still waiting is the victim) or with
+    the queue too (two waiting: its head is admitted before); and the target can still admit one
+    then -- allocations of both pools taken in proportion, room for a first chunk, and under its
+    own resume gate (by the margin) unless the build resumed that request's target cache before
+    checking its budget, long before.
+
+    While the admitted requests alone leave room below the ceiling, the head of the queue is
+    admitted (and resumed) below it and then grows its mirror by its whole prompt, even where the
+    target holds only its first chunks (chunked prefill): what the queue adds is then at least the
+    head's need, and the next request waiting is the victim."""
+    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+    head = r["headroom"][qi]
+    admitted = r["admitted"][qi]
+    frees = _frees_until(r["decode_held"][qi], np.maximum(head, 0.0), alloc_per_it, free_per_it)
+    q_rest, q_head = r["queued"][qi], r["head"][qi]
+    with_head = (np.nan_to_num(admitted - head, nan=np.inf) < 0) & (q_head > q_rest)
+    q_gross = np.where(with_head, q_head, q_rest)
+    q_gross_t = np.where(with_head, r["head_target"][qi], r["queued_target"][qi])
+    queued = np.maximum(q_gross - frees, 0.0)
+    queued_t = q_gross_t * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
+    coming = admitted + queued
+    avail_t, cap_t = r["target_available"][qi], r["target_capacity"][qi]
+    coming_t = np.minimum(r["target_need"][qi], avail_t) + queued_t
+    share = np.clip(head / np.where(coming > 0, coming, 1.0), 0.0, 1.0)
+    room_t = avail_t - share * coming_t
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util_t = np.where(cap_t > 0, (cap_t - room_t) / cap_t, np.nan)
+    by_admitted = np.nan_to_num(admitted - head, nan=-np.inf)
+    past = np.nan_to_num(coming - head, nan=-np.inf)
+    waiting = r["waiting"][qi]
+    victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
+    gate = np.full(len(qi), True) if r["target_resumes_early"] else (
+        np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
+    risk = (past > margin) & victim & (room_t >= 1) & gate
+    return risk, past
+
+
+def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,
+                 free_per_it: np.ndarray) -> np.ndarray:
+    """Pages decoding requests free while ``blocks`` more are allocated at the current rates
+    (``blocks / alloc_per_it`` iterations at ``free_per_it``); all of them while no rate is known."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        span = np.where(alloc_per_it > 0, blocks / alloc_per_it, np.inf)
+        return np.where(np.isfinite(free_per_it) & np.isfinite(span),
+                        np.minimum(decode_held, np.maximum(free_per_it, 0.0) * span), decode_held)
+
+
+def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray,
+                       free_per_it: np.ndarray, cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(at risk, gate open) per iteration end on a build whose scheduler admits the unpaired mirror
+    (``admits_mirror=1``; the :func:`~kvscope.analysis.projections.resume_ceiling` pieces ``r``):
+    the scheduler defers a new request while the draft pool is past its resume ceiling and
+    otherwise admits it, resuming its mirror with nothing allocated; the mirror's context resizes
+    then take the whole prompt (no reuse) and one the pool cannot back raises. The gate reads the
+    pool's utilisation, not what admitted requests still need, so every request admitted in one
+    pass passes it.
+
+    At risk when the admitted requests, once they have allocated what they still need, leave the
+    pool below its ceiling (the gate is open when the queue's turn comes, after the token budget
+    they take), the target can admit the queue head then (under its own resume gate by the margin
+    unless the build resumes before checking its budget), and the share of the queue the target has
+    room and request slots for needs more than the pool has left by more than the projection
+    margin, counting what decoding requests free (at the current rate) while all of it is
+    allocated (at the current rate). Gate closed: the queue head waits for pages to be freed, so
+    no projection of what the target admits is critical then."""
+    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+    admitted, q_all = r["admitted"][qi], r["queued_all"][qi]
+    frees = _frees_until(r["decode_held"][qi], admitted + q_all, alloc_per_it, free_per_it)
+    coming = admitted + np.maximum(q_all - frees, 0.0)
+    over = np.nan_to_num(coming - r["available"][qi], nan=-np.inf) > margin
+    gate_open = np.nan_to_num(r["headroom"][qi] - admitted, nan=-np.inf) > 0
+    avail_t, cap_t = r["target_available"][qi], r["target_capacity"][qi]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util_t = np.where(cap_t > 0, (cap_t - avail_t + np.minimum(r["target_need"][qi], avail_t)) / cap_t, np.nan)
+    gate_t = np.full(len(qi), True) if r["target_resumes_early"] else (
+        np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
+    return over & gate_open & (r["waiting"][qi] >= 1) & gate_t, gate_open
