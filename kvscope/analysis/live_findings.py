@@ -5,7 +5,9 @@ keep modules small); it reads the analyzer's state and never touches events itse
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.detectors import resume_text
@@ -40,6 +42,27 @@ class _Req:
     """(t_s, iteration, kind, pool, num_deferrals, seconds held by the policy, time of the last
     stall row, whether the policy wrote it)."""
     never_fitting: list = field(default_factory=list)
+    seq: int = 0
+    """First-seen order among requests (the analyzer's ``_reqs`` order)."""
+    finals: tuple | None = None
+    """(config generation, prompt, {pool: blocks needed}): blocks_needed cached per request."""
+    stall_serial: int = 0
+    """Counts this request's stall episodes (tells a pending episode from a later one)."""
+    stall_it: int | None = None
+    """Iteration in which ``stall`` last changed."""
+    stall_prev: tuple | None = None
+    """``stall`` before its first change in iteration ``stall_it``: its value at the last iteration
+    end while that iteration is open."""
+
+
+@dataclass(slots=True)
+class _OpenStall:
+    """A stall episode past both thresholds whose request still waits. Its finding is the one the
+    rule would write at the last iteration end, built when read, not at every iteration end."""
+
+    req: _Req
+    serial: int
+    cached: tuple | None = None  # (iteration end, stall state, finding)
 
 
 @dataclass(slots=True)
@@ -153,20 +176,87 @@ class LiveFindings:
         )
         self._tte[p] = _Episode(self._add(f), it, order)
 
-    def _check_stall(self, req: _Req, t: float, it: int, *, final: bool) -> None:
-        """Record (or extend) the request's stall episode once it passes both thresholds; the
-        findings are the incidents :func:`group_stalls` builds from the episodes."""
-        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy = req.stall
+    # ---- stalls -------------------------------------------------------------------------------
+    # A stall episode is kept once it passes both thresholds (stall_min_s, stall_min_iterations).
+    # While its request waits, its finding ends at the last iteration end: rather than rebuilding
+    # one finding per waiting request per iteration, the waiting ones are registered once
+    # (_OpenStall) and built from the request's stall state when read. Episodes start in time
+    # order (the engine's clock and iteration counter never go back), so the ones still below the
+    # thresholds wait in a FIFO and each iteration end looks only at its head.
+    def _init_stalls(self) -> None:
+        self._stall_eps: dict[tuple[int, float], Finding | _OpenStall] = {}  # (request, start), bounded
+        self._stall_pending: deque[tuple[_Req, int, float, int]] = deque()  # (req, serial, t0, it0)
+        self._stall_evicted: list[_OpenStall] = []  # waiting episodes dropped from _stall_eps
+        self._end_t, self._end_it = 0.0, -1  # the last iteration end
+
+    def _set_stall(self, req: _Req, st: tuple | None) -> None:
+        if req.stall_it != self._iteration:
+            req.stall_prev, req.stall_it = req.stall, self._iteration
+        req.stall = st
+
+    def _stall_started(self, req: _Req, st: tuple) -> None:
+        req.stall_serial += 1
+        self._stall_pending.append((req, req.stall_serial, st[0], st[1]))
+
+    def _stall_resolved(self, req: _Req, t: float, it: int) -> None:
+        """The request made progress (or the stream ended): its episode ends here."""
+        st = req.stall
+        self._set_stall(req, None)
+        f = self._stall_finding(req.rid, st, t, it, final=True)
+        if f is not None:
+            self._register_stall((req.rid, st[0]), f)
+
+    def _stalls_at_iteration_end(self, t: float, it: int) -> None:
+        self._end_t, self._end_it = t, it
+        cfg = self.cfg
+        todo = []
+        pend = self._stall_pending
+        while pend:
+            req, serial, t0, it0 = pend[0]
+            if req.stall is not None and req.stall_serial == serial:
+                if t - t0 < cfg.stall_min_s or it - it0 < cfg.stall_min_iterations:
+                    break
+                todo.append((req.seq, serial, req))
+            pend.popleft()
+        for o in self._stall_evicted:  # dropped for newer episodes while waiting: kept again
+            if o.req.stall is not None and o.req.stall_serial == o.serial:
+                todo.append((o.req.seq, o.serial, o.req))
+        self._stall_evicted = []
+        if todo:
+            heapq.heapify(todo)  # in first-seen order of the requests, as one pass over them would
+            while todo:
+                seq, serial, req = heapq.heappop(todo)
+                self._register_stall((req.rid, req.stall[0]), _OpenStall(req, serial), seq, todo)
+        if self._stall_eps:
+            self._incidents_cache = None  # the waiting episodes' ends moved
+
+    def _register_stall(self, key: tuple[int, float], ep: Finding | _OpenStall, seq: int = -1,
+                        todo: list | None = None) -> None:
+        if key not in self._stall_eps:
+            self._stall_added = True
+        self._stall_eps[key] = ep
+        while len(self._stall_eps) > self.max_findings:
+            old = self._stall_eps.pop(next(iter(self._stall_eps)))
+            self.dropped_findings += 1
+            if isinstance(old, _OpenStall) and old.req.stall is not None and old.req.stall_serial == old.serial:
+                # Still waiting: back at the next check of its request (later in this pass, or
+                # the next iteration end).
+                if todo is not None and old.req.seq > seq:
+                    heapq.heappush(todo, (old.req.seq, old.serial, old.req))
+                else:
+                    self._stall_evicted.append(old)
+        self._incidents_cache = None
+
+    def _stall_finding(self, rid: int, st: tuple, t: float, it: int, *, final: bool) -> Finding | None:
+        """The request's stall episode at (t, it), or None below the thresholds."""
+        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy = st
         policy_s += (t - seg_t) if seg_policy else 0.0
         by_policy = (policy_s > 0 or seg_policy) and 2 * policy_s >= t - t0
         dur_s, dur_it = t - t0, it - it0
         if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
-            return
-        rid = req.rid
+            return None
         is_res = kind == EventKind.RESERVATION_MADE.value
-        if (rid, t0) not in self._stall_eps:
-            self._stall_added = True
-        self._stall_eps[(rid, t0)] = Finding(
+        return Finding(
             kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=t0, t_end_s=t,
             iteration_start=it0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
             request_ids=(rid,),
@@ -175,14 +265,20 @@ class LiveFindings:
             evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
                       "resolved": final, "blocking_pool": pool, "remediation": bool(by_policy)},
         )
-        while len(self._stall_eps) > self.max_findings:
-            del self._stall_eps[next(iter(self._stall_eps))]
-            self.dropped_findings += 1
-        self._incidents_cache = None
+
+    def _open_stall_finding(self, o: _OpenStall) -> Finding:
+        req = o.req
+        st = req.stall_prev if req.stall_it == self._iteration else req.stall
+        c = o.cached
+        if c is None or c[0] != self._end_it or c[1] is not st:
+            f = self._stall_finding(req.rid, st, self._end_t, self._end_it, final=False)
+            c = o.cached = (self._end_it, st, f)
+        return c[2]
 
     def _incidents(self) -> list[Finding]:
         if self._incidents_cache is None:
-            self._incidents_cache = group_stalls(list(self._stall_eps.values()), self.cfg,
+            eps = [self._open_stall_finding(e) if e.__class__ is _OpenStall else e for e in self._stall_eps.values()]
+            self._incidents_cache = group_stalls([f for f in eps if f is not None], self.cfg,
                                                  engine_failed=self._failed)
         return self._incidents_cache
 
@@ -239,8 +335,8 @@ class LiveFindings:
         tot[0] += lost
         tot[1] += blocks
         tot[3] += 1
-        live = sum(b for _l, b in self._lost.values())
-        tot[2] = max(tot[2], live)
+        self._lost_live += blocks  # whole blocks: the running sum is exact
+        tot[2] = max(tot[2], self._lost_live)
         self._lost_top[rid] = lost
         if len(self._lost_top) > self.cfg.max_named_requests:
             worst = min(self._lost_top, key=lambda r: (self._lost_top[r], -r))
@@ -249,7 +345,9 @@ class LiveFindings:
             self._lost_first = (t, req.admitted_it)
 
     def _end_lost(self, rid: int) -> None:
-        self._lost.pop(rid, None)
+        lost = self._lost.pop(rid, None)
+        if lost is not None:
+            self._lost_live -= lost[1]
 
     def _reuse_summary(self) -> None:
         d = PoolRole.DRAFT.value

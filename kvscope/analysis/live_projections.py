@@ -33,7 +33,7 @@ def head_debt(sa: StreamingAnalyzer, p: str) -> float:
     if not _ready(sa, p):
         return -math.inf
     c, ct = sa._configs[p], sa._configs[_T]
-    head = next((r for r in sa._reqs.values() if r.queued), None)
+    head = sa._queue_head()
     prompt = float(head.prompt) if head is not None and head.prompt > 0 else 0.0
     match = head.reused.get(_T, 0.0) if head is not None else 0.0
     head_t = _final(ct, prompt, match) if prompt > 0 else 0.0
@@ -57,7 +57,7 @@ def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
     if not _ready(sa, p):
         return -math.inf
     c, ct = sa._configs[p], sa._configs[_T]
-    frac = _slots_fraction(sa, sum(1 for r in sa._reqs.values() if r.queued))
+    frac = _slots_fraction(sa, len(sa._queue))
     short = max(sa._need[_T] + frac * sa._queued[_T] - sa._state[_T][1], 0.0) * ct["tokens_per_block"] \
         / c["tokens_per_block"]
     return sa._need[p] + frac * sa._queued[p] - sa._state[p][1] - short
@@ -70,11 +70,9 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     c, ct = sa._configs[p], sa._configs[_T]
     conv = ct["tokens_per_block"] / c["tokens_per_block"]
     base = sa._need[p] - sa._state[p][1]
-    out = []
-    for prompt, reused in sa._recent_admissions:
-        fin_p = _final(c, prompt, reused if c["paired"] else 0.0)
-        fin_t = _final(ct, prompt, reused)
-        out.append(base + fin_p - math.floor(max(sa._need[_T] + fin_t - sa._state[_T][1], 0.0) * conv))
+    need_t, avail_t = sa._need[_T], sa._state[_T][1]
+    out = [base + fin_p - math.floor(max(need_t + fin_t - avail_t, 0.0) * conv)
+           for fin_p, fin_t in _arrival_finals(sa, p, c, ct)]
     return float(statistics.median(out)), float(max(out))
 
 
@@ -106,7 +104,7 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
     admitted = max(need - short, 0.0)
     q_t = sa._queued.get(_T, 0.0)
-    waiting = sum(1 for r in sa._reqs.values() if r.queued)
+    waiting = len(sa._queue)
     fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, waiting))
     q_all = fits * sa._queued.get(p, 0.0)
     frees = _frees_until(sa._decode.get(p, 0.0), admitted + q_all, alloc_it, free_it)
@@ -116,6 +114,19 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     util_t = (cap_t - avail_t + min(max(need_t, 0.0), avail_t)) / cap_t if cap_t > 0 else math.nan
     risk = (not certain and coming - avail > margin and gate_open and waiting >= 1 and _target_gate(sa, util_t))
     return risk, gate_open
+
+
+def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tuple[float, float]]:
+    """(blocks in ``p``, blocks in the target) each recent admission would need: they change only
+    with the admissions and the configs (the analyzer drops the cache then), not per iteration."""
+    cache = sa._arrival_finals
+    if cache is None:
+        cache = sa._arrival_finals = {}
+    got = cache.get(p)
+    if got is None:
+        got = cache[p] = [(_final(c, prompt, reused if c["paired"] else 0.0), _final(ct, prompt, reused))
+                          for prompt, reused in sa._recent_admissions]
+    return got
 
 
 def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
@@ -136,10 +147,10 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
     admitted = max(need - short, 0.0)
     q_t = sa._queued.get(_T, 0.0)
-    waiting = [r for r in sa._reqs.values() if r.queued]
-    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, len(waiting)))
+    num_waiting = len(sa._queue)
+    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, num_waiting))
     q_all = fits * sa._queued.get(p, 0.0)
-    head = waiting[0] if waiting else None
+    head = sa._queue_head()
     head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
     q_rest = max(q_all - head_p, 0.0)
     q_rest_t = fits * q_t * (q_rest / q_all if q_all > 0 else 0.0)
@@ -160,7 +171,7 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     cfg = sa.cfg
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
     past = coming - headroom
-    victim = len(waiting) >= (1 if admitted - headroom > margin else 2)
+    victim = num_waiting >= (1 if admitted - headroom > margin else 2)
     risk = not certain and past > margin and victim and room_t >= 1 and _target_gate(sa, util_t)
     return risk, past, headroom
 

@@ -38,6 +38,16 @@ _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 _END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
 _PROGRESS = {EventKind.ADMITTED.value, EventKind.CONTEXT_CHUNK_SCHEDULED.value, EventKind.RESUMED.value, *_END}
 _STALL = {EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value}
+# Plain strings: an enum member's ``.value`` is a property call, and these are read per event.
+_TGT, _DRAFT, _NONE = PoolRole.TARGET.value, PoolRole.DRAFT.value, PoolRole.NONE.value
+_ARRIVED, _ADMITTED = EventKind.REQUEST_ARRIVED.value, EventKind.ADMITTED.value
+_DEFERRED, _REJECTED = EventKind.ADMISSION_DEFERRED.value, EventKind.ADMISSION_REJECTED.value
+_CHUNK, _ITER = EventKind.CONTEXT_CHUNK_SCHEDULED.value, EventKind.ITERATION_SCHEDULED.value
+_GROWS = {EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value}
+_FREED, _REUSED = EventKind.BLOCKS_FREED.value, EventKind.BLOCKS_REUSED.value
+_SUSPENDED, _RESUMED = EventKind.SUSPENDED.value, EventKind.RESUMED.value
+_CONFIGURED, _SNAPSHOT = EventKind.POOL_CONFIGURED.value, EventKind.POOL_SNAPSHOT.value
+_MODE, _FAILED = EventKind.REMEDIATION_MODE_CHANGED.value, EventKind.ENGINE_FAILED.value
 
 
 def _div(a: float, b: float) -> float:
@@ -89,7 +99,6 @@ class StreamingAnalyzer(LiveFindings):
         self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
-        self._stall_eps: dict[tuple[int, float], Finding] = {}  # (request, start) -> episode, bounded
         self._incidents_cache: list[Finding] | None = None
         self._failed = False
         self._raised_incidents: set[tuple] = set()
@@ -99,6 +108,17 @@ class StreamingAnalyzer(LiveFindings):
         self._live_target: int | None = None  # live caches at the target's last snapshot
         self._guarded = False  # an admission policy (remediation) is enforcing
         self._recent_admissions: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (prompt, reuse)
+        # Derived from the configs (refreshed by _configured), so per-event paths do not rebuild them.
+        self._cfg_gen = 0
+        self._outside_pools: list[str] = []
+        self._kv_cfgs: list[tuple[str, dict]] = []
+        self._arrival_finals: dict[str, list[tuple[float, float]]] | None = None
+        self._seq = 0  # first-seen order of requests (_reqs' insertion order)
+        self._queue: dict[int, _Req] = {}  # the queued requests
+        self._queue_in_order = True  # _queue's insertion order is first-seen order
+        self._queue_last_seq = 0
+        self._lost_live = 0.0  # sum of the live requests' lost blocks
+        self._init_stalls()
 
     # ---- public API ------------------------------------------------------------------------
     @property
@@ -153,7 +173,7 @@ class StreamingAnalyzer(LiveFindings):
         t, it = self._last_t, self._last_it
         for req in self._reqs.values():
             if req.stall is not None:
-                self._check_stall(req, t, it, final=True)
+                self._stall_resolved(req, t, it)
             for i in req.never_fitting:
                 self._set_end(i, t, it)
         self._reuse_summary()
@@ -162,140 +182,182 @@ class StreamingAnalyzer(LiveFindings):
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple) -> None:
         # A canonical row, unpacked in kvscope.events.FIELDS order (COL_* in events/schema.py).
-        ts, it, _rank, _pid, rid, pool, kind = row[:7]
-        nb, nt, _nr, cap, free, evict, _res, reason = row[7:15]
-        kind = getattr(kind, "value", kind)
-        pool = getattr(pool, "value", pool)
+        ts, it, _rank, _pid, rid, pool, kind, nb, nt, _nr, cap, free, evict, _res, reason = row[:15]
+        if kind.__class__ is not str:
+            kind = getattr(kind, "value", kind)
+        if pool.__class__ is not str:
+            pool = getattr(pool, "value", pool)
         t = ts / 1e9
-        if self._iteration is not None and it != self._iteration:
+        if it != self._iteration and self._iteration is not None:
             self._end_iteration()
             self._iter_admitted = []
         self._iteration, self._last_t, self._last_it = it, t, it
-        if kind == EventKind.POOL_CONFIGURED.value:
+        if kind == _CONFIGURED:
             d = parse_kv(reason or "")
             d.setdefault("tokens_per_block", nt)
             self._configs[pool] = _config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
-        if pool != PoolRole.NONE.value and cap >= 0:
+            self._configured()
+        if cap >= 0 and pool != _NONE:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
-        if kind == EventKind.POOL_SNAPSHOT.value and pool == PoolRole.TARGET.value:
-            self._live_target = int(_nr)
-        if kind == EventKind.REMEDIATION_MODE_CHANGED.value:
+        if kind == _SNAPSHOT:
+            if pool == _TGT:
+                self._live_target = int(_nr)
+        elif kind == _MODE:
             self._guarded = bool(parse_kv(reason or "").get("enforcing", 0))
+        elif kind == _FAILED:
+            if rid >= 0:
+                self._request_event(rid, kind, pool, nb, nt, t, it, reason)
+            self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
+            return
+        elif kind == _ITER:
+            if rid >= 0:
+                self._request_event(rid, kind, pool, nb, nt, t, it, reason)
+            self._check_gap(t, it)
+            return
         if rid >= 0:
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
-        if kind == EventKind.ENGINE_FAILED.value:
-            self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
-        if kind == EventKind.ADMITTED.value and rid >= 0:
-            self._iter_admitted.append(rid)
-        if kind == EventKind.ITERATION_SCHEDULED.value:
-            self._check_gap(t, it)
+            if kind == _ADMITTED:
+                self._iter_admitted.append(rid)
+
+    def _configured(self) -> None:
+        """A pool was configured: refresh what the per-event paths precompute from the configs."""
+        self._cfg_gen += 1
+        self._outside_pools = [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
+        self._kv_cfgs = [(p, c) for p, c in self._configs.items() if p in _KV]
+        self._arrival_finals = None
 
     def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
         if req is None:
             if kind in _END or rid in self._ended_set:
                 return  # late events of an ended request (e.g. BLOCKS_FREED after REQUEST_FINISHED)
-            req = self._reqs[rid] = _Req(rid)
-        if kind == EventKind.REQUEST_ARRIVED.value:
+            self._seq += 1
+            req = self._reqs[rid] = _Req(rid, seq=self._seq)
+        if kind == _ARRIVED:
             req.prompt, req.arrival_s, req.arrival_it = nt, t, it
             self._never_fitting(rid, req, t)
-            req.queued = True
+            self._enqueue(req)
             reused = sum(r for r, _p in self._recent)
             prompts = sum(pr for _r, pr in self._recent)
             self._set_queued(req, min(max(reused / prompts, 0.0), 1.0) * nt if prompts > 0 else 0.0)
-        elif kind == EventKind.ADMITTED.value:
+        elif kind == _ADMITTED:
             req.counted, req.target_reuse, req.context_done = True, float(nt), False
             if math.isnan(req.admitted_s):
                 req.admitted_s, req.admitted_it = t, it
                 self._recent.append((float(nt), float(max(req.prompt, 0))))
                 self._recent_admissions.append((float(max(req.prompt, 0)), float(nt)))
+                self._arrival_finals = None
             self._unqueue(req)
-        elif kind == EventKind.CONTEXT_CHUNK_SCHEDULED.value:
+        elif kind == _CHUNK:
             if req.prompt >= 0 and nb + nt >= req.prompt:  # position before + chunk reaches the end
                 req.context_done = True
-        elif kind in (EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value) and pool in _KV:
-            req.cap[pool] = float(nt)
-        elif kind == EventKind.BLOCKS_FREED.value and pool in _KV:
-            req.cap[pool] = 0.0
-            if pool == PoolRole.TARGET.value:
-                req.counted = False
-        elif kind in (EventKind.SUSPENDED.value, EventKind.RESUMED.value) and pool in _KV:
-            req.susp[pool] = kind == EventKind.SUSPENDED.value
-        elif kind == EventKind.BLOCKS_REUSED.value and pool in _KV:
-            req.reused[pool] = float(nt)
-            if req.queued and pool == PoolRole.TARGET.value:
-                self._set_queued(req, float(nt))
-        if kind in _STALL and req.stall is None:
-            req.stall = (t, it, kind, pool, 0, 0.0, t, False)
-        if req.stall is not None and kind in _STALL:
+        elif kind in _GROWS:
+            if pool in _KV:
+                req.cap[pool] = float(nt)
+        elif kind == _FREED:
+            if pool in _KV:
+                req.cap[pool] = 0.0
+                if pool == _TGT:
+                    req.counted = False
+        elif kind == _SUSPENDED or kind == _RESUMED:
+            if pool in _KV:
+                req.susp[pool] = kind == _SUSPENDED
+        elif kind == _REUSED:
+            if pool in _KV:
+                req.reused[pool] = float(nt)
+                if req.queued and pool == _TGT:
+                    self._set_queued(req, float(nt))
+        if kind in _STALL:
+            s = req.stall
+            if s is None:
+                s = (t, it, kind, pool, 0, 0.0, t, False)
+                self._stall_started(req, s)
             # Each stall row naming a blocking pool holds the request until the next such row (one
             # without a pool only says the pass never tried it): the policy's rows count for it.
-            s = req.stall
-            deferred = kind == EventKind.ADMISSION_DEFERRED.value
-            if pool != PoolRole.NONE.value:
+            deferred = kind == _DEFERRED
+            if pool != _NONE:
                 s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t,
                      deferred and is_remediation_reason(reason or ""))
-            req.stall = (s[0], s[1], s[2], s[3], s[4] + deferred, s[5], s[6], s[7])
-        if kind in _PROGRESS and req.stall is not None:
-            self._check_stall(req, t, it, final=True)
-            req.stall = None
+            self._set_stall(req, (s[0], s[1], s[2], s[3], s[4] + deferred, s[5], s[6], s[7]))
+        elif kind in _PROGRESS and req.stall is not None:
+            self._stall_resolved(req, t, it)
         if kind in _END:
             req.counted = False
             self._unqueue(req)
             for i in req.never_fitting:
                 f = self._findings[i] if 0 <= i < len(self._findings) else None
                 if f is not None:
-                    sev = Severity.INFO if kind == EventKind.ADMISSION_REJECTED.value else f.severity
+                    sev = Severity.INFO if kind == _REJECTED else f.severity
                     ev = dict(f.evidence, outcome=_END[kind])
                     self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=sev,
                                                 evidence=ev)
-        self._update_rem(rid, req, t)
-        if kind in _END:
+            self._update_rem(rid, req, t)
             del self._reqs[rid]
             self._end_lost(rid)
             if len(self._ended) == self._ended.maxlen:
                 self._ended_set.discard(self._ended[0])
             self._ended.append(rid)
             self._ended_set.add(rid)
+        else:
+            self._update_rem(rid, req, t)
 
     def _update_rem(self, rid: int, req: _Req, t: float) -> None:
-        for p, c in self._configs.items():
-            if p not in _KV:
-                continue
+        counted, done = req.counted, req.context_done
+        finals = req.finals
+        if finals is None or finals[0] != self._cfg_gen or finals[1] != req.prompt:
+            finals = req.finals = (self._cfg_gen, req.prompt, {
+                p: blocks_needed(req.prompt, c["tokens_per_block"], max_draft_len=c["max_draft_len"],
+                                 num_extra_kv_tokens=c["num_extra_kv_tokens"])
+                for p, c in self._kv_cfgs} if req.prompt >= 0 else None)
+        fin = finals[2]
+        for p, c in self._kv_cfgs:
             tpb = c["tokens_per_block"]
             reused = req.reused.get(p, 0.0)
-            if p == PoolRole.TARGET.value or c["paired"]:
+            if p == _TGT or c["paired"]:
                 reused = max(reused, req.target_reuse)
             # Suspended pages stay HELD unless a host tier takes them (see kvscope.analysis.debt).
             frees = req.susp.get(p) and c["num_host_blocks"] > 0
             held_tok = 0.0 if frees else max(req.cap.get(p, 0.0), reused)
             held = math.ceil(held_tok / tpb)
-            dec = held if (req.counted and req.context_done) else 0
-            self._decode[p] += dec - req.dec.get(p, 0)
-            req.dec[p] = dec
-            final = blocks_needed(req.prompt, tpb, max_draft_len=c["max_draft_len"],
-                                  num_extra_kv_tokens=c["num_extra_kv_tokens"]) if req.prompt >= 0 else held
-            rem = max(final - held, 0) if req.counted else 0
-            self._need[p] += rem - req.rem.get(p, 0)
-            req.rem[p] = rem
+            dec = held if (counted and done) else 0
+            old = req.dec.get(p, 0)
+            if dec != old:
+                self._decode[p] += dec - old
+                req.dec[p] = dec
+            final = fin[p] if fin is not None else held
+            rem = max(final - held, 0) if counted else 0
+            old = req.rem.get(p, 0)
+            if rem != old:
+                self._need[p] += rem - old
+                req.rem[p] = rem
             prev_held = req.held.get(p, 0)
             if not frees and held > prev_held:
                 self._alloc_iter[p] += held - prev_held
             req.held[p] = held
-        if req.counted and rid not in self._lost:
+        if counted and rid not in self._lost:
             self._start_lost(rid, req, t)
 
     def _set_queued(self, req: _Req, target_reuse_est: float) -> None:
-        for p, c in self._configs.items():
-            if p not in _KV or req.prompt < 0:
+        for p, c in self._kv_cfgs:
+            if req.prompt < 0:
                 continue
-            uses_reuse = p == PoolRole.TARGET.value or c["paired"]
+            uses_reuse = p == _TGT or c["paired"]
             q = blocks_needed(req.prompt, c["tokens_per_block"], max_draft_len=c["max_draft_len"],
                               num_extra_kv_tokens=c["num_extra_kv_tokens"],
                               reused_tokens=target_reuse_est if uses_reuse else 0.0)
             self._queued[p] += q - req.q.get(p, 0)
             req.q[p] = q
+
+    def _enqueue(self, req: _Req) -> None:
+        """The request waits: kept in ``_queue`` (an index of the queued requests, so the head and
+        the count are O(1) per iteration instead of a scan of every live request)."""
+        req.queued = True
+        if req.rid not in self._queue:
+            if self._queue and req.seq < self._queue_last_seq:
+                self._queue_in_order = False
+            self._queue[req.rid] = req
+            self._queue_last_seq = max(self._queue_last_seq, req.seq)
 
     def _unqueue(self, req: _Req) -> None:
         if req.queued:
@@ -303,6 +365,17 @@ class StreamingAnalyzer(LiveFindings):
                 self._queued[p] -= q
             req.q.clear()
             req.queued = False
+            self._queue.pop(req.rid, None)
+            if not self._queue:
+                self._queue_in_order, self._queue_last_seq = True, 0
+
+    def _queue_head(self) -> _Req | None:
+        """The earliest live request (in first-seen order) that is queued."""
+        if not self._queue:
+            return None
+        if self._queue_in_order:
+            return next(iter(self._queue.values()))
+        return min(self._queue.values(), key=lambda r: r.seq)
 
     def _projected(self, p: str) -> float:
         if p not in self._state or p not in self._configs:
@@ -329,7 +402,7 @@ class StreamingAnalyzer(LiveFindings):
         return self._need.get(p, 0.0) - avail - short
 
     def _outside(self) -> list[str]:
-        return [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
+        return self._outside_pools
 
     # ---- per iteration: time to exhaustion, stalls --------------------------------------------
     def _end_iteration(self) -> None:
@@ -353,13 +426,14 @@ class StreamingAnalyzer(LiveFindings):
             proj = self._projected(p)
             margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
-            arr_med, arr_max = arrival_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
             resume, past, ceiling_room, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it)
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
+            # Read only when the basis can be "arrival" (no other use): skipped otherwise.
+            arr_med, arr_max = arrival_debt(self, p) if not certain and not queue else (-math.inf, -math.inf)
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and not self._guarded and gate_open and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
@@ -392,6 +466,4 @@ class StreamingAnalyzer(LiveFindings):
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
                                    rate, net_rate, admits, arr_med, arr_max, past)
-        for req in self._reqs.values():
-            if req.stall is not None:
-                self._check_stall(req, t, it, final=False)
+        self._stalls_at_iteration_end(t, it)
