@@ -31,6 +31,15 @@ def group_stalls(episodes: Sequence[Finding], cfg: DetectorConfig, *, engine_fai
         engine_failed: the events end with an engine failure (a request still waiting then is the
             failure's consequence, reported by ``engine_fatal``, not a stall of its own).
     """
+    return [stall_incident(pools, group, cfg, engine_failed, policy)
+            for policy, pools, group in stall_groups(episodes, cfg)]
+
+
+def stall_groups(episodes: Sequence[Finding], cfg: DetectorConfig
+                 ) -> list[tuple[bool, tuple[str, ...], list[Finding]]]:
+    """The incidents of :func:`group_stalls` before they are built: (whether the policy imposed
+    them, blocking pools, episodes in start order), in the same order. An incident's start and
+    first request are its first episode's (what the streaming analyzer keys raised ones by)."""
     by_pool: dict[tuple[bool, tuple[str, ...]], list[Finding]] = {}
     for f in sorted(episodes, key=lambda f: (f.t_start_s, f.iteration_start, f.request_ids)):
         by_pool.setdefault((bool(f.evidence.get("remediation")), f.pools), []).append(f)
@@ -40,18 +49,18 @@ def group_stalls(episodes: Sequence[Finding], cfg: DetectorConfig, *, engine_fai
         end_it = end_t = None
         for f in eps:
             if group and (f.iteration_start - end_it > cfg.merge_gap_iterations and f.t_start_s > end_t):
-                out.append(_incident(pools, group, cfg, engine_failed, policy))
+                out.append((policy, pools, group))
                 group = []
             if not group:
                 end_it, end_t = f.iteration_end, f.t_end_s
             group.append(f)
             end_it, end_t = max(end_it, f.iteration_end), max(end_t, f.t_end_s)
         if group:
-            out.append(_incident(pools, group, cfg, engine_failed, policy))
+            out.append((policy, pools, group))
     return out
 
 
-def _incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig, engine_failed: bool,
+def stall_incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorConfig, engine_failed: bool,
               policy: bool = False) -> Finding:
     longest = max(group, key=lambda f: (f.evidence["wait_s"], -f.request_ids[0]))
     waits = sorted(f.evidence["wait_s"] for f in group)

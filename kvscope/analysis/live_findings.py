@@ -17,6 +17,7 @@ from kvscope.analysis.request_detectors import fatal_leads
 from kvscope.events import EventKind, PoolRole, blocks_needed
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
+_D = PoolRole.DRAFT.value
 
 
 @dataclass(slots=True)
@@ -275,11 +276,13 @@ class LiveFindings:
             c = o.cached = (self._end_it, st, f)
         return c[2]
 
+    def _stall_episodes(self) -> list[Finding]:
+        eps = [self._open_stall_finding(e) if e.__class__ is _OpenStall else e for e in self._stall_eps.values()]
+        return [f for f in eps if f is not None]
+
     def _incidents(self) -> list[Finding]:
         if self._incidents_cache is None:
-            eps = [self._open_stall_finding(e) if e.__class__ is _OpenStall else e for e in self._stall_eps.values()]
-            self._incidents_cache = group_stalls([f for f in eps if f is not None], self.cfg,
-                                                 engine_failed=self._failed)
+            self._incidents_cache = group_stalls(self._stall_episodes(), self.cfg, engine_failed=self._failed)
         return self._incidents_cache
 
     # ---- never fitting, fatal, reuse loss -----------------------------------------------------
@@ -322,7 +325,7 @@ class LiveFindings:
         ))
 
     def _start_lost(self, rid: int, req: _Req, t: float) -> None:
-        d = PoolRole.DRAFT.value
+        d = _D
         c = self._configs.get(d)
         if c is None or c["paired"]:
             return

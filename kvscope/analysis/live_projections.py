@@ -76,6 +76,16 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     return float(statistics.median(out)), float(max(out))
 
 
+def arrival_debt_bound(sa: StreamingAnalyzer, p: str) -> float:
+    """An upper bound of :func:`arrival_debt`'s max without its per-admission terms (the target's
+    shortfall only lowers each one); -inf when not computable. Read first, so the projection is
+    computed only when it could matter."""
+    if not _ready(sa, p) or not sa._recent_admissions:
+        return -math.inf
+    finals = _arrival_finals(sa, p, sa._configs[p], sa._configs[_T])
+    return sa._need[p] - sa._state[p][1] + max(f for f, _t in finals)
+
+
 def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float) -> float:
     """:func:`kvscope.analysis.ceiling._frees_until` on one point."""
     span = blocks / alloc_it if alloc_it > 0 else math.inf

@@ -22,8 +22,15 @@ from dataclasses import replace
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
+from kvscope.analysis.incidents import stall_groups, stall_incident
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
-from kvscope.analysis.live_projections import arrival_debt, ceiling_risk, head_debt, queue_now_debt
+from kvscope.analysis.live_projections import (
+    arrival_debt,
+    arrival_debt_bound,
+    ceiling_risk,
+    head_debt,
+    queue_now_debt,
+)
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -158,11 +165,13 @@ class StreamingAnalyzer(LiveFindings):
             return []  # a new incident needs a new episode
         self._stall_added = False
         new = []
-        for f in self._incidents():
-            key = (f.pools, f.request_ids[:1], f.t_start_s)
+        # Keyed without building every incident: an incident's pools, first request and start are
+        # its first episode's; only the new ones are built.
+        for policy, pools, group in stall_groups(self._stall_episodes(), self.cfg):
+            key = (pools, group[0].request_ids[:1], group[0].t_start_s)
             if key not in self._raised_incidents:
                 self._raised_incidents.add(key)
-                new.append(f)
+                new.append(stall_incident(pools, group, self.cfg, self._failed, policy))
         return new
 
     def close(self) -> list[Finding]:
@@ -183,10 +192,10 @@ class StreamingAnalyzer(LiveFindings):
     def _one(self, row: tuple) -> None:
         # A canonical row, unpacked in kvscope.events.FIELDS order (COL_* in events/schema.py).
         ts, it, _rank, _pid, rid, pool, kind, nb, nt, _nr, cap, free, evict, _res, reason = row[:15]
-        if kind.__class__ is not str:
-            kind = getattr(kind, "value", kind)
+        if kind.__class__ is not str:  # an enum member: its value without the property call
+            kind = getattr(kind, "_value_", kind)
         if pool.__class__ is not str:
-            pool = getattr(pool, "value", pool)
+            pool = getattr(pool, "_value_", pool)
         t = ts / 1e9
         if it != self._iteration and self._iteration is not None:
             self._end_iteration()
@@ -382,7 +391,7 @@ class StreamingAnalyzer(LiveFindings):
             return math.nan
         _cap, avail = self._state[p]
         short = 0.0
-        tgt = PoolRole.TARGET.value
+        tgt = _TGT
         if p != tgt and tgt in self._state and tgt in self._configs:
             short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1] - self._decode[tgt], 0.0) \
                 * self._configs[tgt]["tokens_per_block"]
@@ -395,7 +404,7 @@ class StreamingAnalyzer(LiveFindings):
             return math.nan
         cap, avail = self._state[p]
         short = 0.0
-        tgt = PoolRole.TARGET.value
+        tgt = _TGT
         if p != tgt and tgt in self._state and tgt in self._configs:
             short_tok = max(self._need[tgt] - self._state[tgt][1], 0.0) * self._configs[tgt]["tokens_per_block"]
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
@@ -408,13 +417,15 @@ class StreamingAnalyzer(LiveFindings):
     def _end_iteration(self) -> None:
         t, it = self._last_t, self._iteration
         self._check_gap(t, it)
-        for p in self._configs:
-            if p not in _KV or p not in self._state:
+        for p, _c in self._kv_cfgs:
+            if p not in self._state:
                 continue
             cap, avail = self._state[p]
             self._cum_alloc[p] += self._alloc_iter[p]
             self._alloc_iter[p] = 0.0
-            win = self._window.setdefault(p, deque(maxlen=self.cfg.rate_window_iterations + 1))
+            win = self._window.get(p)
+            if win is None:
+                win = self._window[p] = deque(maxlen=self.cfg.rate_window_iterations + 1)
             win.append((t, self._cum_alloc[p], cap - avail))
             back = win[0]
             span_t, span_i = t - back[0], len(win) - 1
@@ -433,7 +444,8 @@ class StreamingAnalyzer(LiveFindings):
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
             # Read only when the basis can be "arrival" (no other use): skipped otherwise.
-            arr_med, arr_max = arrival_debt(self, p) if not certain and not queue else (-math.inf, -math.inf)
+            arr_med, arr_max = (arrival_debt(self, p) if not certain and not queue
+                                and arrival_debt_bound(self, p) > self.cfg.min_debt_blocks else (-math.inf, -math.inf))
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and not self._guarded and gate_open and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
@@ -450,9 +462,9 @@ class StreamingAnalyzer(LiveFindings):
             else:
                 eta, eta_it, basis = math.inf, math.inf, ""
             self._eta[p] = (eta, eta_it, basis)
-            if p in self._outside():
+            if p in self._outside_pools:
                 util = (cap - avail) / cap if cap > 0 else math.nan
-                tgt = PoolRole.TARGET.value
+                tgt = _TGT
                 room = avail - self._need[p]
                 tgt_room = math.inf
                 if tgt in self._state and tgt in self._configs:
