@@ -92,6 +92,13 @@ SHORT: list[Run] = [
     Run("qwen-hybrid-mtp[seed=2]", "qwen-hybrid-mtp", ("seed=2",)),
     Run("near-miss[seed=1]", "near-miss", ("seed=1",)),
     Run("mooncake-conversation[300 req,seed=1]", "mooncake-conversation", ("max_requests=300", "seed=1")),
+    # main-00746ef admits the mirror: its admission gate lets in, below the resume ceiling, requests
+    # whose context resizes the draft pool cannot back (two crashes); near the ceiling it holds the
+    # queue back (a healthy run whose draft pool peaks at 99%).
+    Run("glm5-dsa[seed=4,main]", "glm5-dsa", ("seed=4", "engine_version=main-00746ef")),
+    Run("shared-prefix[seed=4,main]", "shared-prefix", ("seed=4", "engine_version=main-00746ef")),
+    Run("mooncake-conversation[300 req,seed=0,main]", "mooncake-conversation",
+        ("max_requests=300", "seed=0", "engine_version=main-00746ef")),
 ]
 
 
