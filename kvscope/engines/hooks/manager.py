@@ -123,6 +123,11 @@ def try_allocate_generation(b: Binding, original: Method) -> Method:
         result = original(self, req, *args, **kwargs)
         try:
             if not result:
+                if cache is not None and cache.is_active != is_active:
+                    # Resumed, then the growth failed: the resume is reported (a later suspension
+                    # must not be the only lifecycle event of a request that resumes every pass).
+                    b.diffs.emit_cache_diff(self, req.py_request_id,
+                                            (num_blocks, -1, is_active, cache.num_committed_tokens))
                 _generation_refused(b, self, req, cache_view(self, req.py_request_id))
             elif cache is not None and (cache.num_blocks != num_blocks or cache.is_active != is_active):
                 # A generation step never commits and the diff does not read the old capacity:
