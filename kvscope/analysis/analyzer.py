@@ -23,6 +23,7 @@ from kvscope.analysis.detectors import (
     exhaustion_frame,
     find_admission_gaps,
 )
+from kvscope.analysis.engine_stall import find_engine_stalls
 from kvscope.analysis.findings import Finding, _plain, order_findings
 from kvscope.analysis.frame import (
     header_meta,
@@ -114,6 +115,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += find_admission_gaps(ev, debt, configs, cfg)
     findings += estimate_time_to_exhaustion(ev, debt, configs, cfg, ex, timeline)
     findings += find_stalled_requests(ev, cfg)
+    findings += find_engine_stalls(ev, cfg)
     findings += find_never_fitting(ev, configs, timeline)
     findings += find_reuse_loss(ev, configs, timeline, cfg)
     findings += find_engine_fatal(ev, debt, findings)

@@ -29,6 +29,9 @@ class FindingKind(str, Enum):
     """Prefix tokens the target reused that an unpaired draft mirror had to hold again."""
     ENGINE_FATAL = "engine_fatal"
     """The executor loop ended with an error (every pending request failed)."""
+    ENGINE_STALLED = "engine_stalled"
+    """The engine scheduled nothing for a long stretch while requests were live (critical while it
+    lasts to the end of the events)."""
     REMEDIATION_DEFERRAL = "remediation_deferral"
     """Requests the admission policy (remediation) deferred: the intended behaviour, reported as
     info with counts, never as a stall."""
@@ -55,6 +58,7 @@ ALARM_KINDS: frozenset[FindingKind] = frozenset(
         FindingKind.STALLED_RESERVATION,
         FindingKind.NEVER_FITTING,
         FindingKind.ENGINE_FATAL,
+        FindingKind.ENGINE_STALLED,
     }
 )
 """Kinds that call for action. ``reuse_loss`` is a cost report and ``remediation_deferral`` the

@@ -122,14 +122,22 @@ def counts(findings: Sequence[Finding]) -> dict[str, Any]:
 def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> dict[str, Any]:
     """The headline of a run: the first engine failure (when, which request, which pool, the whole
     message) and the earliest alarm that named the failing request before it (its lead time), or
-    healthy. Keys: status ('engine_fatal' | 'healthy'), and when fatal t_s, iteration, request_id
+    healthy. Keys: status ('engine_fatal' | 'engine_stalled' | 'healthy'), and when fatal t_s, iteration, request_id
     (None unknown), pool, message, first_warning (None when nothing named the request earlier:
     kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape; from
     when the finding turned critical). ``time_of`` maps an iteration to its time (s) to date the
-    naming iteration; without it the finding's start time is used."""
+    naming iteration; without it the finding's start time is used. An engine that did not fail but is
+    still stalled when the events end (a critical ``engine_stalled``) has status 'engine_stalled' with
+    t_s, iteration and message (the stall's summary)."""
     fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
     worst = max((f.severity.rank for f in findings), default=-1)
     if not fatals:
+        stalled = [f for f in findings if f.kind == FindingKind.ENGINE_STALLED and f.severity == Severity.CRITICAL]
+        if stalled:
+            stall = min(stalled, key=lambda f: f.t_start_s)
+            return {"status": "engine_stalled", "t_s": stall.t_start_s, "iteration": stall.iteration_start,
+                    "request_id": None, "pool": None, "message": stall.summary,
+                    "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value}
         return {"status": "healthy", "num_findings": len(findings),
                 "worst_severity": next((s.value for s in Severity if s.rank == worst), None)}
     fatal = fatals[0]
@@ -174,11 +182,13 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
 
 def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> str:
     """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
-    <whole message>; first warned ... before`` or ``healthy: ...``."""
+    <whole message>; first warned ... before``, ``ENGINE STALLED since ...`` or ``healthy: ...``."""
     v = verdict(findings, time_of)
     if v["status"] == "healthy":
         worst = v["worst_severity"]
         return ("HEALTHY: no engine failure" + (f"; worst finding {worst}" if worst else "; no findings"))
+    if v["status"] == "engine_stalled":
+        return f"ENGINE STALLED since t={v['t_s']:.1f} s (iteration {v['iteration']}): {v['message']}"
     req = "unknown request" if v["request_id"] is None else f"request {v['request_id']}"
     pool = f"{v['pool']} pool" if v["pool"] else "unknown pool"
     out = f"ENGINE FATAL at t={v['t_s']:.1f} s (iteration {v['iteration']}), {req}, {pool}: {v['message']}"

@@ -88,6 +88,10 @@ def _verdict_html(analysis: Analysis) -> str:
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
                 f"<div>{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "")
                 + ".</div></div>")
+    if v["status"] == "engine_stalled":
+        return (f"<div class='verdict fatal'><h2>ENGINE STALLED since t={v['t_s']:.1f} s (iteration "
+                f"{_unknown(v['iteration'])}): it schedules nothing while requests are live</h2>"
+                f"<pre>{html.escape(str(v['message']))}</pre></div>")
     req = v["request_id"]
     req_txt = f"request {req}" if req is not None else "<span class='unknown'>unknown request</span>"
     pool_txt = f"{html.escape(v['pool'])} pool" if v["pool"] else "<span class='unknown'>unknown pool</span>"
@@ -188,6 +192,8 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
                     f"{_unknown(v['request_id'])}, {html.escape(str(v['pool']))} pool")
             w = v.get("first_warning")
             lead = f"{w['lead_iterations']} it / {w['lead_s']:.1f} s ({html.escape(w['kind'])})" if w else "none"
+        elif v["status"] == "engine_stalled":
+            what, lead = (f"<span class='critical'>ENGINE STALLED</span> since t={v['t_s']:.1f} s", "–")
         else:
             what, lead = "<span style='color:#2e7d32;font-weight:600'>healthy</span>", "–"
         util = ", ".join(f"{p} {u:.0%}" for p, u in _peak_utilization(a).items())

@@ -10,6 +10,10 @@ most ``max_findings`` findings; finished requests are dropped at once.
 The rules are the batch detectors' (:mod:`kvscope.analysis.detectors`,
 :mod:`kvscope.analysis.request_detectors`); a test feeds the same stream to both and compares.
 ``reuse_loss`` is a summary: :meth:`close` returns it.
+
+Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
+(the rules share it row by row); what needs no shared state lives apart (live_findings.py,
+live_projections.py, engine_stall.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.engine_stall import TRACKED_KINDS as _ENGINE_STALL_KINDS
+from kvscope.analysis.engine_stall import EngineStallTracker
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.frame import _config_row
 from kvscope.analysis.incidents import stall_groups, stall_incident
@@ -126,13 +132,15 @@ class StreamingAnalyzer(LiveFindings):
         self._queue_last_seq = 0
         self._lost_live = 0.0  # sum of the live requests' lost blocks
         self._init_stalls()
+        self._engine_stalls = EngineStallTracker(self.cfg)
+        self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
 
     # ---- public API ------------------------------------------------------------------------
     @property
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
         (:func:`order_findings`); stalls as incidents."""
-        return order_findings(self._findings + self._incidents())
+        return order_findings(self._findings + self._incidents() + self._engine_stalls.findings)
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
@@ -157,7 +165,8 @@ class StreamingAnalyzer(LiveFindings):
             self._one(row)
         raised = len(self._findings) + self.dropped_findings - before
         out = self._findings[len(self._findings) - raised:] if raised > 0 else []
-        return out + self._new_incidents()
+        stalls, self._stalls_raised = self._stalls_raised, []
+        return out + self._new_incidents() + stalls
 
     def _new_incidents(self) -> list[Finding]:
         """Stall incidents not returned by an earlier feed (keyed by pool and first request)."""
@@ -201,6 +210,10 @@ class StreamingAnalyzer(LiveFindings):
             self._end_iteration()
             self._iter_admitted = []
         self._iteration, self._last_t, self._last_it = it, t, it
+        if kind in _ENGINE_STALL_KINDS:
+            stall = self._engine_stalls.on(kind, rid, _nr, t, it)
+            if stall is not None:
+                self._stalls_raised.append(stall)
         if kind == _CONFIGURED:
             d = parse_kv(reason or "")
             d.setdefault("tokens_per_block", nt)

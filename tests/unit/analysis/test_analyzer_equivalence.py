@@ -22,6 +22,8 @@ rules read them as before), the finding kind ``remediation_deferral`` in ``count
 time-to-exhaustion evidence ``resume_ceiling`` / ``past_ceiling_blocks`` (False / None here); no
 finding changed. ``glm5-dsa-reuse-off`` and ``glm5-dsa-rc27-reuse-off`` (see test_resume_ceiling.py)
 carry the build facts; their expected findings were written by the analyzer that reads them.
+Regenerated for one more additive key: the finding kind ``engine_stalled`` in ``counts`` (0 in every
+file; checked: removing it gives the previous objects exactly).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
