@@ -24,7 +24,12 @@ def _final(c: dict, prompt: float, reused: float) -> float:
 
 
 def _ready(sa: StreamingAnalyzer, p: str) -> bool:
-    return p != _T and p in sa._state and p in sa._configs and _T in sa._state and _T in sa._configs
+    if p in sa._ready_pools:  # pools are never forgotten: once ready, ready for good
+        return True
+    ok = p != _T and p in sa._state and p in sa._configs and _T in sa._state and _T in sa._configs
+    if ok:
+        sa._ready_pools.add(p)
+    return ok
 
 
 def head_debt(sa: StreamingAnalyzer, p: str) -> float:
@@ -71,8 +76,15 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     conv = ct["tokens_per_block"] / c["tokens_per_block"]
     base = sa._need[p] - sa._state[p][1]
     need_t, avail_t = sa._need[_T], sa._state[_T][1]
-    out = [base + fin_p - math.floor(max(need_t + fin_t - avail_t, 0.0) * conv)
-           for fin_p, fin_t in _arrival_finals(sa, p, c, ct)]
+    finals = _arrival_finals(sa, p, c, ct)
+    if need_t + sa._arrival_finals[(p, "max_t")] - avail_t <= 0:
+        # The target has room for each: every term is base + its need in p, so the median and
+        # the max are read off the sorted needs (the same float operations as below).
+        srt = sa._arrival_finals[(p, "sorted_p")]
+        n, i = len(srt), len(srt) // 2
+        med = base + srt[i] if n % 2 else ((base + srt[i - 1]) + (base + srt[i])) / 2
+        return float(med), float(base + srt[-1])
+    out = [base + fin_p - math.floor(max(need_t + fin_t - avail_t, 0.0) * conv) for fin_p, fin_t in finals]
     return float(statistics.median(out)), float(max(out))
 
 
@@ -82,8 +94,8 @@ def arrival_debt_bound(sa: StreamingAnalyzer, p: str) -> float:
     computed only when it could matter."""
     if not _ready(sa, p) or not sa._recent_admissions:
         return -math.inf
-    finals = _arrival_finals(sa, p, sa._configs[p], sa._configs[_T])
-    return sa._need[p] - sa._state[p][1] + max(f for f, _t in finals)
+    _arrival_finals(sa, p, sa._configs[p], sa._configs[_T])
+    return sa._need[p] - sa._state[p][1] + sa._arrival_finals[(p, "sorted_p")][-1]
 
 
 def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float) -> float:
@@ -136,6 +148,8 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
     if got is None:
         got = cache[p] = [(_final(c, prompt, reused if c["paired"] else 0.0), _final(ct, prompt, reused))
                           for prompt, reused in sa._recent_admissions]
+        cache[(p, "sorted_p")] = sorted(f for f, _t in got)
+        cache[(p, "max_t")] = max(t for _f, t in got)
     return got
 
 

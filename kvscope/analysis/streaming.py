@@ -125,7 +125,8 @@ class StreamingAnalyzer(LiveFindings):
         self._cfg_gen = 0
         self._outside_pools: list[str] = []
         self._kv_cfgs: list[tuple[str, dict]] = []
-        self._arrival_finals: dict[str, list[tuple[float, float]]] | None = None
+        self._arrival_finals: dict | None = None
+        self._ready_pools: set[str] = set()  # pools the projections can read (live_projections._ready)
         self._seq = 0  # first-seen order of requests (_reqs' insertion order)
         self._queue: dict[int, _Req] = {}  # the queued requests
         self._queue_in_order = True  # _queue's insertion order is first-seen order
