@@ -15,7 +15,8 @@ Configuration is by environment variables (options here only set them):
 ``KVSCOPE_ZMQ_ENDPOINT``    live publisher endpoint base (rank r binds port + r; default
                             ``tcp://127.0.0.1:5557``)
 ``KVSCOPE_ZMQ_HWM``         messages the live publisher queues per subscriber before it drops
-                            (and counts) new ones instead of waiting (default 1000)
+                            (and counts) new ones instead of waiting (default 256: messages hold
+                            at most 256 KiB, so a stalled subscriber holds at most 64 MiB)
 ``OTEL_EXPORTER_OTLP_*``    used by the ``otlp`` sink (standard variables)
 ``KVSCOPE_ENGINE``          ``auto`` (default), ``tensorrt_llm`` or ``model``
 ``KVSCOPE_RANK``            global rank; else ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,

@@ -48,9 +48,20 @@ SHUTDOWN_LINGER_MS = 2000
 """How long a clean shutdown may spend delivering events already sent to connected subscribers."""
 
 MAX_ROWS_PER_MESSAGE = 4096
-"""Rows per message: bounds how long one encode holds the GIL (about 1 ms) and a message's size."""
+"""Rows per message: bounds how long one encode holds the GIL (about 1 ms)."""
 
-__all__ = ["TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink"]
+MAX_MESSAGE_BYTES = 256 << 10
+"""A message's body at most: a batch whose rows encode larger is split (a full message of typical
+rows is about 200 KiB). A single row larger than this still goes in one message."""
+
+DEFAULT_BUFFER_BYTES = 64 << 20
+"""What a subscriber that stops reading can make the publishing (engine) process hold, by default."""
+
+DEFAULT_HIGH_WATER_MARK = DEFAULT_BUFFER_BYTES // MAX_MESSAGE_BYTES
+"""Messages queued per subscriber before new ones are dropped (256): the buffer budget in messages
+of at most :data:`MAX_MESSAGE_BYTES`. ``KVSCOPE_ZMQ_HWM`` sets another count."""
+
+__all__ = ["DEFAULT_BUFFER_BYTES", "DEFAULT_HIGH_WATER_MARK", "MAX_MESSAGE_BYTES", "TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink"]
 
 
 class ZmqPublisherSink:
@@ -59,13 +70,15 @@ class ZmqPublisherSink:
     Args:
         endpoint: where to bind, e.g. ``"tcp://127.0.0.1:5557"`` or ``"ipc:///tmp/kvscope.sock"``.
             ``"tcp://127.0.0.1:*"`` picks a free port (see :attr:`endpoint` after construction).
-        high_water_mark: messages queued per subscriber before new ones are dropped (> 0).
+        high_water_mark: messages queued per subscriber before new ones are dropped (> 0); a
+            message holds at most :data:`MAX_MESSAGE_BYTES`, so a stalled subscriber makes this
+            process hold at most about ``high_water_mark * MAX_MESSAGE_BYTES`` (64 MiB by default).
         context: a ``zmq.Context`` (default: the process-wide instance).
         run_id: the recording run's id (the file headers' ``meta.run_id``), sent with every batch
             so a follower refuses another run's stream; default: a fresh one.
     """
 
-    def __init__(self, endpoint: str, *, high_water_mark: int = 1000,
+    def __init__(self, endpoint: str, *, high_water_mark: int = DEFAULT_HIGH_WATER_MARK,
                  context: zmq.Context | None = None, run_id: str | None = None) -> None:
         if high_water_mark <= 0:
             raise ValueError(f"high_water_mark must be > 0, got {high_water_mark}")
@@ -121,11 +134,16 @@ class ZmqPublisherSink:
 
     def _send(self, raw: list[RawRow], rank: int, pid: int, recorder_dropped: int, tail: bytes) -> None:
         n = len(raw)
+        body = encode_rows(raw)
+        if len(body) > MAX_MESSAGE_BYTES and n > 1:  # long rows: halves, so the HWM bounds bytes
+            self._send(raw[:n // 2], rank, pid, recorder_dropped, tail)
+            self._send(raw[n // 2:], rank, pid, recorder_dropped, tail)
+            return
         head = encode_header(DATA, self.num_sent_batches + self.num_dropped_batches, self._next_event, n,
                              recorder_dropped, self.num_dropped_events, rank, pid, tail)
         self._next_event += n  # sent or dropped: the subscriber sees the gap either way
         try:
-            self._sock.send_multipart([TOPIC, head, encode_rows(raw)], flags=zmq.NOBLOCK)
+            self._sock.send_multipart([TOPIC, head, body], flags=zmq.NOBLOCK)
         except zmq.Again:
             self.num_dropped_events += n
             self.num_dropped_batches += 1
