@@ -43,7 +43,7 @@ lint: $(VENV)/.test-installed
 	@# (post-3.10 stdlib names, compile under a real 3.10 interpreter).
 
 test: setup-test lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 bench: $(VENV)/.test-installed
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python "$$b" || exit 1; done

@@ -28,7 +28,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-dev-shm-usage"]
 TOKEN = "kvscope-e2e"
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True},
+    # windowingMode "none": every cell's output renders at once. Lab's default ("defer") renders
+    # cells below the fold when the page is idle, which a loaded CI machine may postpone past the
+    # test's waits (a clean-clone run timed out waiting for the pools figure below the fold).
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True,
+                                                                   "windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                          "checkForUpdates": False},
 }
