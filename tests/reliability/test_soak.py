@@ -7,7 +7,7 @@ margin), not the whole trace again. The client cancels a random tenth of the req
 (``cancel_rate``, ``KVSCOPE_SOAK_CANCEL_RATE``) after an exponential delay of mean 10 s
 (``cancel_after_s``): queued, in context, in generation or suspended, as it happens. Checked per
 replay: zero fatal, zero reservations leaked, every request ended (completed, cancelled, rejected or
-failed), no block held after the drain; sampled during the run (one iteration in
+failed; no stall), no block held after the drain; sampled during the run (one iteration in
 ``INVARIANT_EVERY``, one scheduling pass in ``LEDGER_EVERY``): block accounting in every pool, no block
 owned twice, the reservation ledger adds up and holds only live requests. Across replays the
 process's resident memory does not grow (bounded: the high-water mark after the last replay stays
@@ -52,7 +52,7 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
     from kvscope.remedy import RemediatedSession
 
     assert TRACE.exists(), TRACE
-    report = {"requests": 0, "completed": 0, "cancelled": 0, "rejected": 0, "failed": 0, "fatal": 0,
+    report = {"requests": 0, "completed": 0, "cancelled": 0, "rejected": 0, "failed": 0, "fatal": 0, "stalled": 0,
               "leaked_reservations": 0, "invariant_violations": 0, "iterations_checked": 0, "ledger_checks": 0,
               "sim_hours": 0.0, "wall_s": 0.0, "cancel_rate": CANCEL_RATE, "replays": [], "rss_mb_samples": []}
     seed = 0
@@ -109,6 +109,7 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
                "cancelled": summary.requests_cancelled,
                "rejected": summary.requests_rejected + int(stats.get("rejected", 0)),
                "failed": summary.requests_failed + summary.requests_errored, "fatal": summary.engine_fatal,
+               "stalled": summary.engine_stalled,
                "sim_hours": round(summary.sim_seconds / 3600, 3), "leaked": int(stats.get("live_reservations", 0)),
                "reservations_made": int(stats.get("reservations_made", 0)),
                "reservations_released": int(stats.get("reservations_released", 0)),
@@ -127,6 +128,7 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
         report["rejected"] += rec["rejected"]
         report["failed"] += rec["failed"]
         report["fatal"] += int(summary.engine_fatal)
+        report["stalled"] += int(summary.engine_stalled)
         report["leaked_reservations"] += rec["leaked"]
         report["sim_hours"] += summary.sim_seconds / 3600
         report["rss_mb_samples"].append(rec["rss_mb_max"])
@@ -138,7 +140,9 @@ def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
     print(json.dumps(report))
     if os.environ.get("KVSCOPE_SOAK_REPORT"):
         Path(os.environ["KVSCOPE_SOAK_REPORT"]).write_text(json.dumps(report, indent=1))
-    assert report["fatal"] == 0 and report["leaked_reservations"] == 0
+    # A stall would leave requests unended (the end check accepts it for the property tests, where
+    # rc25's livelock is a real build's behaviour); the soak's engine serves everything.
+    assert report["fatal"] == 0 and report["stalled"] == 0 and report["leaked_reservations"] == 0
     assert CANCEL_RATE == 0 or report["cancelled"] > 0
     assert all(not r["violations"] for r in report["replays"]), report["replays"]
     first, last = report["rss_mb_samples"][0], report["rss_mb_samples"][-1]
