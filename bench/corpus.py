@@ -146,7 +146,8 @@ def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, floa
     sched = kind == EVENT_KINDS.index(EventKind.ITERATION_SCHEDULED)
     times = dict(zip(it[sched].tolist(), ts[sched].tolist()))
     if not summary["engine_fatal"]:
-        return RunLabel(run.name, False, float(summary["sim_seconds"]), held_out=not run.tuned), times
+        return RunLabel(run.name, False, float(summary["sim_seconds"]), held_out=not run.tuned,
+                        stalled=bool(summary.get("engine_stalled", False))), times
     fpos = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.ENGINE_FAILED))
     req = summary.get("fatal_request_id")
     arrival = None
@@ -206,7 +207,7 @@ def main() -> int:
         for s in scores:
             lab = s.label
             what = (f"CRASH it {lab.fatal_iteration} req {lab.fatal_request} {lab.fatal_pool}" if lab.crashed
-                    else f"healthy {lab.sim_seconds:.0f} s")
+                    else f"{'STALLED' if lab.stalled else 'healthy'} {lab.sim_seconds:.0f} s")
             ow = s.first_warning.get("overall")
             oc = s.first_critical.get("overall")
             hc = s.healthy_counts.get("overall")

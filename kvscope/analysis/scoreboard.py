@@ -1,7 +1,9 @@
 """Scoreboard: how well the findings predict what the engine did, over a labelled corpus of runs.
 
 A run is labelled by what the engine (model) did, never by the analyzer: crashed (the iteration,
-time, request and pool of its ENGINE_FAILED event, and when the failing request arrived) or healthy.
+time, request and pool of its ENGINE_FAILED event, and when the failing request arrived), stalled
+(the engine stopped scheduling while requests were live: neither a crash nor healthy, counted apart)
+or healthy.
 :func:`score_run` sets the findings of one run against its label; :func:`scoreboard` aggregates
 per detector (finding kind) and overall:
 
@@ -47,6 +49,9 @@ class RunLabel:
     """Iteration the failing request arrived (None unknown)."""
     held_out: bool = True
     """Not one of the runs the rules were tuned on."""
+    stalled: bool = False
+    """The engine stopped scheduling with requests live (replay summary ``engine_stalled``): not
+    healthy, so its findings are not false alarms; not a crash either."""
 
     @property
     def draft_capacity_crash(self) -> bool:
@@ -125,12 +130,13 @@ def _pct(values: list[float], q: float) -> float | None:
 def scoreboard(scores: Sequence[RunScore], *, min_lead_iterations: int = 10) -> dict[str, Any]:
     """Aggregate :func:`score_run` results: per kind and ``overall``, plus the targets' verdicts."""
     crashes = [s for s in scores if s.label.crashed]
-    healthy = [s for s in scores if not s.label.crashed]
+    healthy = [s for s in scores if not s.label.crashed and not s.label.stalled]
     hours = sum(s.label.sim_seconds for s in healthy) / 3600.0
     eligible = [s for s in crashes if s.label.draft_capacity_crash
                 and s.label.failing_arrival_iteration is not None
                 and s.label.failing_arrival_iteration <= s.label.fatal_iteration - min_lead_iterations]
     out: dict[str, Any] = {"runs": len(scores), "crashing_runs": len(crashes), "healthy_runs": len(healthy),
+                           "stalled_runs": sum(1 for s in scores if s.label.stalled),
                            "healthy_hours": hours, "eligible_draft_crashes": len(eligible), "detectors": {}}
     for k in (OVERALL, *_SCORED_KINDS):
         warned = [s.first_warning[k] for s in crashes if k in s.first_warning]
@@ -181,7 +187,8 @@ def _fmt(v: Any, spec: str = ".0f") -> str:
 def format_scoreboard(board: dict[str, Any], title: str = "scoreboard") -> str:
     """A fixed-width text table of :func:`scoreboard` (one row per detector and overall)."""
     lines = [f"{title}: {board['runs']} runs ({board['crashing_runs']} crashing, {board['eligible_draft_crashes']} "
-             f"eligible draft-capacity crashes; {board['healthy_runs']} healthy, {board['healthy_hours']:.1f} simulated h)",
+             f"eligible draft-capacity crashes; {board['healthy_runs']} healthy, {board['healthy_hours']:.1f} simulated h"
+             + (f"; {board['stalled_runs']} stalled, not scored as healthy" if board.get("stalled_runs") else "") + ")",
              f"{'detector':<20}{'recall':>7}{'lead it p50/min':>17}{'lead s p50/min':>17}{'named it p50/min':>18}"
              f"{'warn>=10it':>11}{'crit>=10it':>11}{'crit it p50':>12}{'false crit':>11}{'warn/h':>8}"]
     for k, d in board["detectors"].items():

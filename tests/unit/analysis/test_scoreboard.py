@@ -1,0 +1,27 @@
+"""The scoreboard's labels: a stalled run (the engine stopped scheduling with requests live) is
+neither a crash nor healthy, so the critical finding that names its stall is no false alarm."""
+
+from __future__ import annotations
+
+from kvscope.analysis import Finding, FindingKind, Severity
+from kvscope.analysis.scoreboard import RunLabel, score_run, scoreboard
+
+
+def _finding(kind: FindingKind, severity: Severity, it: int) -> Finding:
+    return Finding(kind=kind, severity=severity, t_start_s=float(it), t_end_s=float(it), iteration_start=it,
+                   iteration_end=it, pools=(), request_ids=(), summary="", evidence={})
+
+
+def test_a_stalled_run_is_counted_apart_and_its_stall_is_no_false_critical():
+    stall = _finding(FindingKind.ENGINE_STALLED, Severity.CRITICAL, 5000)
+    stalled = score_run(RunLabel("stalled", False, 3600.0, stalled=True), [stall])
+    healthy = score_run(RunLabel("healthy", False, 3600.0),
+                        [_finding(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 10)])
+    board = scoreboard([stalled, healthy])
+    assert (board["healthy_runs"], board["stalled_runs"], board["healthy_hours"]) == (1, 1, 1.0)
+    overall = board["detectors"]["overall"]
+    assert overall["healthy_critical"] == 0 and overall["false_critical_runs"] == []
+    assert overall["warnings_per_hour"] == 1.0
+    # the same critical on a run labelled healthy is a false alarm
+    board = scoreboard([score_run(RunLabel("healthy2", False, 3600.0), [stall]), healthy])
+    assert board["detectors"]["overall"]["false_critical_runs"] == ["healthy2"]
