@@ -125,6 +125,7 @@ class StreamingAnalyzer(LiveFindings):
         self._cfg_gen = 0
         self._outside_pools: list[str] = []
         self._kv_cfgs: list[tuple[str, dict]] = []
+        self._kv_cfg_of: dict[str, list[tuple[str, dict]]] = {}
         self._arrival_finals: dict | None = None
         self._ready_pools: set[str] = set()  # pools the projections can read (live_projections._ready)
         self._seq = 0  # first-seen order of requests (_reqs' insertion order)
@@ -248,6 +249,7 @@ class StreamingAnalyzer(LiveFindings):
         self._cfg_gen += 1
         self._outside_pools = [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
         self._kv_cfgs = [(p, c) for p, c in self._configs.items() if p in _KV]
+        self._kv_cfg_of = {p: [(p, c)] for p, c in self._kv_cfgs}
         self._arrival_finals = None
 
     def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
@@ -257,6 +259,7 @@ class StreamingAnalyzer(LiveFindings):
                 return  # late events of an ended request (e.g. BLOCKS_FREED after REQUEST_FINISHED)
             self._seq += 1
             req = self._reqs[rid] = _Req(rid, seq=self._seq)
+        scope: str | tuple | None = None  # pools whose inputs this event changes (None: every pool)
         if kind == _ARRIVED:
             req.prompt, req.arrival_s, req.arrival_it = nt, t, it
             self._never_fitting(rid, req, t)
@@ -275,22 +278,35 @@ class StreamingAnalyzer(LiveFindings):
         elif kind == _CHUNK:
             if req.prompt >= 0 and nb + nt >= req.prompt:  # position before + chunk reaches the end
                 req.context_done = True
+        # The events below change one pool's inputs of the request's held and still-needed blocks
+        # (scope: that pool); any other event not above changes none (scope: ()).
         elif kind in _GROWS:
+            scope = ()
             if pool in _KV:
                 req.cap[pool] = float(nt)
+                scope = pool
         elif kind == _FREED:
+            scope = ()
             if pool in _KV:
                 req.cap[pool] = 0.0
+                scope = pool
                 if pool == _TGT:
                     req.counted = False
+                    scope = None
         elif kind == _SUSPENDED or kind == _RESUMED:
+            scope = ()
             if pool in _KV:
                 req.susp[pool] = kind == _SUSPENDED
+                scope = pool
         elif kind == _REUSED:
+            scope = ()
             if pool in _KV:
                 req.reused[pool] = float(nt)
+                scope = pool
                 if req.queued and pool == _TGT:
                     self._set_queued(req, float(nt))
+        elif kind not in _END:
+            scope = ()
         if kind in _STALL:
             s = req.stall
             if s is None:
@@ -323,18 +339,24 @@ class StreamingAnalyzer(LiveFindings):
             self._ended.append(rid)
             self._ended_set.add(rid)
         else:
-            self._update_rem(rid, req, t)
+            self._update_rem(rid, req, t, scope)
 
-    def _update_rem(self, rid: int, req: _Req, t: float) -> None:
+    def _update_rem(self, rid: int, req: _Req, t: float, scope: str | tuple | None = None) -> None:
+        """Bring the request's held / still-needed / decoding blocks up to date in the pools of
+        ``scope`` (None: all). The figures are a function of the request's fields and the configs,
+        so pools whose inputs did not change since the last update keep their values."""
         counted, done = req.counted, req.context_done
         finals = req.finals
+        cfgs = self._kv_cfgs
         if finals is None or finals[0] != self._cfg_gen or finals[1] != req.prompt:
             finals = req.finals = (self._cfg_gen, req.prompt, {
                 p: blocks_needed(req.prompt, c["tokens_per_block"], max_draft_len=c["max_draft_len"],
                                  num_extra_kv_tokens=c["num_extra_kv_tokens"])
                 for p, c in self._kv_cfgs} if req.prompt >= 0 else None)
+        elif scope is not None:  # (configs unchanged since the last update: finals are current)
+            cfgs = self._kv_cfg_of.get(scope, ()) if scope else ()
         fin = finals[2]
-        for p, c in self._kv_cfgs:
+        for p, c in cfgs:
             tpb = c["tokens_per_block"]
             reused = req.reused.get(p, 0.0)
             if p == _TGT or c["paired"]:
