@@ -165,6 +165,18 @@ class StreamingAnalyzer(LiveFindings):
         for e in events:
             row = e.as_row() if isinstance(e, KVEvent) else e
             self._one(row)
+        return self._raised(before)
+
+    def feed_raw(self, raws: Iterable[tuple]) -> list[Finding]:
+        """:meth:`feed` for the recorder's raw rows (``RAW_FIELDS`` order, as the live stream
+        carries them), without building canonical rows first (the rules read neither rank nor pid)."""
+        before = len(self._findings) + self.dropped_findings
+        one = self._one
+        for r in raws:
+            one(r, True)
+        return self._raised(before)
+
+    def _raised(self, before: int) -> list[Finding]:
         raised = len(self._findings) + self.dropped_findings - before
         out = self._findings[len(self._findings) - raised:] if raised > 0 else []
         stalls, self._stalls_raised = self._stalls_raised, []
@@ -200,9 +212,11 @@ class StreamingAnalyzer(LiveFindings):
         return self._findings[raised_before:] + self._new_incidents()
 
     # ---- per event --------------------------------------------------------------------------
-    def _one(self, row: tuple) -> None:
-        # A canonical row, unpacked in kvscope.events.FIELDS order (COL_* in events/schema.py).
-        ts, it, _rank, _pid, rid, pool, kind, nb, nt, _nr, cap, free, evict, _res, reason = row[:15]
+    def _one(self, row: tuple, raw: bool = False) -> None:
+        if raw:  # a raw ring row, kvscope.events.schema.RAW_FIELDS order (sequence number, no rank / pid)
+            _seq, ts, it, rid, pool, kind, nb, nt, _nr, cap, free, evict, _res, reason = row[:14]
+        else:  # a canonical row, kvscope.events.FIELDS order (COL_* in events/schema.py)
+            ts, it, _rank, _pid, rid, pool, kind, nb, nt, _nr, cap, free, evict, _res, reason = row[:15]
         if kind.__class__ is not str:  # an enum member: its value without the property call
             kind = getattr(kind, "_value_", kind)
         if pool.__class__ is not str:

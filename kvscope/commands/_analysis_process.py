@@ -48,7 +48,6 @@ def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
     gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
     from kvscope.analysis.streaming import StreamingAnalyzer
     from kvscope.otel.logs import from_finding
-    from kvscope.recording.recorder import raw_to_rows
     from kvscope.recording.wire import decode_rows
 
     analyzer = StreamingAnalyzer()
@@ -65,7 +64,7 @@ def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
             conn_out.send(([from_finding(f) for f in analyzer.close()], gauges()))
             return
         rank, pid, num_rows, body = msg
-        found = analyzer.feed(raw_to_rows(decode_rows(body, num_rows), rank, pid))
+        found = analyzer.feed_raw(decode_rows(body, num_rows))  # the rules read neither rank nor pid
         conn_out.send(([from_finding(f) for f in found], gauges()))
 
 
