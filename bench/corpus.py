@@ -117,8 +117,9 @@ def engine_version_runs() -> list[Run]:
     return out
 
 
-def replay(run: Run, out_dir: Path, *, reuse: bool = False) -> tuple[dict, Path]:
-    """Replay ``run`` (or, with ``reuse``, read the event file and summary a previous call left)."""
+def replay(run: Run, out_dir: Path, *, reuse: bool = False, timeout_s: float = 1800.0) -> tuple[dict, Path]:
+    """Replay ``run`` (or, with ``reuse``, read the event file and summary a previous call left).
+    RuntimeError when the replay fails or takes longer than ``timeout_s``."""
     path = out_dir / (run.name.replace("/", "_").replace(",", "_").replace("=", "-") + ".parquet")
     cached = path.with_suffix(".summary.json")
     if reuse and path.exists() and cached.exists():
@@ -130,7 +131,10 @@ def replay(run: Run, out_dir: Path, *, reuse: bool = False) -> tuple[dict, Path]
         cmd += ["--scenario", run.source]
     for s in run.sets:
         cmd += ["--set", s]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:  # reported as not scored, never the whole corpus lost
+        raise RuntimeError(f"{run.name}: replay still running after {timeout_s:.0f} s") from exc
     if res.returncode != 0:
         raise RuntimeError(f"{run.name}: {res.stderr.strip()[-500:]}")
     cached.write_text(res.stdout)
@@ -162,15 +166,19 @@ def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, floa
                     failing_arrival_iteration=arrival, held_out=not run.tuned), times
 
 
-def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool = False) -> list:
-    """Replay (two at a time), label, analyze and score every run; returns the RunScores."""
+def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool = False,
+               timeout_s: float = 1800.0, skipped: list[str] | None = None) -> list:
+    """Replay (two at a time), label, analyze and score every run; returns the RunScores. The runs
+    that could not be replayed (refused knob, failure, ``timeout_s``) are appended to ``skipped``."""
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(run: Run):
         try:
-            summary, path = replay(run, out_dir, reuse=reuse)
-        except RuntimeError as exc:  # a knob this engine version refuses: reported, not scored
+            summary, path = replay(run, out_dir, reuse=reuse, timeout_s=timeout_s)
+        except RuntimeError as exc:  # a knob this engine version refuses, a timeout: reported, not scored
             print(f"skipped {exc}", file=sys.stderr)
+            if skipped is not None:
+                skipped.append(run.name)
             return None
         lab, times = label(run, summary, path)
         return score_run(lab, analyze_files(path).findings, times)
@@ -193,17 +201,21 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="directory for the event files (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="re-score the event files a previous --out run left")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one replay may take (default 1800)")
     args = ap.parse_args()
     import tempfile
 
     runs = SHORT if args.short else FULL + engine_version_runs()
     with tempfile.TemporaryDirectory() as tmp:
-        scores = run_corpus(runs, Path(args.out or tmp), reuse=args.reuse)
+        skipped: list[str] = []
+        scores = run_corpus(runs, Path(args.out or tmp), reuse=args.reuse, timeout_s=args.timeout, skipped=skipped)
     text, boards = report(scores)
     if args.json:
-        print(json.dumps(boards, default=str))
+        print(json.dumps({**boards, "not_scored": skipped}, default=str))
     else:
         print(text)
+        if skipped:
+            print(f"not scored (no replay): {', '.join(skipped)}")
         for s in scores:
             lab = s.label
             what = (f"CRASH it {lab.fatal_iteration} req {lab.fatal_request} {lab.fatal_pool}" if lab.crashed
