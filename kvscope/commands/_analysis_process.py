@@ -1,11 +1,13 @@
 """The streaming analyzer of ``export --follow`` in a process of its own, in step with the export.
 
-Per event, the analyzer costs the follower more than the whole OTLP translation (about 14 us
-against 12 on a real replay), and both are Python holding one GIL. So the follower hands each
-received batch's body (the same bytes the publisher sent) to a child process *before* translating
-it, and collects that batch's findings and gauges *after*: the two run side by side on two cores,
-and the findings and gauges reach the sink exactly where the in-process analyzer's did (after the
-batch's translation, before the next batch's metric snapshots).
+Per event, the analyzer costs about what the OTLP translation costs (7-9 us against 10 on a real
+replay), and both are Python holding one GIL. So the follower hands each received batch's body (the
+same bytes the publisher sent) to a child process *before* translating it, up to
+:data:`~kvscope.commands.export.ANALYZE_AHEAD` batches ahead of the translation, and collects that
+batch's findings and gauges *after* (:meth:`AnalyzerProcess.expect`): the two run side by side on
+two cores, and the findings and gauges reach the sink exactly where the in-process analyzer's did
+(after the batch's translation, before the next batch's metric snapshots). On a machine without a
+spare core the child costs more CPU in all than ``--analyze-inline`` (a second decode, the pipe).
 
 :class:`AnalyzerProcess` satisfies :class:`kvscope.otel.analyzer_bridge.StreamingDetector`, so the
 same :class:`~kvscope.otel.analyzer_bridge.AnalyzerBridge` wires it to the sink. If the child dies
@@ -40,7 +42,9 @@ def _children_cpu_s() -> float:
 def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
     """The child: decode each body, feed the analyzer, answer with (findings, gauges)."""
     import gc
+    import queue
     import signal
+    import threading
 
     from kvscope.commands.export import FOLLOW_GC_THRESHOLDS
 
@@ -55,10 +59,26 @@ def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
     def gauges() -> dict[str, tuple[float, float]]:
         return {p: (analyzer.draft_debt_blocks(p), analyzer.time_to_exhaustion_s(p)) for p in pools}
 
+    # A reader thread keeps taking batches off the pipe, so the follower's submits (up to a few
+    # batches ahead) never wait on this process's answers, whatever their size: no deadlock of two
+    # full pipes. What it holds is bounded by how far ahead the follower submits.
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while True:
+            try:
+                msg = conn_in.recv()
+            except (EOFError, OSError):  # the follower is gone
+                inbox.put(EOFError)
+                return
+            inbox.put(msg)
+            if msg is None:
+                return
+
+    threading.Thread(target=read, name="kvscope-analyzer-reader", daemon=True).start()
     while True:
-        try:
-            msg = conn_in.recv()
-        except EOFError:  # the follower is gone
+        msg = inbox.get()
+        if msg is EOFError:
             return
         if msg is None:
             conn_out.send(([from_finding(f) for f in analyzer.close()], gauges()))
@@ -66,6 +86,16 @@ def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
         rank, pid, num_rows, body = msg
         found = analyzer.feed_raw(decode_rows(body, num_rows))  # the rules read neither rank nor pid
         conn_out.send(([from_finding(f) for f in found], gauges()))
+
+
+def _grow_pipe(fd: int, size: int = 1 << 20) -> None:
+    """Linux lets a pipe hold up to /proc/sys/fs/pipe-max-size (1 MiB by default) instead of 64 KiB."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (OSError, ImportError):
+        pass  # the default size works too: a submit then waits for the child to read
 
 
 class AnalyzerProcess:
@@ -78,6 +108,8 @@ class AnalyzerProcess:
     def __init__(self, pools: Sequence[str] = ("target", "draft")) -> None:
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
+        for fd in (to_child, to_parent):  # room for a few batches: a submit need not wait for the child
+            _grow_pipe(fd)
         self._proc = subprocess.Popen(  # never fork a process that runs exporter threads
             [sys.executable, "-m", "kvscope.commands._analysis_process", str(from_parent), str(to_parent),
              ",".join(pools)], pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
@@ -86,6 +118,9 @@ class AnalyzerProcess:
         self._out = Connection(to_child, readable=False)
         self._in = Connection(from_child, writable=False)
         self._pending = 0
+        self._sent = 0  # batches submitted (a batch's ticket is its index)
+        self._answered = 0
+        self._due: int | None = None
         self._closed = False
         self._gauges: dict[str, tuple[float, float]] = {}
         self.failed: str | None = None
@@ -93,15 +128,26 @@ class AnalyzerProcess:
         self.cpu_s: float | None = None
         """CPU seconds the child used (known once it has exited)."""
 
-    def submit(self, rank: int, pid: int, num_rows: int, body: bytes) -> None:
+    def submit(self, rank: int, pid: int, num_rows: int, body: bytes) -> int:
+        """Hand a batch to the child; returns its ticket (for :meth:`expect`)."""
+        ticket = self._sent
+        self._sent += 1
         if self.failed is not None:
-            return
+            return ticket
         try:
             self._out.send((rank, pid, num_rows, body))
         except (OSError, ValueError) as e:
             self._fail(e)
-            return
+            return ticket
         self._pending += 1
+        return ticket
+
+    def expect(self, ticket: int) -> None:
+        """The batch of ``ticket`` is translated next: the following :meth:`feed` returns the
+        findings of every batch up to it and no further, so batches submitted ahead (the child
+        analyzing them meanwhile) keep their findings for their own turn. Without a call, feed
+        returns every answered batch."""
+        self._due = ticket
 
     def _answer(self) -> list:
         try:
@@ -110,6 +156,7 @@ class AnalyzerProcess:
             self._fail(e)
             return []
         self._pending -= 1
+        self._answered += 1
         self._gauges = gauges
         return list(findings)
 
@@ -119,9 +166,10 @@ class AnalyzerProcess:
             log.error("kvscope export --follow: %s; exporting without findings from here on", self.failed)
 
     def feed(self, events: Iterable[tuple]) -> list:
-        """The findings of every submitted batch not answered yet (the rows were submitted as bytes)."""
+        """The findings of the submitted batches not answered yet, up to the one :meth:`expect`
+        named (the rows were submitted as bytes); the gauges are then those after it."""
         out: list = []
-        while self._pending and self.failed is None:
+        while self._pending and self.failed is None and (self._due is None or self._answered <= self._due):
             out.extend(self._answer())
         return out
 
@@ -136,6 +184,7 @@ class AnalyzerProcess:
         if self._closed:
             return []
         self._closed = True
+        self._due = None
         out = self.feed(())
         if self.failed is None:
             try:

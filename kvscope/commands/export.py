@@ -41,6 +41,10 @@ from kvscope.recording.reader import frame_to_rows
 BATCH_ROWS = 4096
 FOLLOW_NICE = 10
 """``export --follow`` runs at this much lower CPU priority by default (its analyzer child too)."""
+ANALYZE_AHEAD = 4
+"""Received batches handed to the analyzer child before the one being translated: the child works
+ahead instead of in lockstep (each batch's findings still reach the sink right after its own
+translation). Four full batches fit the enlarged pipe."""
 FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
 """The follower allocates a few objects per event and keeps few: the default first-generation
 threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
@@ -257,10 +261,13 @@ def follow(
             now = time.monotonic()
             if batches:
                 last = now
-                for b in batches:
+                tickets: list[int] = []
+                for i, b in enumerate(batches):
                     if remote is not None:  # analyzed in the child while this process translates
-                        h = b.header
-                        remote.submit(h.rank, h.pid, h.num_rows, b.body)
+                        while len(tickets) < min(i + ANALYZE_AHEAD, len(batches)):  # the child works ahead
+                            h = batches[len(tickets)].header
+                            tickets.append(remote.submit(h.rank, h.pid, h.num_rows, batches[len(tickets)].body))
+                        remote.expect(tickets[i])  # its findings and gauges: after its translation
                     sink.export(b.event_batch())
             elif idle_exit_s is not None and last is not None and now - last >= idle_exit_s:
                 break
