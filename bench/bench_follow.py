@@ -21,23 +21,30 @@
                   inline, and off. Target: at least 50k events/s.
 
 The machine is 2 cores shared with other jobs: the load average is printed with the figures
-(wall-clock rates fall with it; the CPU figures much less).
+(wall-clock rates fall with it; the CPU figures much less). The last lines are a summary: events/s
+with and without the analyzer side by side, the streaming analyzer's own CPU per event, and what the
+follower adds to the engine thread. ``--no-engine`` runs the end-to-end part only.
 
-Figures (2026-12-01, load 4.9 -> 8.7; us/event, export minus no export):
+Figures (2026-12-01; us/event, export minus no export; engine rounds at load 6.6 -> 3.7):
 
   engine thread          busy: wall / own       paced: wall / own
-  in-process export      +0.53 / +0.84          +2.02 / +5.64
-  follow (nice 10)       +0.94 / -0.06          -2.79 / +0.53
-  follow --nice 0        +3.87 / +0.48          +4.03 / +0.54
+  in-process export      +0.18 / +0.18          +10.30 / +8.12
+  follow (nice 10)       -0.00 / -0.52          +1.60 / -0.10
+  follow --nice 0        +3.40 / +0.13          +0.54 / +0.16
 
-  end to end (391k events of a real replay -> rotel)   events/s   follower CPU us/event
-  analyzer in a child process (default)                  24,796   24.7 (7.0 translating + 15.6 analyzer)
-  analyzer inline                                        19,854   22.9
-  --no-analyze                                           70,037    8.8
+  end to end (391k events of a real replay -> rotel)   load 1.3-2.4   load 3.5-8   follower CPU us/event
+  analyzer in a child process (default)                      52,298       30,160   10.2 translating + 10.2 child
+  analyzer inline                                            48,121       39,100   21.8
+  --no-analyze                                               98,100       85,183   11.6
 
-An earlier run at load 2.9-7 gave follow at nice 19 +0.88 wall paced / -0.15 busy, and 115,901
-events/s without the analyzer (27,536 with it). The engine-thread wall figures swing by a few
-us/event between runs with the machine's load; 'own' and CPU do not.
+  streaming analyzer alone: 7-9 us/event CPU (23.4 on the code of the session before, 25.6 with the
+  resume-ceiling rules, before its per-event and per-iteration bookkeeping became O(1)); the
+  follow then reached 14,827 events/s with it and 62,102 without (load 8). The child's CPU above
+  includes its start (about 2 us/event on this replay).
+
+The engine-thread wall figures swing by a few us/event between runs with the machine's load; 'own'
+and CPU do not. On a loaded machine the child's parallelism does not materialise (both processes
+run at nice 10 behind the other jobs) and inline, which costs less CPU in all, can be faster.
 """
 
 from __future__ import annotations
@@ -163,15 +170,25 @@ def follow_e2e(raws: list[tuple], grpc_port: int, mode: str) -> tuple[float, flo
 
 
 def analyzer_alone(rows: list[tuple]) -> float:
-    """CPU us/event of the streaming analyzer by itself, fed the replay in 4096-row batches."""
-    from kvscope.analysis.streaming import StreamingAnalyzer
+    """CPU us/event of the streaming analyzer by itself, fed the replay in 4096-row batches with
+    the follower's collector thresholds (as in its child; the default ones walk this process's
+    whole replay in memory now and then)."""
+    import gc
 
-    sa = StreamingAnalyzer()
-    t = time.process_time()
-    for i in range(0, len(rows), 4096):
-        sa.feed(rows[i:i + 4096])
-    sa.close()
-    return (time.process_time() - t) / len(rows) * 1e6
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.commands.export import FOLLOW_GC_THRESHOLDS
+
+    before = gc.get_threshold()
+    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
+    try:
+        sa = StreamingAnalyzer()
+        t = time.process_time()
+        for i in range(0, len(rows), 4096):
+            sa.feed(rows[i:i + 4096])
+        sa.close()
+        return (time.process_time() - t) / len(rows) * 1e6
+    finally:
+        gc.set_threshold(*before)
 
 
 E2E_MODES = (("child", "analyzer in a child process (default)"), ("inline", "analyzer inline"),
