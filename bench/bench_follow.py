@@ -32,15 +32,17 @@ Figures (2026-12-01; us/event, export minus no export; engine rounds at load 6.6
   follow (nice 10)       -0.00 / -0.52          +1.60 / -0.10
   follow --nice 0        +3.40 / +0.13          +0.54 / +0.16
 
-  end to end (391k events of a real replay -> rotel)   load 1.3-2.4   load 3.5-8   follower CPU us/event
-  analyzer in a child process (default)                      52,298       30,160   10.2 translating + 10.2 child
-  analyzer inline                                            48,121       39,100   21.8
-  --no-analyze                                               98,100       85,183   11.6
+  end to end (391k events of a real replay -> rotel)   load 0.3-0.7   load 1.3-2.4   load 3.5-8
+  analyzer in a child process (default)                     106,821         52,298       30,160
+  analyzer inline                                            69,126         48,121       39,100
+  --no-analyze                                              128,061         98,100       85,183
+  follower CPU us/event at load 0.3-0.7: child mode 7.4 translating + 8.7 in the child; inline 16.4;
+  without the analyzer 9.5.
 
   streaming analyzer alone: 7-9 us/event CPU (23.4 on the code of the session before, 25.6 with the
   resume-ceiling rules, before its per-event and per-iteration bookkeeping became O(1)); the
-  follow then reached 14,827 events/s with it and 62,102 without (load 8). The child's CPU above
-  includes its start (about 2 us/event on this replay).
+  follow then reached 32,093 events/s with it and 112,066 without at load 1.3-1.8 (14,827 and
+  62,102 at load 8). The child's CPU above includes its start (about 2 us/event on this replay).
 
 The engine-thread wall figures swing by a few us/event between runs with the machine's load; 'own'
 and CPU do not. On a loaded machine the child's parallelism does not materialise (both processes
