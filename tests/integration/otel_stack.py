@@ -202,6 +202,22 @@ class OtelStack:
         r.raise_for_status()
         return r.json()["data"]
 
+    def phoenix_request_spans(self, project: str, expected: int, timeout_s: float = 20.0) -> dict[int, dict]:
+        """``project``'s request spans by request id, polled until ``expected`` of them are in (what
+        is there on timeout). Phoenix ingests asynchronously: counting every span would stop early,
+        with child spans in and request spans still on their way."""
+        from kvscope.otel import names as n
+
+        def request_spans() -> dict[int, dict]:
+            spans = self.phoenix_spans(project)
+            return {sp["attributes"][n.REQUEST_ID]: sp for sp in spans if sp["name"] == n.SPAN_REQUEST}
+
+        def complete() -> dict[int, dict] | None:
+            found = request_spans()
+            return found if len(found) >= expected else None
+
+        return poll(complete, timeout_s) or request_spans()
+
     def vm_query(self, query: str, at_s: float | None = None) -> list[dict]:
         requests.get(f"{self.vm_url}/internal/force_flush", timeout=5)
         params = {"query": query}

@@ -50,10 +50,8 @@ def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_sta
 
     num_requests = int((df["kind"] == "request_arrived").sum())
     fatal = df[df["kind"] == "engine_failed"].iloc[0]
-    spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) >= num_requests and sp, 60)
-    assert spans, otel_stack.diagnose()
-    reqs = {sp["attributes"][n.REQUEST_ID]: sp for sp in spans if sp["name"] == n.SPAN_REQUEST}
-    assert len(reqs) == num_requests == out["requests"]["started"]
+    reqs = otel_stack.phoenix_request_spans(project, num_requests, 60)
+    assert len(reqs) == num_requests == out["requests"]["started"], otel_stack.diagnose()
     trigger = reqs[int(fatal["request_id"])]
     assert trigger["status_code"] == "ERROR"
     assert n.EV_ENGINE_FAILED in [e["name"] for e in trigger["events"]]

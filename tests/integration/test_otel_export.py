@@ -226,10 +226,8 @@ def test_engine_model_replay_lands_in_backends_when_exported(
     s = json.loads(capsys.readouterr().out)
     assert code == 0 and s["dropped_total"] == 0 and s["events"] == len(df)
 
-    spans = poll(lambda: len(sp := otel_stack.phoenix_spans(project)) >= num_requests and sp)
-    assert spans, otel_stack.diagnose()
-    reqs = {sp["attributes"][n.REQUEST_ID]: sp for sp in spans if sp["name"] == n.SPAN_REQUEST}
-    assert len(reqs) == num_requests
+    reqs = otel_stack.phoenix_request_spans(project, num_requests)
+    assert len(reqs) == num_requests, otel_stack.diagnose()
     trigger = reqs[int(fatal["request_id"])]
     assert trigger["status_code"] == "ERROR"
     assert trigger["attributes"][n.ERROR_TYPE] == "resize_failed"
