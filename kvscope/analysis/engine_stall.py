@@ -86,17 +86,21 @@ def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig)
 
 class EngineStallTracker:
     """The same rule, row by row (single consumer; O(1) per row). ``findings`` holds every stall
-    that reached both thresholds, the current one updated in place as it grows."""
+    that reached both thresholds; the current one is built when read, not at every iteration."""
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
-        self.findings: list[Finding] = []
+        self._ended: list[Finding] = []
         self._live = 0
         self._suspensions = 0
         self._start: tuple[float, int, int] | None = None  # (t, iteration, suspensions) of the stretch
-        self._last: tuple[float, int] = (0.0, -1)
-        self._raised = False  # the current stretch has a finding (the last one of ``findings``)
+        self._last: tuple[float, int, int, int] = (0.0, -1, 0, 0)  # (t, iteration, live, suspensions)
+        self._raised = False  # the current stretch reached both thresholds
         self._failed = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self._ended + [self._current(ongoing=not self._failed)] if self._raised else list(self._ended)
 
     def on(self, kind: str, rid: int, num_requests: int, t: float, it: int) -> Finding | None:
         """Feed one row of a tracked kind; returns a stall's finding when it is first raised."""
@@ -119,24 +123,20 @@ class EngineStallTracker:
             return None
         if self._start is None:
             self._start = (t, it, self._suspensions)
-        self._last = (t, it)
-        t0, it0, s0 = self._start
-        if it - it0 + 1 < self.cfg.stall_min_iterations or t - t0 < self.cfg.stall_min_s:
-            return None
-        finding = stall_finding(t0, t, it0, it, self._live, self._suspensions - s0, ongoing=not self._failed)
-        if self._raised:
-            self.findings[-1] = finding
+        self._last = (t, it, self._live, self._suspensions)
+        t0, it0, _s0 = self._start
+        if self._raised or it - it0 + 1 < self.cfg.stall_min_iterations or t - t0 < self.cfg.stall_min_s:
             return None
         self._raised = True
-        self.findings.append(finding)
-        return finding
+        return self._current(ongoing=not self._failed)
+
+    def _current(self, *, ongoing: bool) -> Finding:
+        t0, it0, s0 = self._start  # type: ignore[misc]
+        t1, it1, live, suspensions = self._last
+        return stall_finding(t0, t1, it0, it1, live, suspensions - s0, ongoing=ongoing)
 
     def _close(self) -> None:
         """The stretch ended (a batch ran, nothing is live, or the engine failed): a warning."""
         if self._raised:
-            t0, it0, s0 = self._start  # type: ignore[misc]
-            t1, it1 = self._last
-            last = self.findings[-1]
-            self.findings[-1] = stall_finding(t0, t1, it0, it1, int(last.evidence["live_requests"]),
-                                              int(last.evidence["suspensions"]), ongoing=False)
+            self._ended.append(self._current(ongoing=False))
         self._start, self._raised = None, False
