@@ -111,14 +111,13 @@ def _target_gate(sa: StreamingAnalyzer, util_t: float) -> bool:
     return early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - sa.cfg.risk_margin_fraction)
 
 
-def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:
-    """(at risk, gate open) of ``p`` on a build whose scheduler admits the unpaired mirror: the
-    running-state form of :func:`kvscope.analysis.ceiling.admit_gate_at_risk` (same formulas);
-    (False, True) for any other build or a paired pool."""
-    c = sa._configs.get(p)
-    if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 1:
-        return False, True
-    ct = sa._configs[_T]
+def _below_ceiling(sa: StreamingAnalyzer, p: str, c: dict, ct: dict
+                   ) -> tuple[float, float, float, float, float, float, float, float, int, float, float]:
+    """What both ceiling rules start from: ``p``'s and the target's (capacity, available), the
+    target's need, the room below ``p``'s resume ceiling, what the admitted requests will still
+    take of ``p`` (less what the target cannot allocate yet), the target's queued blocks, the
+    waiting requests, the fraction of the queue the target has room and slots for, and ``p``'s
+    blocks for that fraction."""
     cap, avail = sa._state[p]
     cap_t, avail_t = sa._state[_T]
     need, need_t = sa._need.get(p, 0.0), sa._need.get(_T, 0.0)
@@ -128,7 +127,18 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     q_t = sa._queued.get(_T, 0.0)
     waiting = len(sa._queue)
     fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, waiting))
-    q_all = fits * sa._queued.get(p, 0.0)
+    return cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, fits * sa._queued.get(p, 0.0)
+
+
+def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:
+    """(at risk, gate open) of ``p`` on a build whose scheduler admits the unpaired mirror: the
+    running-state form of :func:`kvscope.analysis.ceiling.admit_gate_at_risk` (same formulas);
+    (False, True) for any other build or a paired pool."""
+    c = sa._configs.get(p)
+    if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 1:
+        return False, True
+    ct = sa._configs[_T]
+    cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, q_all = _below_ceiling(sa, p, c, ct)
     frees = _frees_until(sa._decode.get(p, 0.0), admitted + q_all, alloc_it, free_it)
     coming = admitted + max(q_all - frees, 0.0)
     margin = sa.cfg.min_debt_blocks + sa.cfg.risk_margin_fraction * cap
@@ -164,16 +174,8 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
         return False, -math.inf, math.nan
     ct = sa._configs[_T]
-    cap, avail = sa._state[p]
-    cap_t, avail_t = sa._state[_T]
-    need, need_t = sa._need.get(p, 0.0), sa._need.get(_T, 0.0)
-    short = math.floor(max(need_t - avail_t, 0.0) * ct["tokens_per_block"] / c["tokens_per_block"])
-    headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
-    admitted = max(need - short, 0.0)
-    q_t = sa._queued.get(_T, 0.0)
-    num_waiting = len(sa._queue)
-    fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, num_waiting))
-    q_all = fits * sa._queued.get(p, 0.0)
+    cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, num_waiting, fits, q_all = _below_ceiling(
+        sa, p, c, ct)
     head = sa._queue_head()
     head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
     q_rest = max(q_all - head_p, 0.0)
