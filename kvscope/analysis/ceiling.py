@@ -15,10 +15,11 @@ from kvscope.analysis.config import DetectorConfig
 
 
 def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, free_per_it: np.ndarray,
-                   cfg: DetectorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(at risk, blocks past the ceiling) per iteration end from the :func:`~kvscope.analysis.
-    projections.resume_ceiling` pieces ``r`` (at query indices ``qi``): a new mirror's first resume
-    will be refused.
+                   cfg: DetectorConfig, burst: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(at risk, blocks past the ceiling, past it by one pass) per iteration end from the
+    :func:`~kvscope.analysis.projections.resume_ceiling` pieces ``r`` (at query indices ``qi``): a
+    new mirror's first resume will be refused.
 
     Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
     allocation rate) decoding requests free pages at the current rate (``free_per_it``; all of them
@@ -32,7 +33,17 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     While the admitted requests alone leave room below the ceiling, the head of the queue is
     admitted (and resumed) below it and then grows its mirror by its whole prompt, even where the
     target holds only its first chunks (chunked prefill): what the queue adds is then at least the
-    head's need, and the next request waiting is the victim."""
+    head's need, and the next request waiting is the victim.
+
+    One scheduler pass: the target admits in one pass every request its token budget and slots
+    allow, and with prefix reuse the budget counts only the tokens it does not reuse, while each
+    new unpaired mirror takes its whole prompt at once. ``burst`` (per iteration end) is the most
+    pages new mirrors took in one iteration over the trailing ``burst_window_iterations``: a pass
+    like it, on top of what the admitted requests still take, past the ceiling by more than the
+    margin with at least two requests waiting (the last of the pass resumes below the ceiling, the
+    next request is refused) is at risk too, under the same target conditions. The queue's own
+    projection cannot see this when the target's request slots are all taken: they free one
+    finishing request at a time, and each pass admits what was freed."""
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
     head = r["headroom"][qi]
     admitted = r["admitted"][qi]
@@ -56,8 +67,13 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
     gate = np.full(len(qi), True) if r["target_resumes_early"] else (
         np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
-    risk = (past > margin) & victim & (room_t >= 1) & gate
-    return risk, past
+    target_ok = (room_t >= 1) & gate
+    risk = (past > margin) & victim & target_ok
+    if burst is None:
+        return risk, past, np.zeros(len(qi), dtype=bool)
+    past_pass = np.nan_to_num(admitted + burst - head, nan=-np.inf)
+    by_pass = (past_pass > margin) & (waiting >= 2) & target_ok & ~risk
+    return risk | by_pass, np.maximum(past, past_pass), by_pass
 
 
 def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,

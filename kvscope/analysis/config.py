@@ -24,6 +24,9 @@ class DetectorConfig:
     risk_margin_fraction: float = 0.02
     """...and its headroom is below the target's by more than this fraction of its capacity (with
     reuse off both pools fill in step and the target's admission pushes back first)."""
+    burst_window_iterations: int = 32
+    """The resume-ceiling rule's "one scheduler pass like the largest recent one": the pages new
+    mirrors took in one iteration, at most, over this many trailing iterations."""
     arrival_min_samples: int = 4
     """The "one more request like the recent ones" projection is critical only when its median
     rests on at least this many recent admissions (fewer: a warning at most)."""
@@ -45,6 +48,8 @@ class DetectorConfig:
             raise ValueError(f"merge_gap_iterations must be >= 0, got {self.merge_gap_iterations}")
         if self.rate_window_iterations < 1:
             raise ValueError(f"rate_window_iterations must be >= 1, got {self.rate_window_iterations}")
+        if self.burst_window_iterations < 1:
+            raise ValueError(f"burst_window_iterations must be >= 1, got {self.burst_window_iterations}")
         if not 0.0 <= self.risk_min_utilization <= 1.0:
             raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
         if self.stall_min_iterations < 1 or self.stall_min_s < 0 or self.stall_warn_s < 0:

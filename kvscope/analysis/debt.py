@@ -88,7 +88,8 @@ class DebtResult:
             pool is first observed), queued, shortfall, debt, projected (debt with the queue
             admitted), projected_shortfall (what the target could not admit of the queue even once
             its decoding requests finish, in this pool's blocks: 0 means nothing holds the queue back); ``alloc_by_run`` blocks newly held per iteration run (``run_ends`` = last
-            position of each run); ``tpb``.
+            position of each run), ``new_by_run`` the part of them taken on a request's first row
+            holding pages in the pool; ``tpb``.
         points: positions of the consistent evaluation points (:func:`eval_points`).
         ts_ns, iteration: the stream's time and iteration columns (for :attr:`series`).
         q_below: see :meth:`index_of`.
@@ -293,6 +294,13 @@ def compute_debt(
         grew = np.maximum(group_step(held, start), 0.0)
         grew[susp] = 0.0
         alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
+        # What a request took on its first row holding pages here: a new unpaired mirror takes its
+        # whole prompt at once (the target only what it does not reuse), so a scheduler pass can
+        # add far more than a chunk (see kvscope.analysis.ceiling.resume_at_risk).
+        has = held > 0
+        seen = np.cumsum(has)
+        first = has & (seen - (seen - has)[start][np.cumsum(start) - 1] == 1)
+        new_alloc = np.bincount(run_after_q[bucket[first]], weights=grew[first], minlength=len(ends))[: len(ends)]
         nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
         nxt[:-1] = np.where(start[1:], nxt[:-1], pos[1:])
         pos_rem = rem > 0
@@ -309,7 +317,7 @@ def compute_debt(
             "available": np.where(ok, avail_s, np.nan) if has_state else np.full(len(q_pos), np.nan),
             "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if has_state
                          else np.full(len(q_pos), np.nan)),
-            "alloc_by_run": alloc, "run_ends": ends, "tpb": tpb,
+            "alloc_by_run": alloc, "new_by_run": new_alloc, "run_ends": ends, "tpb": tpb,
         }
 
     # The pools are independent and numpy releases the GIL in its loops: on a large stream

@@ -153,9 +153,12 @@ def exhaustion_arrays(
                             | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         resume = np.zeros(len(ends), dtype=bool)
         past_ceiling = np.full(len(ends), -np.inf)
+        burst = rolling_max(f["new_by_run"], cfg.burst_window_iterations)
+        by_pass = np.zeros(len(ends), dtype=bool)
         if "resume" in f:
-            resume, past_ceiling = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg)
+            resume, past_ceiling, by_pass = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg, burst)
             resume &= ~certain & ~guarded
+            by_pass &= resume
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
@@ -185,6 +188,7 @@ def exhaustion_arrays(
             "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
+            "burst_blocks": burst, "past_ceiling_by_pass": by_pass,
         }
     return out
 
@@ -310,7 +314,9 @@ def estimate_time_to_exhaustion(
                                 + (", a typical one " + f"{row['arrival_debt_blocks']:.0f}"
                                    if row["arrival_debt_blocks"] > cfg.min_debt_blocks else "")
                                 + ", and the target has room to admit it"),
-                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling)}[b]
+                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling,
+                                          g["burst_blocks"][s] if g["past_ceiling_by_pass"][s] else None,
+                                          cfg.burst_window_iterations)}[b]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
                 severity=Severity.CRITICAL if is_certain or admissible or len(resumes) else Severity.WARNING,
@@ -341,11 +347,24 @@ def estimate_time_to_exhaustion(
     return out
 
 
-def resume_text(past_blocks: float, ceiling: float) -> str:
-    """The ``resume`` basis in words (shared with the streaming analyzer)."""
-    return (f"a new mirror's first resume will be refused: admitted and queued requests take it "
+def resume_text(past_blocks: float, ceiling: float, pass_blocks: float | None = None, window: int = 0) -> str:
+    """The ``resume`` basis in words (shared with the streaming analyzer); ``pass_blocks`` when one
+    scheduler pass like the largest recent one is what takes the pool past its ceiling."""
+    what = ("admitted and queued requests take it" if pass_blocks is None else
+            f"admitted requests and one scheduler pass like the largest of the last {window} iterations "
+            f"(new mirrors took {pass_blocks:.0f} blocks at once: each takes its whole prompt, the target "
+            f"only what it does not reuse) take it")
+    return (f"a new mirror's first resume will be refused: {what} "
             f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
             f"still admit another request, whose mirror this build creates suspended")
+
+
+def rolling_max(values: np.ndarray, window: int) -> np.ndarray:
+    """Max of each element and the ``window - 1`` before it (fewer at the start)."""
+    if len(values) == 0:
+        return np.zeros(0)
+    padded = np.concatenate([np.full(window - 1, -np.inf), values.astype(np.float64)])
+    return np.lib.stride_tricks.sliding_window_view(padded, window).max(axis=1)
 
 
 def _nanmin(values: np.ndarray) -> float:

@@ -47,6 +47,8 @@ class _Req:
     """First-seen order among requests (the analyzer's ``_reqs`` order)."""
     finals: tuple | None = None
     """(config generation, prompt, {pool: blocks needed}): blocks_needed cached per request."""
+    grown: tuple = ()
+    """Pools where the request has held pages (its first growth there is a new mirror's)."""
     stall_serial: int = 0
     """Counts this request's stall episodes (tells a pending episode from a later one)."""
     stall_it: int | None = None
@@ -121,7 +123,7 @@ class LiveFindings:
             self._gap[p] = _Episode(self._add(f), it, names)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
-                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf) -> None:
+                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=None) -> None:
         crit = basis in ("debt", "resume") or admits
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
@@ -157,7 +159,8 @@ class LiveFindings:
                 "trend": "at the current growth",
                 "arrival": f"at risk: one more request like the recent ones would put it {arr_max:.0f} blocks in "
                            f"debt, and the target has room to admit it",
-                "resume": resume_text(past, self._configs[p]["max_util_for_resume"])}[basis]
+                "resume": resume_text(past, self._configs[p]["max_util_for_resume"], pass_blocks,
+                                      self.cfg.burst_window_iterations)}[basis]
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION,
             severity=Severity.CRITICAL if crit else Severity.WARNING,

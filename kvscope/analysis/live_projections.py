@@ -163,16 +163,17 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
     return got
 
 
-def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
-                ) -> tuple[bool, float, float]:
-    """(at risk, blocks past the ceiling, room below it) of ``p`` against its resume ceiling: the
-    running-state form of :func:`kvscope.analysis.projections.resume_ceiling` and
-    :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
-    the trailing blocks allocated / freed per iteration, NaN before a window exists); (False, -inf,
-    nan) when the build admits the mirror, is unknown, or the pool is paired."""
+def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
+                ) -> tuple[bool, float, float, bool]:
+    """(at risk, blocks past the ceiling, room below it, at risk by one pass) of ``p`` against its
+    resume ceiling: the running-state form of :func:`kvscope.analysis.projections.resume_ceiling`
+    and :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
+    the trailing blocks allocated / freed per iteration, NaN before a window exists; ``burst`` the
+    most pages new mirrors took in one recent iteration); (False, -inf, nan, False) when the build
+    admits the mirror, is unknown, or the pool is paired."""
     c = sa._configs.get(p)
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
-        return False, -math.inf, math.nan
+        return False, -math.inf, math.nan, False
     ct = sa._configs[_T]
     cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, num_waiting, fits, q_all = _below_ceiling(
         sa, p, c, ct)
@@ -198,12 +199,15 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
     past = coming - headroom
     victim = num_waiting >= (1 if admitted - headroom > margin else 2)
-    risk = not certain and past > margin and victim and room_t >= 1 and _target_gate(sa, util_t)
-    return risk, past, headroom
+    target_ok = room_t >= 1 and _target_gate(sa, util_t)
+    risk = past > margin and victim and target_ok
+    past_pass = admitted + burst - headroom
+    by_pass = past_pass > margin and num_waiting >= 2 and target_ok and not risk
+    return not certain and (risk or by_pass), max(past, past_pass), headroom, not certain and by_pass
 
 
-def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float
-                 ) -> tuple[bool, float, float, bool, bool]:
+def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
+                 ) -> tuple[bool, float, float, bool, bool, bool]:
     """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
     build meets it: a refused resume, or the mirror's admission gate)."""
-    return (*resume_risk(sa, p, certain, alloc_it, free_it), *gate_risk(sa, p, certain, alloc_it, free_it))
+    return (*resume_risk(sa, p, certain, alloc_it, free_it, burst), *gate_risk(sa, p, certain, alloc_it, free_it))

@@ -98,6 +98,8 @@ class StreamingAnalyzer(LiveFindings):
         self._recent: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (reused, prompt) per admission
         self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
         self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
+        self._new_iter: dict[str, float] = {p: 0.0 for p in _KV}  # taken by first growths this iteration
+        self._new_window: dict[str, deque] = {}  # per iteration, over burst_window_iterations
         self._window: dict[str, deque] = {}
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
@@ -393,6 +395,9 @@ class StreamingAnalyzer(LiveFindings):
             prev_held = req.held.get(p, 0)
             if not frees and held > prev_held:
                 self._alloc_iter[p] += held - prev_held
+                if p not in req.grown:  # its first pages here: a new mirror takes its prompt at once
+                    req.grown += (p,)
+                    self._new_iter[p] += held - prev_held
             req.held[p] = held
         if counted and rid not in self._lost:
             self._start_lost(rid, req, t)
@@ -477,6 +482,11 @@ class StreamingAnalyzer(LiveFindings):
             if win is None:
                 win = self._window[p] = deque(maxlen=self.cfg.rate_window_iterations + 1)
             win.append((t, self._cum_alloc[p], cap - avail))
+            nwin = self._new_window.get(p)
+            if nwin is None:
+                nwin = self._new_window[p] = deque(maxlen=self.cfg.burst_window_iterations)
+            nwin.append(self._new_iter[p])
+            self._new_iter[p] = 0.0
             back = win[0]
             span_t, span_i = t - back[0], len(win) - 1
             roll, net = self._cum_alloc[p] - back[1], (cap - avail) - back[2]
@@ -488,8 +498,8 @@ class StreamingAnalyzer(LiveFindings):
             margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
-            resume, past, ceiling_room, gate, gate_open = ceiling_risk(
-                self, p, certain or self._guarded, alloc_it, free_it)
+            resume, past, ceiling_room, by_pass, gate, gate_open = ceiling_risk(
+                self, p, certain or self._guarded, alloc_it, free_it, max(nwin))
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
@@ -527,5 +537,6 @@ class StreamingAnalyzer(LiveFindings):
                     self._tte_break[p] = it
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
-                                   rate, net_rate, admits, arr_med, arr_max, past)
+                                   rate, net_rate, admits, arr_med, arr_max, past,
+                                   max(nwin) if by_pass and resume else None)
         self._stalls_at_iteration_end(t, it)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from kvscope.analysis import FindingKind, Severity, analyze, analyze_files
@@ -78,3 +79,79 @@ def test_a_recording_without_the_build_facts_is_read_as_before():
     a = analyze(_without_build_facts(CRASH))
     assert not any(f.evidence.get("resume_ceiling") for f in a.findings)
     assert not any(f.kind == FindingKind.TIME_TO_EXHAUSTION and f.severity == Severity.CRITICAL for f in a.findings)
+
+
+def _pieces(*, headroom, admitted, waiting, target_available=500.0, target_capacity=20000.0, resumes_early=True):
+    """:func:`kvscope.analysis.projections.resume_ceiling` pieces at one iteration end, with an
+    empty queue projection (every request slot of the target taken: nothing is admitted "now")."""
+    one = lambda v: np.array([float(v)])  # noqa: E731
+    return {"headroom": one(headroom), "admitted": one(admitted), "queued": one(0), "head": one(0),
+            "queued_all": one(0), "head_target": one(0), "queued_target": one(0), "waiting": one(waiting),
+            "decode_held": one(0), "available": one(headroom + 400), "target_available": one(target_available),
+            "target_need": one(0), "target_capacity": one(target_capacity), "target_max_util": 0.95,
+            "target_resumes_early": resumes_early}
+
+
+def _at_risk(r, burst):
+    from kvscope.analysis.ceiling import resume_at_risk
+    from kvscope.analysis.config import DetectorConfig
+
+    cap = np.array([20000.0])  # margin: 2 % of it, 400 blocks
+    nan = np.array([np.nan])
+    b = None if burst is None else np.array([float(burst)])
+    risk, past, by_pass = resume_at_risk(r, np.array([0]), cap, nan, nan, DetectorConfig(), b)
+    return bool(risk[0]), float(past[0]), bool(by_pass[0])
+
+
+def test_one_scheduler_pass_of_new_mirrors_past_the_ceiling_is_at_risk_when_the_queue_projection_is_empty():
+    """With prefix reuse the target admits several long prompts in one pass (its budget counts
+    only what it does not reuse) while each new unpaired mirror takes its whole prompt: a pass like
+    the largest recent one (1,200 blocks), on top of what admitted requests still take (300), passes
+    a 1,000-block room below the ceiling by 500 > the 400-block margin."""
+    r = _pieces(headroom=1000, admitted=300, waiting=2)
+    assert _at_risk(r, None) == (False, -700.0, False)  # the queue's projection alone sees nothing
+    assert _at_risk(r, 1200) == (True, 500.0, True)
+    # within the margin, or nobody left to be refused after the pass, or the target cannot admit
+    assert _at_risk(r, 1000)[0] is False
+    assert _at_risk(_pieces(headroom=1000, admitted=300, waiting=1), 1200)[0] is False
+    assert _at_risk(_pieces(headroom=1000, admitted=300, waiting=2, target_available=0.0), 1200)[0] is False
+    held_back = _pieces(headroom=1000, admitted=300, waiting=2, target_available=500.0, resumes_early=False)
+    assert _at_risk(held_back, 1200)[0] is False  # the target's own resume gate holds the queue (97.5 % used)
+
+
+def test_the_pass_rule_reads_the_largest_first_growth_of_the_trailing_window_in_both_analyzers():
+    """glm5-dsa on 1.3.0rc27, seed 5: passes of new mirrors take the draft pool toward its ceiling
+    before "Failed to resume draft KV cache for request 44"; every iteration where a pass (not the
+    queue) puts it past lies in a critical finding of both analyzers, and a pass is never smaller
+    than what new mirrors took in the iteration itself."""
+    from kvscope.analysis.detectors import rolling_max
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording.reader import frame_to_rows
+
+    path = DATA / "glm5-dsa-rc27-seed5.parquet"
+    a = analyze_files(path)
+    draft = a.exhaustion[a.exhaustion["pool"] == "draft"]
+    by_pass = draft[draft["past_ceiling_by_pass"].astype(bool)]
+    assert len(by_pass) and by_pass["resume_ceiling"].all()
+    new = a.debt.full["draft"]["new_by_run"]
+    assert new.sum() > 0 and (rolling_max(new, 32) >= new).all()
+    assert list(rolling_max(np.array([1.0, 5.0, 2.0, 0.0, 0.0]), 2)) == [1.0, 5.0, 5.0, 2.0, 0.0]
+    sa = StreamingAnalyzer(max_findings=100_000)
+    sa.feed(frame_to_rows(read_frame(path)))
+    sa.close()
+    assert len(sa._new_window["draft"]) == 32  # the window is the config's, per pool
+    for who, findings in (("batch", a.findings), ("streaming", sa.findings)):
+        crit = [f for f in findings if f.kind == FindingKind.TIME_TO_EXHAUSTION and f.severity == Severity.CRITICAL]
+        for it in by_pass["iteration"]:
+            assert any(f.iteration_start <= it <= f.iteration_end for f in crit), (who, it)
+    fatal = next(f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL)
+    assert "Failed to resume draft KV cache for request 44" in fatal.evidence["message"]
+
+
+def test_the_pass_window_must_hold_an_iteration():
+    import pytest
+
+    from kvscope.analysis.config import DetectorConfig
+
+    with pytest.raises(ValueError, match="burst_window_iterations"):
+        DetectorConfig(burst_window_iterations=0)
