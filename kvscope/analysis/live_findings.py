@@ -342,7 +342,7 @@ class LiveFindings:
         tot[1] += blocks
         tot[3] += 1
         self._lost_live += blocks  # whole blocks: the running sum is exact
-        tot[2] = max(tot[2], self._lost_live)
+        self._lost_open = True  # the peak is read once the instant is over (_settle_lost)
         self._lost_top[rid] = lost
         if len(self._lost_top) > self.cfg.max_named_requests:
             worst = min(self._lost_top, key=lambda r: (self._lost_top[r], -r))
@@ -350,12 +350,23 @@ class LiveFindings:
         if t < self._lost_first[0]:
             self._lost_first = (t, req.admitted_it)
 
+    def _settle_lost(self) -> None:
+        """The duplicated blocks held at once, read at the end of an instant that admitted a
+        request: a request admitted and ended in the same instant (the engine died in that
+        iteration, before its mirror held anything) never held them (the batch rule orders an
+        instant's ends before its admissions)."""
+        tot = self._lost_total
+        tot[2] = max(tot[2], self._lost_live)
+        self._lost_open = False
+
     def _end_lost(self, rid: int) -> None:
         lost = self._lost.pop(rid, None)
         if lost is not None:
             self._lost_live -= lost[1]
 
     def _reuse_summary(self) -> None:
+        if self._lost_open:
+            self._settle_lost()
         d = PoolRole.DRAFT.value
         tokens, blocks, peak, nreq = self._lost_total
         if nreq == 0 or d not in self._configs:

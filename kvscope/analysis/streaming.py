@@ -135,6 +135,7 @@ class StreamingAnalyzer(LiveFindings):
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
         self._lost_live = 0.0  # sum of the live requests' lost blocks
+        self._lost_open = False  # an admission raised it in the current instant (see _settle_lost)
         self._init_stalls()
         self._engine_stalls = EngineStallTracker(self.cfg)
         self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
@@ -224,6 +225,8 @@ class StreamingAnalyzer(LiveFindings):
         if pool.__class__ is not str:
             pool = getattr(pool, "_value_", pool)
         t = ts / 1e9
+        if self._lost_open and t != self._last_t:
+            self._settle_lost()
         if it != self._iteration and self._iteration is not None:
             self._end_iteration()
             self._iter_admitted = []
