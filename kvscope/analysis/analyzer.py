@@ -23,7 +23,6 @@ from kvscope.analysis.detectors import (
     exhaustion_frame,
     find_admission_gaps,
 )
-from kvscope.analysis.engine_stall import find_engine_stalls
 from kvscope.analysis.findings import Finding, _plain, order_findings
 from kvscope.analysis.frame import (
     header_meta,
@@ -37,6 +36,7 @@ from kvscope.analysis.incidents import counts, verdict
 from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
+    find_engine_stalls,
     find_never_fitting,
     find_reuse_loss,
     find_stalled_requests,

@@ -4,7 +4,8 @@ first resume past the ceiling and raises (:func:`resume_at_risk`); one whose sch
 defers new requests past the ceiling and lets in, below it, what the pool may not back
 (:func:`admit_gate_at_risk`). Vectorized over the iteration ends, on the pieces
 :func:`kvscope.analysis.projections.resume_ceiling` computes; the streaming analyzer's running-state
-form is in :mod:`kvscope.analysis.live_projections`.
+form is in :mod:`kvscope.analysis.live_projections`, and both word a finding with
+:func:`resume_text`. numpy only (the streaming analyzer imports this module without pandas).
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     past_pass = np.nan_to_num(admitted + burst - head, nan=-np.inf)
     by_pass = (past_pass > margin) & (waiting >= 2) & target_ok & ~risk
     return risk | by_pass, np.maximum(past, past_pass), by_pass
+
+
+def resume_text(past_blocks: float, ceiling: float, pass_blocks: float | None = None, window: int = 0) -> str:
+    """The ``resume`` basis of a finding in words (the batch and streaming analyzers share it);
+    ``pass_blocks`` when one scheduler pass like the largest recent one is what takes the pool past
+    its ceiling."""
+    what = ("admitted and queued requests take it" if pass_blocks is None else
+            f"admitted requests and one scheduler pass like the largest of the last {window} iterations "
+            f"(new mirrors took {pass_blocks:.0f} blocks at once: each takes its whole prompt, the target "
+            f"only what it does not reuse) take it")
+    return (f"a new mirror's first resume will be refused: {what} "
+            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
+            f"still admit another request, whose mirror this build creates suspended")
 
 
 def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.ceiling import admit_gate_at_risk, resume_at_risk
+from kvscope.analysis.ceiling import admit_gate_at_risk, resume_at_risk, resume_text
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
@@ -345,18 +345,6 @@ def estimate_time_to_exhaustion(
                 },
             ))
     return out
-
-
-def resume_text(past_blocks: float, ceiling: float, pass_blocks: float | None = None, window: int = 0) -> str:
-    """The ``resume`` basis in words (shared with the streaming analyzer); ``pass_blocks`` when one
-    scheduler pass like the largest recent one is what takes the pool past its ceiling."""
-    what = ("admitted and queued requests take it" if pass_blocks is None else
-            f"admitted requests and one scheduler pass like the largest of the last {window} iterations "
-            f"(new mirrors took {pass_blocks:.0f} blocks at once: each takes its whole prompt, the target "
-            f"only what it does not reuse) take it")
-    return (f"a new mirror's first resume will be refused: {what} "
-            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
-            f"still admit another request, whose mirror this build creates suspended")
 
 
 def rolling_max(values: np.ndarray, window: int) -> np.ndarray:

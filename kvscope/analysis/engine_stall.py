@@ -12,20 +12,16 @@ request has arrived and not ended, lasting at least ``stall_min_iterations`` ite
 did not fail (the engine serves nothing now), a warning once it ended (it recovered, or failed: the
 failure is ``engine_fatal``'s).
 
-One rule, two drivers: :func:`find_engine_stalls` over a whole event file (vectorised) and
-:class:`EngineStallTracker` fed row by row by the streaming analyzer; both build their findings
-with :func:`stall_finding`.
+One rule, two drivers: :func:`~kvscope.analysis.request_detectors.find_engine_stalls` over a whole
+event file (vectorised) and :class:`EngineStallTracker` here, fed row by row by the streaming
+analyzer; both build their findings with :func:`stall_finding`. No pandas: the streaming analyzer
+imports this module.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.frame import END_KINDS, K, kind_in
 from kvscope.events import REQUEST_OUTCOMES, EventKind
 
 TRACKED_KINDS = frozenset({EventKind.ITERATION_SCHEDULED.value, EventKind.REQUEST_ARRIVED.value,
@@ -52,36 +48,6 @@ def stall_finding(t0: float, t1: float, it0: int, it1: int, live: int, suspensio
         evidence={"iterations": iterations, "seconds": t1 - t0, "live_requests": live,
                   "suspensions": suspensions, "ongoing": bool(ongoing)},
     )
-
-
-def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:
-    """Every stall of the event file (see the module docstring)."""
-    ev = as_columns(events)
-    ipos = ev.positions(EventKind.ITERATION_SCHEDULED)
-    if len(ipos) == 0:
-        return []
-    kind, rid = ev.kind, ev.request_id
-    arrived = np.cumsum(kind == K[EventKind.REQUEST_ARRIVED])
-    ended = np.cumsum(kind_in(kind, END_KINDS) & (rid >= 0))
-    suspended = np.cumsum(kind == K[EventKind.SUSPENDED])
-    live = (arrived - ended)[ipos]
-    empty = (ev.num_requests[ipos] == 0) & (live > 0)
-    if not empty.any():
-        return []
-    failed = len(ev.positions(EventKind.ENGINE_FAILED)) > 0
-    edges = np.diff(np.concatenate(([0], empty.astype(np.int8), [0])))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
-    ts, it = ev.ts_ns[ipos], ev.iteration[ipos]
-    out = []
-    for a, b in zip(starts, ends):
-        t0, t1 = float(ts[a]) / 1e9, float(ts[b]) / 1e9
-        it0, it1 = int(it[a]), int(it[b])
-        if it1 - it0 + 1 < cfg.stall_min_iterations or t1 - t0 < cfg.stall_min_s:
-            continue
-        ongoing = b == len(ipos) - 1 and not failed
-        out.append(stall_finding(t0, t1, it0, it1, int(live[b]),
-                                 int(suspended[ipos[b]] - suspended[ipos[a]]), ongoing=ongoing))
-    return out
 
 
 class EngineStallTracker:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
+from kvscope.analysis.pool_config import CONFIG_COLUMNS, config_row
 from kvscope.events import (
     EVENT_KINDS,
     FIELDS,
@@ -47,23 +48,6 @@ KV_POOLS: tuple[PoolRole, ...] = (PoolRole.TARGET, PoolRole.DRAFT)
 END_KINDS = tuple(REQUEST_OUTCOMES)
 OUTCOME_DTYPE = pd.CategoricalDtype(list(OUTCOMES))
 POOL_DTYPE = frame_dtypes()["pool"]
-
-CONFIG_COLUMNS: dict[str, str] = {
-    "capacity_blocks": "int64",
-    "tokens_per_block": "int64",
-    "bytes_per_token": "int64",
-    "index_slots": "int64",
-    "max_draft_len": "int64",
-    "num_extra_kv_tokens": "int64",
-    "enable_block_reuse": "bool",
-    "paired": "bool",
-    "is_draft": "bool",
-    "max_util_for_resume": "float64",
-    "in_admission": "bool",
-    "num_host_blocks": "int64",
-    "admits_mirror": "int64",
-    "resumes_before_budget": "int64",
-}
 
 
 def events_to_frame(events: Iterable[KVEvent | tuple]) -> pd.DataFrame:
@@ -131,8 +115,8 @@ def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     host = int((meta.get("knobs") or {}).get("num_host_blocks", 0) or 0)
     for role, d in meta_pools.items():
         if isinstance(d, dict):
-            rows[str(role)] = _config_row(str(role), {"num_host_blocks": host, **d},
-                                          capacity=int(d.get("capacity_blocks", -1)))
+            rows[str(role)] = config_row(str(role), {"num_host_blocks": host, **d},
+                                         capacity=int(d.get("capacity_blocks", -1)))
     idx = ev.positions(EventKind.POOL_CONFIGURED)
     if len(idx):
         slots_at = ev.values_at("num_requests", idx)
@@ -141,46 +125,13 @@ def pool_configs(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
             d = parse_kv(reason)
             d.setdefault("tokens_per_block", int(ev.num_tokens[i]))
             d.setdefault("num_host_blocks", host)
-            rows[p] = _config_row(p, d, capacity=int(ev.capacity_blocks[i]), bytes_per_token=int(ev.num_blocks[i]),
-                                  slots=int(slots))
+            rows[p] = config_row(p, d, capacity=int(ev.capacity_blocks[i]), bytes_per_token=int(ev.num_blocks[i]),
+                                 slots=int(slots))
     if not rows:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in CONFIG_COLUMNS.items()})
     out = pd.DataFrame.from_dict(rows, orient="index").astype(CONFIG_COLUMNS)
     out.index.name = "pool"
     return out
-
-
-def _config_row(
-    role: str, d: dict[str, Any], *, capacity: int, bytes_per_token: int = 0, slots: int = -1
-) -> dict[str, Any]:
-    is_draft = bool(int(d.get("is_draft", role == PoolRole.DRAFT.value)))
-    paired = bool(int(d.get("paired", 0)))
-    return {
-        "capacity_blocks": capacity,
-        "tokens_per_block": max(1, int(d.get("tokens_per_block", 1) or 1)),
-        "bytes_per_token": int(d.get("bytes_per_token", bytes_per_token) or bytes_per_token),
-        "index_slots": int(d.get("index_slots", slots)),
-        "max_draft_len": int(d.get("max_draft_len", 0)),
-        "num_extra_kv_tokens": int(d.get("num_extra_kv_tokens", 0)),
-        "enable_block_reuse": bool(int(d.get("enable_block_reuse", 0))),
-        "paired": paired,
-        "is_draft": is_draft,
-        "max_util_for_resume": float(d.get("max_util_for_resume", 0.95)),
-        "in_admission": role == PoolRole.TARGET.value or paired,
-        "num_host_blocks": _host_blocks(d),
-        # -1: the file does not say (older recordings); the rules then read the pool as before.
-        "admits_mirror": int(d.get("admits_mirror", -1)),
-        "resumes_before_budget": int(d.get("resumes_before_budget", -1)),
-    }
-
-
-def _host_blocks(d: dict[str, Any]) -> int:
-    """Host-tier blocks: the count when given, else 1 for a host tier known only to exist
-    (``host_tier=1``, TensorRT-LLM builds that say so), else 0."""
-    n = int(d.get("num_host_blocks", 0) or 0)
-    if n <= 0 and int(d.get("host_tier", -1) or 0) > 0:
-        return 1
-    return max(n, 0)
 
 
 def pool_series(events: pd.DataFrame, *, snapshots_only: bool = True) -> pd.DataFrame:

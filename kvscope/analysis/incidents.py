@@ -1,5 +1,6 @@
 """Incidents: per-request stall episodes grouped into one finding per overlapping wait, the verdict
-of a run, and counts per kind. Pure functions over findings (batch and streaming share them).
+of a run, the lead of earlier alarms before a failure, and counts per kind. Pure functions over
+findings (batch and streaming share them).
 
 A pool that is full pushes back: requests wait in the queue until others finish. That is the
 engine working as designed, and on a busy healthy run hundreds of requests wait at once. So the
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.events import PoolRole
 
 
@@ -178,6 +179,31 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
                     "lead_iterations": fatal.iteration_start - it, "lead_s": fatal.t_start_s - t,
                     "summary": f.summary}
     return best
+
+
+def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]:
+    """Lead of every earlier alarm finding before a failure at (t, it) on request ``req``.
+
+    ``lead_iterations``/``lead_s`` count from the finding's start; ``named_lead_iterations`` from
+    the iteration the finding first named ``req`` (its ``evidence["named_at"]``, else its start),
+    None when it never named it.
+    """
+    out = []
+    for g in prior:
+        if (g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t
+                or g.severity == Severity.INFO):
+            continue
+        named = {int(r): int(i) for r, i in g.evidence.get("named_at", [])}
+        names = req in g.request_ids or req in named
+        named_it = named.get(req, g.iteration_start) if names else None
+        out.append({
+            "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
+            "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,
+            "names_request": names,
+            "named_lead_iterations": it - named_it if names and named_it is not None and named_it >= 0 else None,
+            "pools": list(g.pools),
+        })
+    return out
 
 
 def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> str:

@@ -10,10 +10,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from kvscope.analysis.detectors import resume_text
+from kvscope.analysis.ceiling import resume_text
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import group_stalls
-from kvscope.analysis.request_detectors import fatal_leads
+from kvscope.analysis.incidents import fatal_leads, group_stalls
 from kvscope.events import EventKind, PoolRole, blocks_needed
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)

@@ -1,4 +1,5 @@
-"""Request-level detectors: starved requests, never-fitting requests, reuse loss, the fatal event.
+"""Request-level detectors: starved requests, never-fitting requests, reuse loss, the fatal event,
+and the engine stall (requests live, nothing scheduled).
 
 Pure functions over the event frame and the frames derived from it; vectorized over events, with
 Python loops only over findings.
@@ -14,9 +15,10 @@ import pandas as pd
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import DebtResult
-from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.engine_stall import stall_finding
+from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
-from kvscope.analysis.incidents import group_stalls
+from kvscope.analysis.incidents import fatal_leads, group_stalls
 from kvscope.events import EventKind, PoolRole, is_remediation_reason
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
@@ -127,6 +129,36 @@ def _policy_deferred(ev: EventColumns, pos: np.ndarray, stall_rows: np.ndarray, 
     return (n_policy > 0) & (2 * policy_ns >= wait_ns)
 
 
+def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:
+    """Every engine stall of the event file (the rule: :mod:`kvscope.analysis.engine_stall`)."""
+    ev = as_columns(events)
+    ipos = ev.positions(EventKind.ITERATION_SCHEDULED)
+    if len(ipos) == 0:
+        return []
+    kind, rid = ev.kind, ev.request_id
+    arrived = np.cumsum(kind == K[EventKind.REQUEST_ARRIVED])
+    ended = np.cumsum(kind_in(kind, END_KINDS) & (rid >= 0))
+    suspended = np.cumsum(kind == K[EventKind.SUSPENDED])
+    live = (arrived - ended)[ipos]
+    empty = (ev.num_requests[ipos] == 0) & (live > 0)
+    if not empty.any():
+        return []
+    failed = len(ev.positions(EventKind.ENGINE_FAILED)) > 0
+    edges = np.diff(np.concatenate(([0], empty.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    ts, it = ev.ts_ns[ipos], ev.iteration[ipos]
+    out = []
+    for a, b in zip(starts, ends):
+        t0, t1 = float(ts[a]) / 1e9, float(ts[b]) / 1e9
+        it0, it1 = int(it[a]), int(it[b])
+        if it1 - it0 + 1 < cfg.stall_min_iterations or t1 - t0 < cfg.stall_min_s:
+            continue
+        ongoing = b == len(ipos) - 1 and not failed
+        out.append(stall_finding(t0, t1, it0, it1, int(live[b]),
+                                 int(suspended[ipos[b]] - suspended[ipos[a]]), ongoing=ongoing))
+    return out
+
+
 def find_never_fitting(
     events: pd.DataFrame | EventColumns, configs: pd.DataFrame, timeline: pd.DataFrame
 ) -> list[Finding]:
@@ -227,31 +259,6 @@ def find_reuse_loss(
 
 
 _REQ_RE = re.compile(r"request (\d+)")
-
-
-def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]:
-    """Lead of every earlier alarm finding before a failure at (t, it) on request ``req``.
-
-    ``lead_iterations``/``lead_s`` count from the finding's start; ``named_lead_iterations`` from
-    the iteration the finding first named ``req`` (its ``evidence["named_at"]``, else its start),
-    None when it never named it.
-    """
-    out = []
-    for g in prior:
-        if (g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t
-                or g.severity == Severity.INFO):
-            continue
-        named = {int(r): int(i) for r, i in g.evidence.get("named_at", [])}
-        names = req in g.request_ids or req in named
-        named_it = named.get(req, g.iteration_start) if names else None
-        out.append({
-            "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
-            "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,
-            "names_request": names,
-            "named_lead_iterations": it - named_it if names and named_it is not None and named_it >= 0 else None,
-            "pools": list(g.pools),
-        })
-    return out
 
 
 def find_engine_fatal(

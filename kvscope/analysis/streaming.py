@@ -27,7 +27,6 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.engine_stall import TRACKED_KINDS as _ENGINE_STALL_KINDS
 from kvscope.analysis.engine_stall import EngineStallTracker
 from kvscope.analysis.findings import Finding, Severity, order_findings
-from kvscope.analysis.frame import _config_row
 from kvscope.analysis.incidents import stall_groups, stall_incident
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
 from kvscope.analysis.live_projections import (
@@ -37,6 +36,7 @@ from kvscope.analysis.live_projections import (
     head_debt,
     queue_now_debt,
 )
+from kvscope.analysis.pool_config import config_row
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -238,7 +238,7 @@ class StreamingAnalyzer(LiveFindings):
         if kind == _CONFIGURED:
             d = parse_kv(reason or "")
             d.setdefault("tokens_per_block", nt)
-            self._configs[pool] = _config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
+            self._configs[pool] = config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
             self._configured()
         if cap >= 0 and pool != _NONE:

@@ -39,19 +39,19 @@ def _children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str]) -> None:
-    """The child: decode each body, feed the analyzer, answer with (findings, gauges)."""
+def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str], gc_thresholds: Sequence[int] = ()) -> None:
+    """The child: decode each body, feed the analyzer, answer with (findings, gauges). It imports
+    no pandas, pyarrow or OpenTelemetry SDK (a test pins it): they would double its start-up."""
     import gc
     import queue
     import signal
     import threading
 
-    from kvscope.commands.export import FOLLOW_GC_THRESHOLDS
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the follower, which then closes this
-    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
+    if gc_thresholds:
+        gc.set_threshold(*gc_thresholds)
     from kvscope.analysis.streaming import StreamingAnalyzer
-    from kvscope.otel.logs import from_finding
+    from kvscope.otel.finding_record import from_finding
     from kvscope.recording.wire import decode_rows
 
     analyzer = StreamingAnalyzer()
@@ -105,14 +105,17 @@ class AnalyzerProcess:
     (after the translation) returns that batch's findings.
     """
 
-    def __init__(self, pools: Sequence[str] = ("target", "draft")) -> None:
+    def __init__(self, pools: Sequence[str] = ("target", "draft"), *,
+                 gc_thresholds: Sequence[int] = ()) -> None:
+        """``gc_thresholds``: the child's cyclic collector thresholds (the interpreter's when empty)."""
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
         for fd in (to_child, to_parent):  # room for a few batches: a submit need not wait for the child
             _grow_pipe(fd)
         self._proc = subprocess.Popen(  # never fork a process that runs exporter threads
             [sys.executable, "-m", "kvscope.commands._analysis_process", str(from_parent), str(to_parent),
-             ",".join(pools)], pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+             ",".join(pools), ",".join(str(int(t)) for t in gc_thresholds)],
+            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
         os.close(from_parent)
         os.close(to_parent)
         self._out = Connection(to_child, readable=False)
@@ -213,4 +216,4 @@ class AnalyzerProcess:
 
 if __name__ == "__main__":
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False),
-           tuple(sys.argv[3].split(",")))
+           tuple(sys.argv[3].split(",")), tuple(int(t) for t in sys.argv[4].split(",") if t))

@@ -48,7 +48,7 @@ translation). Four full batches fit the enlarged pipe."""
 FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
 """The follower allocates a few objects per event and keeps few: the default first-generation
 threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
-a quarter of the follower's CPU."""
+a quarter of the follower's CPU. Its analyzer child runs with the same ones."""
 REPLAY_MAX_BLOCK_S = 10.0
 """A replay waits up to this long for room in a full export queue while the collector answers
 (a file is not an engine: pacing it loses nothing); once an export fails it stops waiting."""
@@ -245,7 +245,7 @@ def follow(
     if analyze and analyzer_process:
         from kvscope.commands._analysis_process import AnalyzerProcess
 
-        remote = AnalyzerProcess()
+        remote = AnalyzerProcess(gc_thresholds=FOLLOW_GC_THRESHOLDS)
         bridge = AnalyzerBridge(sink, remote)
     elif analyze:
         from kvscope.analysis.streaming import StreamingAnalyzer

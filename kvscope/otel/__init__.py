@@ -3,12 +3,53 @@
 Entry points: :class:`OtelSink` (a recording Sink; providers passed in, never global),
 :class:`OtlpPipeline` + :class:`OtlpConfig` (bounded OTLP gRPC/HTTP export with drop counts),
 :func:`kvscope_resource`. Every exported name is in :mod:`kvscope.otel.names`.
+
+The entry points load on first use (they import the OpenTelemetry SDK): a process that needs only
+a plain part, such as the analyzer child's :mod:`kvscope.otel.finding_record`, imports no SDK.
 """
 
-from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
-from kvscope.otel.otlp import OtlpPipeline, kvscope_resource
-from kvscope.otel.pipeline import BoundedLogProcessor, BoundedSpanProcessor, ExportQueue, OtlpConfig
-from kvscope.otel.sink import OtelSink
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
+    from kvscope.otel.otlp import OtlpPipeline, kvscope_resource
+    from kvscope.otel.pipeline import (
+        BoundedLogProcessor,
+        BoundedSpanProcessor,
+        ExportQueue,
+        OtlpConfig,
+    )
+    from kvscope.otel.sink import OtelSink
+
+_EXPORTS = {
+    "AnalyzerGauges": "kvscope.otel.metrics",
+    "KVInstruments": "kvscope.otel.metrics",
+    "MetricState": "kvscope.otel.metrics",
+    "OtlpPipeline": "kvscope.otel.otlp",
+    "kvscope_resource": "kvscope.otel.otlp",
+    "BoundedLogProcessor": "kvscope.otel.pipeline",
+    "BoundedSpanProcessor": "kvscope.otel.pipeline",
+    "ExportQueue": "kvscope.otel.pipeline",
+    "OtlpConfig": "kvscope.otel.pipeline",
+    "OtelSink": "kvscope.otel.sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvscope.otel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # read once: later reads skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "AnalyzerGauges",

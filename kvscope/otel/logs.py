@@ -7,9 +7,7 @@ id), so a backend can jump from the log line to the request's trace.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from opentelemetry._logs import Logger, LogRecord, SeverityNumber
 from opentelemetry.trace import set_span_in_context
@@ -17,6 +15,7 @@ from opentelemetry.trace import set_span_in_context
 from kvscope.events import EventKind
 from kvscope.events.schema import COL_KIND, COL_NUM_TOKENS, COL_POOL, COL_REASON, COL_REQUEST_ID
 from kvscope.otel import names as n
+from kvscope.otel.finding_record import FindingRecord
 from kvscope.otel.traces import RequestSpans
 
 _EVENT_LOGS: dict[EventKind, tuple[SeverityNumber, str, str]] = {
@@ -38,44 +37,6 @@ _FINDING_SEVERITY: dict[str, tuple[SeverityNumber, str]] = {
     "critical": (SeverityNumber.FATAL, "FATAL"),
     "fatal": (SeverityNumber.FATAL, "FATAL"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class FindingRecord:
-    """What a finding log record says (the analyzer's Finding maps onto this; see :func:`from_finding`)."""
-
-    kind: str
-    """e.g. 'admission_gap', 'time_to_exhaustion', 'engine_fatal'."""
-    severity: str
-    """'info' | 'warning' | 'error' | 'critical' (case-insensitive)."""
-    message: str
-    t_start_s: float
-    """In the event file's clock (ts_ns / 1e9)."""
-    t_end_s: float
-    pools: tuple[str, ...] = ()
-    request_ids: tuple[int, ...] = ()
-    evidence: str = ""
-    """The finding's evidence as compact JSON ('' when none)."""
-
-
-def from_finding(finding: object) -> FindingRecord:
-    """Adapt an analyzer finding (``kvscope.analysis.findings.Finding`` or anything shaped like it:
-    kind, severity, t_start_s, t_end_s, pools, request_ids, summary, evidence) without importing
-    kvscope.analysis."""
-    kind = finding.kind  # type: ignore[attr-defined]
-    severity = finding.severity  # type: ignore[attr-defined]
-    evidence = getattr(finding, "evidence", None) or {}
-    message = getattr(finding, "summary", None) or getattr(finding, "message", None) or ""
-    return FindingRecord(
-        kind=str(getattr(kind, "value", kind)),
-        severity=str(getattr(severity, "value", severity)).lower(),
-        message=str(message),
-        t_start_s=float(finding.t_start_s),  # type: ignore[attr-defined]
-        t_end_s=float(finding.t_end_s),  # type: ignore[attr-defined]
-        pools=tuple(str(getattr(p, "value", p)) for p in (getattr(finding, "pools", None) or ())),
-        request_ids=tuple(int(r) for r in (getattr(finding, "request_ids", None) or ())),
-        evidence=json.dumps(evidence, default=str, sort_keys=True) if evidence else "",
-    )
 
 
 class KVLogs:
@@ -158,7 +119,3 @@ class KVLogs:
             )
         )
         self.num_emitted += 1
-
-
-def finding_records(findings: Iterable[object]) -> list[FindingRecord]:
-    return [f if isinstance(f, FindingRecord) else from_finding(f) for f in findings]

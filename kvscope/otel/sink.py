@@ -34,7 +34,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from kvscope.events import WallClockAnchor
 from kvscope.events.schema import COL_TS_NS
 from kvscope.otel import names as n
-from kvscope.otel.logs import FindingRecord, KVLogs, from_finding
+from kvscope.otel.finding_record import FindingRecord, from_finding
+from kvscope.otel.logs import KVLogs
 from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
 from kvscope.otel.otlp import (
     KVSCOPE_VERSION,

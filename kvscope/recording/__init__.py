@@ -1,12 +1,48 @@
-"""Low-overhead capture of KV events: recorder, ring, pump, sinks, replay files and reader."""
+"""Low-overhead capture of KV events: recorder, ring, pump, sinks, replay files and reader.
 
-from kvscope.recording.files import JsonlSink, ParquetSink, sink_for_path
+The file sinks (pyarrow) and the reader (pandas) load on first use: an engine worker's recorder and
+a live consumer of the wire format import neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from kvscope.recording.pump import BatchPump
-from kvscope.recording.reader import EventFileError, frame_dtypes, read_file, read_frame
 from kvscope.recording.recorder import NullRecorder, Recorder
 from kvscope.recording.ring import EventRing
 from kvscope.recording.runs import UnrelatedFilesError, new_run_id
 from kvscope.recording.sinks import EventBatch, MemorySink, Sink
+
+if TYPE_CHECKING:
+    from kvscope.recording.files import JsonlSink, ParquetSink, sink_for_path
+    from kvscope.recording.reader import EventFileError, frame_dtypes, read_file, read_frame
+
+_FILES = {
+    "JsonlSink": "kvscope.recording.files",
+    "ParquetSink": "kvscope.recording.files",
+    "sink_for_path": "kvscope.recording.files",
+    "EventFileError": "kvscope.recording.reader",
+    "frame_dtypes": "kvscope.recording.reader",
+    "read_file": "kvscope.recording.reader",
+    "read_frame": "kvscope.recording.reader",
+}
+"""The names backed by pyarrow or pandas, imported from their module when first read."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _FILES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvscope.recording' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # read once: later reads skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FILES})
+
 
 __all__ = [
     "BatchPump",

@@ -7,7 +7,7 @@ import math
 
 from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.commands._analysis_process import AnalyzerProcess
-from kvscope.otel.logs import from_finding
+from kvscope.otel.finding_record import from_finding
 from kvscope.recording import Recorder
 from kvscope.recording.recorder import raw_to_rows
 from kvscope.recording.wire import encode_rows
