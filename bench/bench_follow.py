@@ -23,7 +23,9 @@
 The machine is 2 cores shared with other jobs: the load average is printed with the figures
 (wall-clock rates fall with it; the CPU figures much less). The last lines are a summary: events/s
 with and without the analyzer side by side, the streaming analyzer's own CPU per event, and what the
-follower adds to the engine thread. ``--no-engine`` runs the end-to-end part only.
+follower adds to the engine thread, and the analyzer child's start-up CPU beside a fresh interpreter
+importing what it imports, alone and with pandas, pyarrow and the OTel SDK. ``--no-engine`` runs the
+end-to-end part only, ``--startup`` the start-up figures only.
 
 Figures (2026-12-01; us/event, export minus no export; engine rounds at load 6.6 -> 3.7):
 
@@ -42,7 +44,9 @@ Figures (2026-12-01; us/event, export minus no export; engine rounds at load 6.6
   streaming analyzer alone: 7-9 us/event CPU (23.4 on the code of the session before, 25.6 with the
   resume-ceiling rules, before its per-event and per-iteration bookkeeping became O(1)); the
   follow then reached 32,093 events/s with it and 112,066 without at load 1.3-1.8 (14,827 and
-  62,102 at load 8). The child's CPU above includes its start (about 2 us/event on this replay).
+  62,102 at load 8). The child's CPU above includes its start: 0.24 s CPU (0.6 us/event on this
+  replay) since it imports no pandas, pyarrow or OpenTelemetry SDK, 0.88 s (2.2 us/event) before
+  (best of 5 at load 2-3; ``--startup`` prints the child's start-up alone).
 
 The engine-thread wall figures swing by a few us/event between runs with the machine's load; 'own'
 and CPU do not. On a loaded machine the child's parallelism does not materialise (both processes
@@ -54,6 +58,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,11 +198,45 @@ def analyzer_alone(rows: list[tuple]) -> float:
         gc.set_threshold(*before)
 
 
+CHILD_MODULES = ("kvscope.commands._analysis_process", "kvscope.analysis.streaming", "kvscope.otel.finding_record",
+                 "kvscope.recording.wire")
+"""What the analyzer child imports on its way to its first rows."""
+HEAVY_MODULES = ("pandas", "pyarrow.parquet", "opentelemetry.sdk.metrics", "opentelemetry.sdk.trace",
+                 "opentelemetry.sdk._logs")
+"""What the child imported before it shed them (its helpers lived in pandas modules, and the otel
+and recording packages loaded everything up front)."""
+
+
+def child_startup(rounds: int = 5) -> tuple[float, float, float]:
+    """CPU seconds, best of ``rounds``: the real analyzer child from start to exit with no rows; a
+    fresh interpreter importing the child's modules; the same plus :data:`HEAVY_MODULES`."""
+    from kvscope.commands._analysis_process import AnalyzerProcess
+
+    def interpreter(modules: tuple[str, ...]) -> float:
+        before = children_cpu_s()
+        subprocess.run([sys.executable, "-c", "import " + ", ".join(modules)], check=True)
+        return children_cpu_s() - before
+
+    child = lean = heavy = float("inf")
+    for _ in range(rounds):
+        p = AnalyzerProcess()
+        p.close()
+        child = min(child, p.cpu_s if p.cpu_s is not None else float("inf"))
+        lean = min(lean, interpreter(CHILD_MODULES))
+        heavy = min(heavy, interpreter(CHILD_MODULES + HEAVY_MODULES))
+    return child, lean, heavy
+
+
 E2E_MODES = (("child", "analyzer in a child process (default)"), ("inline", "analyzer inline"),
              ("off", "--no-analyze"))
 
 
 def main() -> int:
+    if "--startup" in sys.argv[1:]:
+        child, lean, heavy = child_startup()
+        print(f"analyzer child start-up {child:.2f} s CPU; its imports {lean:.2f} s, {heavy:.2f} s with pandas, "
+              f"pyarrow and the OTel SDK (best of 5; load {os.getloadavg()[0]:.1f})")
+        return 0
     engine = "--no-engine" not in sys.argv[1:]
     with tempfile.TemporaryDirectory() as d:
         run = Path(d)
@@ -256,6 +295,9 @@ def main() -> int:
             print(f"  export --follow end to end   with analyzer {on:9,.0f} events/s   without {off:9,.0f} events/s "
                   f"  ({on / off:.0%})")
             print(f"  streaming analyzer alone     {alone:5.1f} us/event CPU")
+            child, lean, heavy = child_startup()
+            print(f"  analyzer child start-up      {child:5.2f} s CPU   its imports {lean:5.2f} s, with pandas, "
+                  f"pyarrow and the OTel SDK {heavy:5.2f} s")
             for label, (w, o) in added.items():
                 print(f"  engine thread ({label:<5})        follow adds {w:+.2f} us/event wall, {o:+.2f} own")
         finally:
