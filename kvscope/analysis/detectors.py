@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.ceiling import admit_gate_at_risk, resume_at_risk, resume_text
+from kvscope.analysis.ceiling import admit_gate_at_risk, pass_text, resume_at_risk, resume_text
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
@@ -87,7 +87,7 @@ def find_admission_gaps(
     return out
 
 
-_BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume"], dtype=object)
+_BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume", "pass"], dtype=object)
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
 
@@ -96,7 +96,8 @@ def exhaustion_arrays(
     pools: list[str] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """:func:`exhaustion_frame` as arrays: pool role -> column -> array (one value per
-    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt, 4 arrival) instead of ``basis``.
+    iteration), with ``basis_code`` (0 '', 1 trend, 2 queue, 3 debt, 4 arrival, 5 resume, 6 pass)
+    instead of ``basis``.
 
     Args:
         events: unused (the debt carries the columns it needs); kept for symmetry.
@@ -155,10 +156,12 @@ def exhaustion_arrays(
         past_ceiling = np.full(len(ends), -np.inf)
         burst = rolling_max(f["new_by_run"], cfg.burst_window_iterations)
         by_pass = np.zeros(len(ends), dtype=bool)
+        past_pass = np.full(len(ends), -np.inf)
         if "resume" in f:
-            resume, past_ceiling, by_pass = resume_at_risk(f["resume"], qi, cap, alloc_it, free_it, cfg, burst)
+            resume, past_ceiling, by_pass, past_pass = resume_at_risk(
+                f["resume"], qi, cap, alloc_it, free_it, cfg, burst)
             resume &= ~certain & ~guarded
-            by_pass &= resume
+            by_pass &= ~certain & ~guarded & ~resume
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
@@ -168,14 +171,15 @@ def exhaustion_arrays(
             net_rate = np.where(span_t > 0, net / span_t, np.nan)
             per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
             per_it_net = np.where(span_i > 0, net / span_i, np.nan)
-            by_alloc = certain | queue | arrival | resume
+            by_alloc = certain | queue | arrival | resume | by_pass
             # Past the resume ceiling, what runs out first is the room below it.
-            room = np.where(resume, np.maximum(f["resume"]["headroom"][qi], 0.0) if "resume" in f else avail, avail)
+            room = np.where(resume | by_pass, np.maximum(f["resume"]["headroom"][qi], 0.0) if "resume" in f else avail,
+                            avail)
             eta_s = np.where(by_alloc, room / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
             eta_it = np.where(by_alloc, room / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
             utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
-        basis = np.where(certain, 3, np.where(resume, 5, np.where(queue, 2, np.where(
-            arrival, 4, np.where(np.isfinite(eta_s), 1, 0)))))
+        basis = np.where(certain, 3, np.where(resume, 5, np.where(by_pass, 6, np.where(queue, 2, np.where(
+            arrival, 4, np.where(np.isfinite(eta_s), 1, 0))))))
         basis = basis.astype(np.int8)
         out[role] = {
             "iteration": it[ends], "ts_ns": ts[ends], "t_s": t, "pos": ends,
@@ -188,7 +192,7 @@ def exhaustion_arrays(
             "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
-            "burst_blocks": burst, "past_ceiling_by_pass": by_pass,
+            "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass,
         }
     return out
 
@@ -203,7 +207,10 @@ def exhaustion_frame(
     capacity_blocks, utilization, debt_blocks, alloc_blocks (newly held in the iteration),
     alloc_rate_blocks_s / net_rate_blocks_s (trailing window), eta_s, eta_iterations,
     basis ('debt': certain, admitted requests already owe more than is available; 'queue': at
-    risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'trend':
+    risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'resume':
+    critical, a new mirror's first resume will be refused (:func:`kvscope.analysis.ceiling.
+    resume_at_risk`); 'pass': at risk, one scheduler pass like the largest recent one would take
+    the pool past its resume ceiling (``pass_blocks``, ``pass_past_ceiling_blocks``); 'trend':
     projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
     minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
     blocks), is_binding (this pool would run out before the target pushes back: its headroom is
@@ -278,7 +285,7 @@ def estimate_time_to_exhaustion(
         admits = g["target_admits_queue"].astype(bool)
         resume = basis == 5
         with np.errstate(invalid="ignore"):
-            risk = (basis == 2) | (basis == 4) | resume | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
+            risk = (basis == 2) | (basis == 4) | resume | (basis == 6) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
                                                            & (g["utilization"] >= cfg.risk_min_utilization)
                                                            & g["is_binding"])
         ceiling = float(configs.loc[role, "max_util_for_resume"])
@@ -302,7 +309,7 @@ def estimate_time_to_exhaustion(
             eta = float(est["eta_s"])
             runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
                         f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
-            if b == "resume":
+            if b in ("resume", "pass"):
                 runs_out = runs_out.replace("runs out", "reaches its resume ceiling", 1)
             what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
                     "queue": (f"at risk: with the queue admitted it would owe "
@@ -314,9 +321,9 @@ def estimate_time_to_exhaustion(
                                 + (", a typical one " + f"{row['arrival_debt_blocks']:.0f}"
                                    if row["arrival_debt_blocks"] > cfg.min_debt_blocks else "")
                                 + ", and the target has room to admit it"),
-                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling,
-                                          g["burst_blocks"][s] if g["past_ceiling_by_pass"][s] else None,
-                                          cfg.burst_window_iterations)}[b]
+                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling),
+                    "pass": pass_text(g["pass_past_ceiling_blocks"][s], ceiling, g["pass_blocks"][s],
+                                      cfg.burst_window_iterations)}[b]
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
                 severity=Severity.CRITICAL if is_certain or admissible or len(resumes) else Severity.WARNING,

@@ -1,6 +1,10 @@
 """Finding builders of the streaming analyzer: episodes that open, extend and close as events
 arrive, and the bounded list that holds them. A mixin of :class:`StreamingAnalyzer` (split out to
 keep modules small); it reads the analyzer's state and never touches events itself.
+
+Size: one builder per finding kind (admission gap, time to exhaustion, stalls, reuse loss, engine
+fatal), all on the same episode bookkeeping (``_Episode``, ``_add``); split per kind, each module
+would carry a copy of it.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from kvscope.analysis.ceiling import resume_text
+from kvscope.analysis.ceiling import pass_text, resume_text
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import fatal_leads, group_stalls
 from kvscope.events import EventKind, PoolRole, blocks_needed
@@ -122,7 +126,7 @@ class LiveFindings:
             self._gap[p] = _Episode(self._add(f), it, names)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
-                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=None) -> None:
+                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0) -> None:
         crit = basis in ("debt", "resume") or admits
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
@@ -158,14 +162,15 @@ class LiveFindings:
                 "trend": "at the current growth",
                 "arrival": f"at risk: one more request like the recent ones would put it {arr_max:.0f} blocks in "
                            f"debt, and the target has room to admit it",
-                "resume": resume_text(past, self._configs[p]["max_util_for_resume"], pass_blocks,
-                                      self.cfg.burst_window_iterations)}[basis]
+                "resume": resume_text(past, self._configs[p]["max_util_for_resume"]),
+                "pass": pass_text(past, self._configs[p]["max_util_for_resume"], pass_blocks,
+                                  self.cfg.burst_window_iterations)}[basis]
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION,
             severity=Severity.CRITICAL if crit else Severity.WARNING,
             t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
             request_ids=tuple(r for r, _ in order),
-            summary=f"{p} pool {'reaches its resume ceiling' if basis == 'resume' else 'runs out'} in about "
+            summary=f"{p} pool {'reaches its resume ceiling' if basis in ('resume', 'pass') else 'runs out'} in about "
                     f"{eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, {avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
                       "certain": basis == "debt", "target_admits_queue": admits,

@@ -164,16 +164,16 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
 
 
 def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
-                ) -> tuple[bool, float, float, bool]:
-    """(at risk, blocks past the ceiling, room below it, at risk by one pass) of ``p`` against its
-    resume ceiling: the running-state form of :func:`kvscope.analysis.projections.resume_ceiling`
+                ) -> tuple[bool, float, float, bool, float]:
+    """(at risk, blocks past the ceiling, room below it, at risk from one pass, blocks one pass
+    takes it past) of ``p`` against its resume ceiling: the running-state form of :func:`kvscope.analysis.projections.resume_ceiling`
     and :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
     the trailing blocks allocated / freed per iteration, NaN before a window exists; ``burst`` the
     most pages new mirrors took in one recent iteration); (False, -inf, nan, False) when the build
     admits the mirror, is unknown, or the pool is paired."""
     c = sa._configs.get(p)
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
-        return False, -math.inf, math.nan, False
+        return False, -math.inf, math.nan, False, -math.inf
     ct = sa._configs[_T]
     cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, num_waiting, fits, q_all = _below_ceiling(
         sa, p, c, ct)
@@ -203,11 +203,11 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     risk = past > margin and victim and target_ok
     past_pass = admitted + burst - headroom
     by_pass = past_pass > margin and num_waiting >= 2 and target_ok and not risk
-    return not certain and (risk or by_pass), max(past, past_pass), headroom, not certain and by_pass
+    return not certain and risk, past, headroom, not certain and by_pass, past_pass
 
 
 def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
-                 ) -> tuple[bool, float, float, bool, bool, bool]:
+                 ) -> tuple[bool, float, float, bool, float, bool, bool]:
     """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
     build meets it: a refused resume, or the mirror's admission gate)."""
     return (*resume_risk(sa, p, certain, alloc_it, free_it, burst), *gate_risk(sa, p, certain, alloc_it, free_it))

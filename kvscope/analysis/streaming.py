@@ -501,7 +501,7 @@ class StreamingAnalyzer(LiveFindings):
             margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
-            resume, past, ceiling_room, by_pass, gate, gate_open = ceiling_risk(
+            resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it, max(nwin))
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
@@ -512,11 +512,11 @@ class StreamingAnalyzer(LiveFindings):
             arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and not self._guarded and gate_open and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
-            if resume:
+            if resume or by_pass:
                 # Past the resume ceiling, what runs out first is the room below it.
                 below = max(ceiling_room, 0.0)
                 eta, eta_it = _div(below, rate), _div(below, roll / span_i if span_i else math.nan)
-                basis = "resume"
+                basis = "resume" if resume else "pass"
             elif certain or queue or arrival:
                 eta, eta_it = _div(avail, rate), _div(avail, roll / span_i if span_i else math.nan)
                 basis = "debt" if certain else ("queue" if queue else "arrival")
@@ -534,12 +534,12 @@ class StreamingAnalyzer(LiveFindings):
                     tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
-                risk = basis in ("queue", "arrival", "resume") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
+                risk = basis in ("queue", "arrival", "resume", "pass") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
                                             and util >= self.cfg.risk_min_utilization and binding)
                 if not (certain or risk):
                     self._tte_break[p] = it
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
-                                   rate, net_rate, admits, arr_med, arr_max, past,
-                                   max(nwin) if by_pass and resume else None)
+                                   rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
+                                   max(nwin))
         self._stalls_at_iteration_end(t, it)
