@@ -166,10 +166,11 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
 def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
                 ) -> tuple[bool, float, float, bool, float]:
     """(at risk, blocks past the ceiling, room below it, at risk from one pass, blocks one pass
-    takes it past) of ``p`` against its resume ceiling: the running-state form of :func:`kvscope.analysis.projections.resume_ceiling`
-    and :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it``
-    the trailing blocks allocated / freed per iteration, NaN before a window exists; ``burst`` the
-    most pages new mirrors took in one recent iteration); (False, -inf, nan, False) when the build
+    takes it past) of ``p`` against its resume ceiling: the running-state form of
+    :func:`kvscope.analysis.projections.resume_ceiling` and
+    :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it`` the
+    trailing blocks allocated / freed per iteration, NaN before a window exists; ``burst`` the most
+    pages new mirrors took in one recent iteration); (False, -inf, nan, False, -inf) when the build
     admits the mirror, is unknown, or the pool is paired."""
     c = sa._configs.get(p)
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:

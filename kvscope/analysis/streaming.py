@@ -534,8 +534,9 @@ class StreamingAnalyzer(LiveFindings):
                     tgt_room = (self._state[tgt][1] - self._need[tgt]) * self._configs[tgt]["tokens_per_block"] \
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
-                risk = basis in ("queue", "arrival", "resume", "pass") or (basis == "trend" and eta <= self.cfg.risk_horizon_s
-                                            and util >= self.cfg.risk_min_utilization and binding)
+                risk = basis in ("queue", "arrival", "resume", "pass") or (
+                    basis == "trend" and eta <= self.cfg.risk_horizon_s and util >= self.cfg.risk_min_utilization
+                    and binding)
                 if not (certain or risk):
                     self._tte_break[p] = it
                 if certain or risk:
