@@ -14,9 +14,9 @@ pandas.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kvscope._lazy import lazy_attributes
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity, order_findings
 from kvscope.analysis.streaming import StreamingAnalyzer
@@ -46,17 +46,7 @@ _BATCH = {
 """The pandas-backed names, imported from their module when first read."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _BATCH.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kvscope.analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # read once: later reads skip this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_BATCH})
+__getattr__, __dir__ = lazy_attributes(__name__, _BATCH, globals())
 
 
 __all__ = [

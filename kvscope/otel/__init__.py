@@ -10,8 +10,9 @@ a plain part, such as the analyzer child's :mod:`kvscope.otel.finding_record`, i
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kvscope._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from kvscope.otel.metrics import AnalyzerGauges, KVInstruments, MetricState
@@ -38,17 +39,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kvscope.otel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # read once: later reads skip this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, globals())
 
 
 __all__ = [

@@ -6,9 +6,9 @@ a live consumer of the wire format import neither.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kvscope._lazy import lazy_attributes
 from kvscope.recording.pump import BatchPump
 from kvscope.recording.recorder import NullRecorder, Recorder
 from kvscope.recording.ring import EventRing
@@ -31,17 +31,7 @@ _FILES = {
 """The names backed by pyarrow or pandas, imported from their module when first read."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _FILES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kvscope.recording' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # read once: later reads skip this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_FILES})
+__getattr__, __dir__ = lazy_attributes(__name__, _FILES, globals())
 
 
 __all__ = [
