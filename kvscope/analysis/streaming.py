@@ -490,6 +490,7 @@ class StreamingAnalyzer(LiveFindings):
                 nwin = self._new_window[p] = deque(maxlen=self.cfg.burst_window_iterations)
             nwin.append(self._new_iter[p])
             self._new_iter[p] = 0.0
+            burst = max(nwin)  # the largest pass of new mirrors in the window (the pass rule)
             back = win[0]
             span_t, span_i = t - back[0], len(win) - 1
             roll, net = self._cum_alloc[p] - back[1], (cap - avail) - back[2]
@@ -502,7 +503,7 @@ class StreamingAnalyzer(LiveFindings):
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
-                self, p, certain or self._guarded, alloc_it, free_it, max(nwin))
+                self, p, certain or self._guarded, alloc_it, free_it, burst)
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
                                      or qnow > margin)
@@ -542,5 +543,5 @@ class StreamingAnalyzer(LiveFindings):
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
                                    rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
-                                   max(nwin))
+                                   burst)
         self._stalls_at_iteration_end(t, it)
