@@ -299,7 +299,7 @@ def compute_debt(
         # add far more than a chunk (see kvscope.analysis.ceiling.resume_at_risk).
         has = held > 0
         seen = np.cumsum(has)
-        first = has & (seen - (seen - has)[start][np.cumsum(start) - 1] == 1)
+        first = has & (seen - (seen - has)[start][group_id] == 1)  # the request's first such row
         new_alloc = np.bincount(run_after_q[bucket[first]], weights=grew[first], minlength=len(ends))[: len(ends)]
         nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
         nxt[:-1] = np.where(start[1:], nxt[:-1], pos[1:])
