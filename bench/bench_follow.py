@@ -95,12 +95,13 @@ def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple
     pipeline = None
     sinks = []
     follower = None
-    if export_on in ("follow", "follow-nice0"):
+    if export_on in ("follow", "follow-nice0", "follow-idle"):
         from kvscope.engines.live import ZmqPublisherSink
 
         pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
         sinks = [pub]
-        follower = start_follower(pub.endpoint, grpc_port, extra=["--nice", "0"] if export_on == "follow-nice0" else [])
+        extra = {"follow-nice0": ["--nice", "0"], "follow-idle": ["--sched-idle"]}.get(export_on, [])
+        follower = start_follower(pub.endpoint, grpc_port, extra=extra)
         for _ in range(400):  # until the follower's subscription arrives
             pub._drain_subscriptions()
             if pub.num_subscribers:
@@ -247,7 +248,7 @@ def main() -> int:
             if engine:
                 print(f"engine-thread cost of export (best of {ROUNDS}; ns/event; wall excludes the nominal pauses; "
                       f"'own' = wall less the time the engine thread waited for a CPU held by other jobs):")
-            modes = (False, True, "follow", "follow-nice0")
+            modes = (False, True, "follow", "follow-idle", "follow-nice0")
             for label, pause in (("busy", 0.0), ("paced", 0.0005)) if engine else ():
                 best = {m: (float("inf"),) * 3 for m in modes}
                 events = 0
@@ -257,7 +258,8 @@ def main() -> int:
                         best[m] = tuple(min(a, b) for a, b in zip(best[m], fig))
                 w0, o0, c0 = best[False]
                 print(f"  {label:<6} no export        wall {w0:6.0f}  own {o0:6.0f}  CPU {c0:6.0f}  [{events:,} events]")
-                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-nice0", "follow --nice 0")):
+                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-idle", "follow --sched-idle"),
+                                ("follow-nice0", "follow --nice 0")):
                     w, o, c = best[m]
                     print(f"  {label:<6} {name:<16} wall {w:6.0f}  own {o:6.0f}  CPU {c:6.0f}   export adds "
                           f"{(w - w0) / 1000:+.2f} us/event wall, {(o - o0) / 1000:+.2f} own, {(c - c0) / 1000:+.2f} CPU")

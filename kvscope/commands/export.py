@@ -123,6 +123,14 @@ def register(sub: argparse._SubParsersAction) -> None:
              "behind costs dropped, counted batches, never engine time)",
     )
     p.add_argument(
+        "--sched-idle",
+        action="store_true",
+        help="with --follow: run at the kernel's SCHED_IDLE policy (Linux): the follower gets a CPU only "
+             "when no ordinary task wants it, and a waking engine thread takes the core back at once "
+             "(a nice value only lowers the follower's share: the engine can still wait up to a "
+             "scheduler slice for it)",
+    )
+    p.add_argument(
         "--analyze-inline",
         action="store_true",
         help="with --follow: run the streaming analyzer in this process (default: a child process "
@@ -350,6 +358,25 @@ def _add(acc: dict[str, Any], s: dict[str, Any]) -> None:
             acc[k] = acc.get(k, 0) + v
 
 
+def _threads() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]  # no /proc: the calling thread
+
+
+def _lower_priority(n: int) -> None:
+    for tid in _threads():
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + n, 19))
+
+
+def _sched_idle() -> None:
+    if not hasattr(os, "SCHED_IDLE"):
+        raise ValueError("--sched-idle needs Linux's SCHED_IDLE scheduling policy, which this platform lacks")
+    for tid in _threads():
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+
+
 def run(args: argparse.Namespace) -> int:
     config = OtlpConfig.from_env(
         endpoint=args.otlp_endpoint, protocol=args.protocol, timeout_s=args.timeout
@@ -361,8 +388,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("give event files or --follow, not both")
         if args.nice < 0:
             raise ValueError(f"--nice must be >= 0 (a follower never outranks the engine), got {args.nice}")
+        # This process only (follow() as a library call never touches its caller's priority), and
+        # every thread of it: Linux keeps nice and policy per thread, and imports have already
+        # started some; threads and children started later inherit.
         if args.nice:
-            os.nice(args.nice)  # this process only: follow() as a library call never renices its caller
+            _lower_priority(args.nice)
+        if args.sched_idle:
+            _sched_idle()
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
                    analyzer_process=not args.analyze_inline)

@@ -156,7 +156,10 @@ def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_p
             pub._drain_subscriptions()
             time.sleep(0.05)
         assert pub.num_subscribers == 1
-        assert os.getpriority(os.PRIO_PROCESS, follower.pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
+        want = min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
+        tids = _tasks_and_children(follower.pid)
+        assert len(tids) > 1  # threads the imports started before the CLI reniced itself
+        assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in tids} == dict.fromkeys(tids, want)
         rec = Recorder()
         pump = BatchPump(rec, [pub], start=False)
         from kvscope.events import EventKind, PoolRole
@@ -168,3 +171,69 @@ def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_p
         follower.kill()
     s = json.loads(out)
     assert s["events"] == 1 and s["stream"]["ended"], err
+
+
+def _tasks_and_children(pid: int) -> list[int]:
+    """Thread ids of ``pid`` and of its child processes (the analyzer child), from /proc."""
+    import os
+
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == pid:
+                tids += [int(t) for t in os.listdir(f"/proc/{p}/task")]
+    return tids
+
+
+def test_follow_sched_idle_puts_the_follower_its_threads_and_its_analyzer_child_at_sched_idle():
+    """``--sched-idle``: the kernel runs the follower only on a core no ordinary task wants, so a
+    waking engine thread preempts it at once. Every thread and the analyzer child inherit the
+    policy, and the follow still delivers the stream."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    if not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("SCHED_IDLE is Linux only")
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.events import EventKind, PoolRole
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*")
+    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
+                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--sched-idle", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rec = Recorder()
+        pump = BatchPump(rec, [pub], start=False)
+        deadline = time.monotonic() + 60
+        while pub.num_subscribers == 0 and time.monotonic() < deadline:
+            pub._drain_subscriptions()
+            time.sleep(0.05)
+        assert pub.num_subscribers == 1
+        rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
+        pump.pump_once()  # the first batch starts the analyzer child
+        tids: list[int] = []
+        while time.monotonic() < deadline:
+            tids = _tasks_and_children(follower.pid)
+            if len(tids) > len(os.listdir(f"/proc/{follower.pid}/task")):
+                break  # the child is up
+            time.sleep(0.05)
+        policies = {t: os.sched_getscheduler(t) for t in tids}
+        assert len(policies) > len(os.listdir(f"/proc/{follower.pid}/task")), "no analyzer child seen"
+        assert set(policies.values()) == {os.SCHED_IDLE}, policies
+        rec.record(EventKind.BLOCKS_ALLOCATED, 2, PoolRole.TARGET, 1, 64)
+        pump.shutdown()
+        out, err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    s = json.loads(out)
+    assert s["events"] == 2 and s["stream"]["ended"] and s["stream"]["gap_events"] == 0, err
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller is never touched
