@@ -5,7 +5,8 @@ defers new requests past the ceiling and lets in, below it, what the pool may no
 (:func:`admit_gate_at_risk`). Vectorized over the iteration ends, on the pieces
 :func:`kvscope.analysis.projections.resume_ceiling` computes; the streaming analyzer's running-state
 form is in :mod:`kvscope.analysis.live_projections`, and both word a finding with
-:func:`resume_text`. numpy only (the streaming analyzer imports this module without pandas).
+:func:`resume_text` (and the other bases of a time-to-exhaustion finding that need more than a
+phrase: :func:`pass_text`, :func:`debt_text`). numpy only (the streaming analyzer imports this module without pandas).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     request slots are all taken: they free one finishing request at a time, and each pass admits
     what was freed. Whether such a pass comes again soon is not in the events: on the synthetic
     Mooncake trace one 3,102-block pass was followed by 2,200 iterations without a crash."""
-    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+    margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     head = r["headroom"][qi]
     admitted = r["admitted"][qi]
     frees = _frees_until(r["decode_held"][qi], np.maximum(head, 0.0), alloc_per_it, free_per_it)
@@ -93,6 +94,20 @@ def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: in
             f"of capacity), and the next new mirror's first resume would be refused")
 
 
+def debt_cover(margin: float, freed: float) -> float:
+    """Debt at or below this is close, not critical: within the margin and within what the pool
+    freed over the trailing window (DetectorConfig.margin_blocks). Works on arrays too."""
+    return np.minimum(margin, np.maximum(freed, 0.0))  # type: ignore[no-any-return]
+
+
+def debt_text(debt: float, cover: float, window: int) -> str:
+    """The ``debt`` basis: certain beyond :func:`debt_cover`, close within it."""
+    if debt > cover:
+        return f"certain: admitted requests owe {debt:.0f} blocks more"
+    return (f"admitted requests owe {debt:.0f} blocks more, within what finishing requests freed in the last "
+            f"{window} iterations: close")
+
+
 def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,
                  free_per_it: np.ndarray) -> np.ndarray:
     """Pages decoding requests free while ``blocks`` more are allocated at the current rates
@@ -121,7 +136,7 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     margin, counting what decoding requests free (at the current rate) while all of it is
     allocated (at the current rate). Gate closed: the queue head waits for pages to be freed, so
     no projection of what the target admits is critical then."""
-    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+    margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     admitted, q_all = r["admitted"][qi], r["queued_all"][qi]
     frees = _frees_until(r["decode_held"][qi], admitted + q_all, alloc_per_it, free_per_it)
     coming = admitted + np.maximum(q_all - frees, 0.0)

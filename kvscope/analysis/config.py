@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+
+_Cap = TypeVar("_Cap", float, np.ndarray)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +26,8 @@ class DetectorConfig:
     """...and the pool is at least this full..."""
     risk_margin_fraction: float = 0.02
     """...and its headroom is below the target's by more than this fraction of its capacity (with
-    reuse off both pools fill in step and the target's admission pushes back first)."""
+    reuse off both pools fill in step and the target's admission pushes back first). Also the
+    margin (:meth:`margin_blocks`) a debt or a projected debt must pass to be critical."""
     burst_window_iterations: int = 32
     """The resume-ceiling rule's "one scheduler pass like the largest recent one": the pages new
     mirrors took in one iteration, at most, over this many trailing iterations."""
@@ -42,6 +46,14 @@ class DetectorConfig:
     """Reuse loss is a warning when the duplicated prefix held at once reaches this pool fraction."""
     max_named_requests: int = 50
     """Most request ids listed in one finding (evidence keeps the full counts)."""
+
+    def margin_blocks(self, capacity_blocks: _Cap) -> _Cap:
+        """A projected debt is critical only above this many blocks (it is an estimate). A measured
+        debt is critical above this margin or above what the pool freed over the trailing
+        ``rate_window_iterations`` (:func:`kvscope.analysis.ceiling.debt_cover`): the debt counts
+        no frees, so a small debt in a pool whose requests keep finishing says "close", while the
+        same debt with nothing finishing is heading for the failure."""
+        return self.min_debt_blocks + self.risk_margin_fraction * capacity_blocks
 
     def __post_init__(self) -> None:
         if self.merge_gap_iterations < 0:

@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.ceiling import admit_gate_at_risk, pass_text, resume_at_risk, resume_text
+from kvscope.analysis.ceiling import (
+    admit_gate_at_risk,
+    debt_cover,
+    debt_text,
+    pass_text,
+    resume_at_risk,
+    resume_text,
+)
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
@@ -47,6 +54,11 @@ def find_admission_gaps(
             continue
         qi = debt.index_of(ev_pos)
         d_ev = f["debt"][qi]
+        # What the pool freed over the window that ended with the previous iteration (the state a
+        # consistent point of this iteration follows).
+        prev_end = np.searchsorted(f["run_ends"], ev_pos, side="left") - 1
+        freed = window_freed(debt, f, cfg.rate_window_iterations)
+        freed_ev = np.where(prev_end >= 0, freed[np.maximum(prev_end, 0)], 0.0)
         mask = np.nan_to_num(d_ev, nan=-np.inf) > cfg.min_debt_blocks
         for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
             at = int(qi[es])
@@ -62,16 +74,21 @@ def find_admission_gaps(
             named = list(dict.fromkeys(admitted + owing))
             peak = float(np.nanmax(d_ev[es : ee + 1]))
             cap = float(fs["capacity"])
+            cover = debt_cover(float(cfg.margin_blocks(cap)), freed_ev[es : ee + 1])
+            crit = bool((d_ev[es : ee + 1] > cover).any())
             out.append(Finding(
                 kind=FindingKind.ADMISSION_GAP,
-                severity=Severity.CRITICAL,
+                severity=Severity.CRITICAL if crit else Severity.WARNING,
                 t_start_s=_t(ts, s), t_end_s=_t(ts, e), iteration_start=it[s], iteration_end=it[e],
                 pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
                 summary=(
                     f"{role} pool owes {fs['debt']:.0f} blocks: admitted requests still need {fs['need']:.0f} "
                     f"blocks there but only {fs['available']:.0f} are available"
                     + (f" (request {first_adm} admitted into debt)" if first_adm >= 0 else "")
-                    + f"; peak debt {peak:.0f} blocks of {cap:.0f}."
+                    + f"; peak debt {peak:.0f} blocks of {cap:.0f}"
+                    + ("." if crit else f", never more than finishing requests had just freed "
+                                        f"({cfg.rate_window_iterations} iterations) nor {cfg.risk_margin_fraction:.0%} "
+                                        "of the pool: close, not yet heading for the failure.")
                 ),
                 evidence={
                     "debt_blocks": fs["debt"], "peak_debt_blocks": peak, "need_blocks": fs["need"],
@@ -85,6 +102,17 @@ def find_admission_gaps(
                 },
             ))
     return out
+
+
+def window_freed(debt: DebtResult, f: dict, window: int) -> np.ndarray:
+    """Blocks the pool freed over the trailing ``window`` iterations, at each iteration end (what
+    it allocated less its net growth; fewer iterations at the start)."""
+    ends = f["run_ends"]
+    qi = debt.index_of(ends)
+    used = f["capacity"][qi] - f["available"][qi]
+    cs = np.cumsum(f["alloc_by_run"])
+    back = np.maximum(np.arange(len(ends)) - window, 0)
+    return (cs - cs[back]) - (used - used[back])  # type: ignore[no-any-return]
 
 
 _BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume", "pass"], dtype=object)
@@ -138,7 +166,7 @@ def exhaustion_arrays(
         # pool in debt (compute_debt's projected_now): heading for the raise, critical. The whole
         # queue admitted at once (projected_queue_now) is an upper bound: at risk, a warning.
         # A projection is an estimate: it is critical only beyond a margin of the pool's capacity.
-        margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * np.nan_to_num(cap, nan=0.0)
+        margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
         guarded = f["guarded"][qi] if "guarded" in f else np.zeros(len(qi), dtype=bool)
         admits = ~certain & ~guarded & (np.nan_to_num(f["projected_now"][qi], nan=-np.inf) > margin)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -193,6 +221,7 @@ def exhaustion_arrays(
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
             "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass,
+            "freed_blocks": window_freed(debt, f, w),
         }
     return out
 
@@ -281,7 +310,11 @@ def estimate_time_to_exhaustion(
         if role not in configs.index or bool(configs.loc[role, "in_admission"]):
             continue
         basis = g["basis_code"]
-        certain = basis == 3
+        # Debt is certain, but a small one that finishing requests keep covering is not critical
+        # (DetectorConfig.margin_blocks).
+        in_debt = basis == 3
+        cover = debt_cover(cfg.margin_blocks(np.nan_to_num(g["capacity_blocks"], nan=0.0)), g["freed_blocks"])
+        certain = in_debt & (np.nan_to_num(g["debt_blocks"], nan=-np.inf) > cover)
         admits = g["target_admits_queue"].astype(bool)
         resume = basis == 5
         with np.errstate(invalid="ignore"):
@@ -290,7 +323,7 @@ def estimate_time_to_exhaustion(
                                                            & g["is_binding"])
         ceiling = float(configs.loc[role, "max_util_for_resume"])
         it = g["iteration"]
-        for s, e in runs(certain | risk, it, cfg.merge_gap_iterations):
+        for s, e in runs(in_debt | risk, it, cfg.merge_gap_iterations):
             row = {k: v[s] for k, v in g.items()}
             # The episode starts where the risk is first seen; the estimate comes from its first
             # iteration with a defined consumption rate (an episode opening on the first iteration
@@ -311,7 +344,7 @@ def estimate_time_to_exhaustion(
                         f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
             if b in ("resume", "pass"):
                 runs_out = runs_out.replace("runs out", "reaches its resume ceiling", 1)
-            what = {"debt": f"certain: admitted requests owe {row['debt_blocks']:.0f} blocks more",
+            what = {"debt": debt_text(row["debt_blocks"], float(cover[s]), cfg.rate_window_iterations),
                     "queue": (f"at risk: with the queue admitted it would owe "
                               f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks'], row['projected_queue_now_debt_blocks']):.0f} blocks"
                               + (" and the target has room to admit it now" if admissible else "")),

@@ -14,7 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from kvscope.analysis.ceiling import pass_text, resume_text
+from kvscope.analysis.ceiling import debt_cover, debt_text, pass_text, resume_text
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import fatal_leads, group_stalls
 from kvscope.events import EventKind, PoolRole, blocks_needed
@@ -96,6 +96,8 @@ class LiveFindings:
                 ep.last_it = it
                 f = self._findings[ep.index]
                 ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
+                if d > debt_cover(self.cfg.margin_blocks(ev["capacity_blocks"]), self._freed(p)):
+                    f = replace(f, severity=Severity.CRITICAL)
                 for rid in self._iter_admitted:
                     if rid not in ev["admitted_into_debt"]:
                         ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
@@ -112,8 +114,13 @@ class LiveFindings:
             names = list(dict.fromkeys(admitted + owing))
             first = admitted[0] if admitted else -1
             need = self._need[p]
+            # A small debt finishing requests keep covering is close, not critical
+            # (DetectorConfig.margin_blocks); a deeper one later in the episode makes it critical.
             f = Finding(
-                kind=FindingKind.ADMISSION_GAP, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
+                kind=FindingKind.ADMISSION_GAP,
+                severity=(Severity.CRITICAL if d > debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
+                          else Severity.WARNING),
+                t_start_s=t, t_end_s=t,
                 iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[: self.cfg.max_named_requests]),
                 summary=(f"{p} pool owes {d:.0f} blocks: admitted requests still need {need:.0f} blocks there "
                          f"but only {avail:.0f} are available" + (f" (request {first} admitted into debt)." if first >= 0 else ".")),
@@ -127,7 +134,9 @@ class LiveFindings:
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
                   arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0) -> None:
-        crit = basis in ("debt", "resume") or admits
+        cover = debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
+        certain = basis == "debt" and d > cover
+        crit = certain or basis == "resume" or admits
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
         cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
@@ -145,7 +154,7 @@ class LiveFindings:
             old = f.evidence["min_eta_s"]
             ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
                       named_at=[[r, i] for r, i in order])
-            ev["certain"] = ev["certain"] or basis == "debt"
+            ev["certain"] = ev["certain"] or certain
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
             if basis == "resume":
                 ev["resume_ceiling"] = True
@@ -156,7 +165,7 @@ class LiveFindings:
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
                                                request_ids=tuple(r for r, _ in order))
             return
-        what = {"debt": f"certain: admitted requests owe {d:.0f} blocks more",
+        what = {"debt": debt_text(d, cover, self.cfg.rate_window_iterations),
                 "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks"
                          + (" and the target has room to admit it" if admits else ""),
                 "trend": "at the current growth",
@@ -173,7 +182,7 @@ class LiveFindings:
             summary=f"{p} pool {'reaches its resume ceiling' if basis in ('resume', 'pass') else 'runs out'} in about "
                     f"{eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, {avail:.0f} blocks available ({what}).",
             evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
-                      "certain": basis == "debt", "target_admits_queue": admits,
+                      "certain": certain, "target_admits_queue": admits,
                       "resume_ceiling": basis == "resume",
                       "past_ceiling_blocks": past if basis == "resume" else None,
                       "critical_at_iteration": it if crit else None,

@@ -141,7 +141,7 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, q_all = _below_ceiling(sa, p, c, ct)
     frees = _frees_until(sa._decode.get(p, 0.0), admitted + q_all, alloc_it, free_it)
     coming = admitted + max(q_all - frees, 0.0)
-    margin = sa.cfg.min_debt_blocks + sa.cfg.risk_margin_fraction * cap
+    margin = sa.cfg.margin_blocks(cap)
     gate_open = headroom - admitted > 0
     util_t = (cap_t - avail_t + min(max(need_t, 0.0), avail_t)) / cap_t if cap_t > 0 else math.nan
     risk = (not certain and coming - avail > margin and gate_open and waiting >= 1 and _target_gate(sa, util_t))
@@ -197,7 +197,7 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     room_t = avail_t - share * coming_t
     util_t = (cap_t - room_t) / cap_t if cap_t > 0 else math.nan
     cfg = sa.cfg
-    margin = cfg.min_debt_blocks + cfg.risk_margin_fraction * cap
+    margin = cfg.margin_blocks(cap)
     past = coming - headroom
     victim = num_waiting >= (1 if admitted - headroom > margin else 2)
     target_ok = room_t >= 1 and _target_gate(sa, util_t)

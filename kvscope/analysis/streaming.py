@@ -471,6 +471,15 @@ class StreamingAnalyzer(LiveFindings):
     def _outside(self) -> list[str]:
         return self._outside_pools
 
+    def _freed(self, p: str) -> float:
+        """Blocks ``p`` freed over the rate window that ended with the last iteration end
+        (detectors.window_freed)."""
+        win = self._window.get(p)
+        if not win:
+            return 0.0
+        (_t0, c0, u0), (_t1, c1, u1) = win[0], win[-1]
+        return (c1 - c0) - (u1 - u0)
+
     # ---- per iteration: time to exhaustion, stalls --------------------------------------------
     def _end_iteration(self) -> None:
         t, it = self._last_t, self._iteration
@@ -499,7 +508,7 @@ class StreamingAnalyzer(LiveFindings):
             rate = roll / span_t if span_t > 0 else math.nan
             net_rate = net / span_t if span_t > 0 else math.nan
             proj = self._projected(p)
-            margin = self.cfg.min_debt_blocks + self.cfg.risk_margin_fraction * cap
+            margin = self.cfg.margin_blocks(cap)
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(

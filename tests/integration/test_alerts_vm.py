@@ -4,8 +4,8 @@ findings and gauges along the event timeline) into rotel -> VictoriaMetrics, and
 expressions are read back over the stored samples.
 
 - crash (glm5-dsa on main-00746ef, its start-up burst): the draft pool's alarm level reaches
-  critical (KVScopePoolCritical) and the debt goes above zero (KVScopeDraftDebt) at sample times
-  before the engine failure;
+  critical (KVScopePoolCritical) and the debt goes above zero while it is (KVScopeDraftDebt's
+  expression, evaluated by VictoriaMetrics) at sample times before the engine failure;
 - healthy (glm5-dsa with block reuse off, on main-00746ef; rc25 with two micro-batches ends on a draft
   resume in the model, an open finding in SOURCES.md): no critical alarm level and no positive debt in any
   sample, and the time-to-exhaustion series is absent (no finding says the pool is at risk).
@@ -60,7 +60,16 @@ def test_draft_alerts_fire_before_the_engine_failure_on_a_replayed_crash(otel_st
     assert warning and warning[0] < failed_s
     assert critical and critical[0] < failed_s, (level, failed_s)  # KVScopePoolCritical fires before the abort
     debt = _samples(otel_stack, "kvscope_analysis_draft_debt", service, df)
-    assert [t for t, v in debt if v > 0 and t < failed_s]  # KVScopeDraftDebt too
+    owed = [t for t, v in debt if v > 0 and t < failed_s]
+    assert owed
+    # KVScopeDraftDebt's expression (a positive debt while a critical finding is in force), as
+    # VictoriaMetrics evaluates it at the first such sample
+    crit_owed = [t for t in owed if any(abs(t - c) < 1e-3 for c in critical)]
+    assert crit_owed, (owed, critical)
+    res = otel_stack.vm_query(f'kvscope_analysis_draft_debt{{service_name="{service}"}} > 0 and on '
+                              f'(service_name, kvscope_rank, kvscope_pool) '
+                              f'kvscope_analysis_alarm_level{{service_name="{service}"}} >= 2', at_s=crit_owed[0])
+    assert [r["metric"]["kvscope_pool"] for r in res] == ["draft"]
     # the rule expression, as VictoriaMetrics evaluates it just before the failure
     res = otel_stack.vm_query(f'kvscope_analysis_alarm_level{{service_name="{service}"}} >= 2', at_s=failed_s - 0.01)
     assert [r["metric"]["kvscope_pool"] for r in res] == ["draft"]

@@ -177,3 +177,46 @@ def crash_script(*, paired: bool = False, reuse: bool = True, r2_prompt: int = 3
     s.finish(1)
     facts["outcome"] = "finished"
     return s, facts
+
+
+def covered_script() -> tuple[EventScript, dict]:
+    """:func:`crash_script`'s 2-block admission gap in a pool whose requests keep finishing.
+
+    Request 1 as there (201 draft blocks). Then four short requests (101-104: 160 tokens, 11
+    blocks in each pool) come and finish one per two iterations, so the draft pool freed 44 blocks
+    in the 16 iterations before request 2 is admitted into a debt of 2 blocks, less than 2% of the
+    400-block pool (8 blocks). Request 1 finishes after request 2's tenth chunk and request 2 then
+    completes: what finishing requests free covers the debt. Facts: admit_iteration, outcome.
+    """
+    s = EventScript(target_blocks=400, draft_blocks=400, tpb=16)
+    s.iteration()
+    s.arrive(1, 3200)
+    s.admit(1)
+    for pos in range(0, 3200, 160):
+        s.chunk(1, pos, 160)
+        s.snapshot()
+        s.iteration()
+    for rid in range(101, 105):
+        s.arrive(rid, 160)
+        s.admit(rid)
+        assert s.chunk(rid, 0, 160) == "ok"
+        s.snapshot()
+        s.iteration()
+        s.finish(rid)
+        s.snapshot()
+        s.iteration()
+    s.arrive(2, 3200)
+    facts = {"admit_iteration": s.rec.iteration, "outcome": "running"}
+    s.admit(2, reused=2400)
+    pos, chunks = 2400, 0
+    while pos < 3200:
+        res = s.chunk(2, pos, 32)
+        s.snapshot()
+        assert res == "ok", res
+        pos, chunks = pos + 32, chunks + 1
+        if chunks == 10:
+            s.finish(1)
+        s.iteration()
+    s.finish(2)
+    facts["outcome"] = "finished"
+    return s, facts

@@ -181,3 +181,31 @@ def test_no_findings_and_no_error_when_stream_is_empty_or_idle():
     a = analyze(s.frame())
     assert a.findings == []
     assert a.timeline.loc[1, "outcome"] == "running"
+
+
+def test_a_small_debt_finishing_requests_keep_covering_is_a_warning_and_critical_without_them():
+    """The same 2-block admission gap: critical when nothing was freed (crash_script, the engine
+    dies), a warning when the pool's requests keep finishing (freed 44 blocks in the trailing
+    window) and the debt is within 2% of the pool (8 blocks); with no margin, critical again."""
+    from analysis_script import covered_script
+
+    script, facts = covered_script()
+    assert facts["outcome"] == "finished"
+    frame = script.frame()
+    a = analyze(frame)
+    (gap,) = _kinds(a, FindingKind.ADMISSION_GAP)
+    (tte,) = _kinds(a, FindingKind.TIME_TO_EXHAUSTION)
+    assert gap.evidence["debt_blocks"] == 2 and gap.iteration_start == facts["admit_iteration"]
+    assert (gap.severity, tte.severity) == (Severity.WARNING, Severity.WARNING)
+    assert tte.evidence["basis"] == "debt" and tte.evidence["certain"] is False
+    assert "close" in gap.summary and "close" in tte.summary and "certain" not in tte.summary
+    ex = a.exhaustion[(a.exhaustion.pool == "draft") & (a.exhaustion.iteration == facts["admit_iteration"])]
+    assert ex["freed_blocks"].iloc[0] == 44  # four 11-block requests finished in the window
+
+    strict = analyze(frame, DetectorConfig(risk_margin_fraction=0.0))
+    assert {f.severity for f in strict.findings if f.kind != FindingKind.REUSE_LOSS} == {Severity.CRITICAL}
+
+    crash, _ = crash_script()  # the same debt with nothing freed: the engine dies, and it is critical
+    c = analyze(crash.frame())
+    assert [f.severity for f in _kinds(c, FindingKind.ADMISSION_GAP)] == [Severity.CRITICAL]
+    assert c.exhaustion[c.exhaustion.pool == "draft"]["freed_blocks"].max() == 0
