@@ -6,9 +6,10 @@
                   export --follow`` process translates and exports to rotel. Two paces: 'busy' (a
                   tight loop: the pump thread competes for the GIL all the time) and 'paced' (0.5 ms
                   of GIL-free "forward pass" per scheduler iteration, as a real engine). The
-                  follower runs at its default lower priority (nice 10: on cores it shares with the
-                  engine it takes only what the engine leaves) and with ``--nice 0`` (on a host with
-                  a spare core the two are the same). Per event: engine-thread wall time (waiting
+                  follower runs at its defaults (SCHED_IDLE, nice 10: on cores it shares with the
+                  engine it takes only what the engine leaves, and a waking engine thread preempts it
+                  at once), with ``--sched normal`` (nice 10 alone) and with ``--sched normal --nice
+                  0`` (on a host with a spare core the three are the same). Per event: engine-thread wall time (waiting
                   for the GIL or a CPU included), 'own' (wall less the time the thread waited for a
                   CPU, from /proc/thread-self/schedstat: other jobs' share of a loaded machine
                   removed) and engine-thread CPU time; mode - off is what export costs the engine.
@@ -27,12 +28,21 @@ follower adds to the engine thread, and the analyzer child's start-up CPU beside
 importing what it imports, alone and with pandas, pyarrow and the OTel SDK. ``--no-engine`` runs the
 end-to-end part only, ``--startup`` the start-up figures only.
 
-Figures (2026-12-01; us/event, export minus no export; engine rounds at load 6.6 -> 3.7):
+Figures (2026-12-02; us/event, export minus no export; load 1.3 at the start):
 
-  engine thread          busy: wall / own       paced: wall / own
-  in-process export      +0.18 / +0.18          +10.30 / +8.12
-  follow (nice 10)       -0.00 / -0.52          +1.60 / -0.10
-  follow --nice 0        +3.40 / +0.13          +0.54 / +0.16
+  engine thread                    busy: wall / own       paced: wall / own
+  in-process export                +0.70 / +0.70          +13.27 / +10.24
+  follow (defaults: SCHED_IDLE)    -0.14 / -0.23          +0.72 / -0.16
+  follow --sched normal (nice 10)  +0.25 / -0.07          +2.59 / -2.11
+  follow --sched normal --nice 0   +0.44 / -0.01          +3.71 / -1.85
+
+  Three more paced runs the same day (best of 3 each): SCHED_IDLE -1.44, -0.19 and +0.12 (the last
+  at 5 ms per iteration); nice 10 alone +6.17, +2.81 and +10.50. At nice 10 the engine's wall cost
+  is time it waits for a CPU the follower holds ('own' stays near 0); SCHED_IDLE removes it. Before
+  the CLI reniced every thread, two threads the imports had started stayed at nice 0.
+
+End to end the same day (load 0.8-1.3): 95,191 events/s with the analyzer child, 52,261 inline,
+104,217 without the analyzer (figures of 2026-12-01 below).
 
   end to end (391k events of a real replay -> rotel)   load 0.3-0.7   load 1.3-2.4   load 3.5-8
   analyzer in a child process (default)                     106,821         52,298       30,160
@@ -87,20 +97,22 @@ def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple
     engine thread waited for a CPU, engine CPU ns) and the number of events.
 
     ``export_on``: False (no sink), True (OtelSink in the engine's process), "follow" /
-    "follow-nice0" (the engine process only publishes on ZeroMQ; ``kvscope export --follow``
-    translates in another process, at its default lower priority or with ``--nice 0``).
+    "follow-normal" / "follow-nice0" (the engine process only publishes on ZeroMQ; ``kvscope export
+    --follow`` translates in another process: at its defaults, SCHED_IDLE and nice 10; with
+    ``--sched normal`` (nice 10); with ``--sched normal --nice 0``).
     """
     clock = PacedClock(pause_s)
     rec = Recorder(clock=clock, clock_name="simulated", capacity=1 << 16)
     pipeline = None
     sinks = []
     follower = None
-    if export_on in ("follow", "follow-nice0", "follow-idle"):
+    if export_on in ("follow", "follow-nice0", "follow-normal"):
         from kvscope.engines.live import ZmqPublisherSink
 
         pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
         sinks = [pub]
-        extra = {"follow-nice0": ["--nice", "0"], "follow-idle": ["--sched-idle"]}.get(export_on, [])
+        extra = {"follow-nice0": ["--sched", "normal", "--nice", "0"],
+                 "follow-normal": ["--sched", "normal"]}.get(export_on, [])
         follower = start_follower(pub.endpoint, grpc_port, extra=extra)
         for _ in range(400):  # until the follower's subscription arrives
             pub._drain_subscriptions()
@@ -248,7 +260,7 @@ def main() -> int:
             if engine:
                 print(f"engine-thread cost of export (best of {ROUNDS}; ns/event; wall excludes the nominal pauses; "
                       f"'own' = wall less the time the engine thread waited for a CPU held by other jobs):")
-            modes = (False, True, "follow", "follow-idle", "follow-nice0")
+            modes = (False, True, "follow", "follow-normal", "follow-nice0")
             for label, pause in (("busy", 0.0), ("paced", 0.0005)) if engine else ():
                 best = {m: (float("inf"),) * 3 for m in modes}
                 events = 0
@@ -258,8 +270,8 @@ def main() -> int:
                         best[m] = tuple(min(a, b) for a, b in zip(best[m], fig))
                 w0, o0, c0 = best[False]
                 print(f"  {label:<6} no export        wall {w0:6.0f}  own {o0:6.0f}  CPU {c0:6.0f}  [{events:,} events]")
-                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-idle", "follow --sched-idle"),
-                                ("follow-nice0", "follow --nice 0")):
+                for m, name in ((True, "in-process"), ("follow", "follow"), ("follow-normal", "--sched normal"),
+                                ("follow-nice0", "normal, --nice 0")):
                     w, o, c = best[m]
                     print(f"  {label:<6} {name:<16} wall {w:6.0f}  own {o:6.0f}  CPU {c:6.0f}   export adds "
                           f"{(w - w0) / 1000:+.2f} us/event wall, {(o - o0) / 1000:+.2f} own, {(c - c0) / 1000:+.2f} CPU")

@@ -41,6 +41,11 @@ from kvscope.recording.reader import frame_to_rows
 BATCH_ROWS = 4096
 FOLLOW_NICE = 10
 """``export --follow`` runs at this much lower CPU priority by default (its analyzer child too)."""
+FOLLOW_SCHED = "idle" if hasattr(os, "SCHED_IDLE") else "normal"
+"""``export --follow``'s default CPU scheduling policy: SCHED_IDLE where the platform has it (Linux).
+A nice value only lowers the follower's share: on a shared core a waking engine thread could still
+wait up to a scheduler slice for it (bench_follow: +6 us per event of engine wall time, paced, at
+nice 10); at SCHED_IDLE the engine takes the core back at once (no measurable cost)."""
 ANALYZE_AHEAD = 4
 """Received batches handed to the analyzer child before the one being translated: the child works
 ahead instead of in lockstep (each batch's findings still reach the sink right after its own
@@ -123,12 +128,13 @@ def register(sub: argparse._SubParsersAction) -> None:
              "behind costs dropped, counted batches, never engine time)",
     )
     p.add_argument(
-        "--sched-idle",
-        action="store_true",
-        help="with --follow: run at the kernel's SCHED_IDLE policy (Linux): the follower gets a CPU only "
-             "when no ordinary task wants it, and a waking engine thread takes the core back at once "
-             "(a nice value only lowers the follower's share: the engine can still wait up to a "
-             "scheduler slice for it)",
+        "--sched",
+        choices=("idle", "normal"),
+        default=FOLLOW_SCHED,
+        help=f"with --follow: CPU scheduling policy of this process (default {FOLLOW_SCHED}). idle (Linux "
+             "SCHED_IDLE): it runs only on cores no ordinary task wants, and a waking engine thread takes "
+             "the core back at once; normal: the ordinary policy, lowered by --nice (the engine can then "
+             "wait up to a scheduler slice for a core the follower holds)",
     )
     p.add_argument(
         "--analyze-inline",
@@ -372,7 +378,8 @@ def _lower_priority(n: int) -> None:
 
 def _sched_idle() -> None:
     if not hasattr(os, "SCHED_IDLE"):
-        raise ValueError("--sched-idle needs Linux's SCHED_IDLE scheduling policy, which this platform lacks")
+        raise ValueError("--sched idle needs Linux's SCHED_IDLE scheduling policy, which this platform lacks: "
+                         "use --sched normal")
     for tid in _threads():
         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
 
@@ -393,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
         # started some; threads and children started later inherit.
         if args.nice:
             _lower_priority(args.nice)
-        if args.sched_idle:
+        if args.sched == "idle":
             _sched_idle()
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
+
 from kvscope.cli import main
 from kvscope.recording import BatchPump, Recorder, sink_for_path
 from kvscope.testing import FakeClock
@@ -118,7 +120,8 @@ def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(code=main(
         ["export", "--follow", pub.endpoint, "--run-id", "my-run", "--otlp-endpoint",
-         f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--nice", "0", "--json"])))
+         f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--nice", "0", "--sched", "normal",
+         "--json"])))  # in this process: leave the test's own priority and policy alone
     t.start()
     deadline = time.monotonic() + 30
     while t.is_alive() and time.monotonic() < deadline:  # publish until the follower has heard one batch
@@ -138,7 +141,8 @@ def test_follow_refuses_another_runs_stream_with_one_line_and_exit_2(capsys):
 
 def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_publishers_end():
     """On cores it shares with the engine the follower must take only what the engine leaves: the
-    CLI renices itself (default 10) before following."""
+    CLI renices itself (default 10) before following, every thread of it (the SCHED_IDLE default
+    is pinned below)."""
     import os
     import subprocess
     import sys
@@ -190,16 +194,15 @@ def _tasks_and_children(pid: int) -> list[int]:
     return tids
 
 
-def test_follow_sched_idle_puts_the_follower_its_threads_and_its_analyzer_child_at_sched_idle():
-    """``--sched-idle``: the kernel runs the follower only on a core no ordinary task wants, so a
-    waking engine thread preempts it at once. Every thread and the analyzer child inherit the
-    policy, and the follow still delivers the stream."""
+@pytest.mark.parametrize("sched", [None, "normal"], ids=["default_idle", "normal"])
+def test_follow_runs_at_sched_idle_by_default_every_thread_and_the_analyzer_child(sched):
+    """By default (Linux) the kernel runs the follower only on a core no ordinary task wants, so a
+    waking engine thread preempts it at once: every thread and the analyzer child are at SCHED_IDLE,
+    and the follow still delivers the stream. ``--sched normal`` keeps the ordinary policy."""
     import os
     import subprocess
     import sys
     import time
-
-    import pytest
 
     if not hasattr(os, "SCHED_IDLE"):
         pytest.skip("SCHED_IDLE is Linux only")
@@ -208,7 +211,8 @@ def test_follow_sched_idle_puts_the_follower_its_threads_and_its_analyzer_child_
 
     pub = ZmqPublisherSink("tcp://127.0.0.1:*")
     follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
-                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--sched-idle", "--json"],
+                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json",
+                                 *(["--sched", sched] if sched else [])],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         rec = Recorder()
@@ -228,7 +232,7 @@ def test_follow_sched_idle_puts_the_follower_its_threads_and_its_analyzer_child_
             time.sleep(0.05)
         policies = {t: os.sched_getscheduler(t) for t in tids}
         assert len(policies) > len(os.listdir(f"/proc/{follower.pid}/task")), "no analyzer child seen"
-        assert set(policies.values()) == {os.SCHED_IDLE}, policies
+        assert set(policies.values()) == {os.SCHED_IDLE if sched is None else os.SCHED_OTHER}, policies
         rec.record(EventKind.BLOCKS_ALLOCATED, 2, PoolRole.TARGET, 1, 64)
         pump.shutdown()
         out, err = follower.communicate(timeout=60)
