@@ -373,7 +373,10 @@ def _threads() -> list[int]:
 
 def _lower_priority(n: int) -> None:
     for tid in _threads():
-        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + n, 19))
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + n, 19))
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
 
 
 def _sched_idle() -> None:
@@ -381,7 +384,15 @@ def _sched_idle() -> None:
         raise ValueError("--sched idle needs Linux's SCHED_IDLE scheduling policy, which this platform lacks: "
                          "use --sched normal")
     for tid in _threads():
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+        except PermissionError as e:
+            # A sandbox that forbids the call (seccomp): following matters more than the policy.
+            print(f"kvscope export: cannot run at SCHED_IDLE ({e.strerror}): following at the normal policy, "
+                  "lowered by --nice only", file=sys.stderr)
+            return
 
 
 def run(args: argparse.Namespace) -> int:

@@ -241,3 +241,24 @@ def test_follow_runs_at_sched_idle_by_default_every_thread_and_the_analyzer_chil
     s = json.loads(out)
     assert s["events"] == 2 and s["stream"]["ended"] and s["stream"]["gap_events"] == 0, err
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller is never touched
+
+
+def test_a_sandbox_that_forbids_sched_idle_gets_one_line_and_the_follow_goes_on(monkeypatch, capsys):
+    """seccomp may refuse sched_setscheduler: the follower says so on stderr and follows anyway."""
+    import os
+
+    from kvscope.commands import export
+
+    if not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("SCHED_IDLE is Linux only")
+    calls = []
+
+    def refuse(tid, policy, param):
+        calls.append(tid)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    export._sched_idle()
+    err = capsys.readouterr().err
+    assert len(calls) == 1 and err.count("\n") == 1
+    assert "cannot run at SCHED_IDLE (Operation not permitted): following at the normal policy" in err
