@@ -448,7 +448,10 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"kvscope export: warning: {stream['dropped_total']} event(s) of the live stream lost before they "
             f"reached this process (publisher {stream['publisher_dropped']} at its high-water mark; the rest "
-            f"in this process's receive queue)",
+            f"in this process's receive queue)"
+            + ("; at --sched idle this process gets a CPU only when no ordinary task wants one: on a host "
+               "whose cores are busy, --sched normal gives it a share (taken from the engine)"
+               if args.follow and args.sched == "idle" else ""),
             file=sys.stderr,
         )
         code = 1

@@ -262,3 +262,53 @@ def test_a_sandbox_that_forbids_sched_idle_gets_one_line_and_the_follow_goes_on(
     err = capsys.readouterr().err
     assert len(calls) == 1 and err.count("\n") == 1
     assert "cannot run at SCHED_IDLE (Operation not permitted): following at the normal policy" in err
+
+
+def test_a_follower_that_falls_behind_reports_the_lost_events_exits_1_and_says_what_sched_normal_does():
+    """Stopped (SIGSTOP: a follower that gets no CPU) while the engine publishes, it loses batches
+    at the publisher's high-water mark: counted, exit code 1, and at the default SCHED_IDLE the
+    warning names the way to give it a share of busy cores."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.events import EventKind, PoolRole
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=2)
+    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
+                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--no-analyze", "--json",
+                                 "--idle-exit", "30"],  # should the END be lost at the high-water mark too
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rec = Recorder(capacity=1 << 16)
+        pump = BatchPump(rec, [pub], start=False)
+        deadline = time.monotonic() + 60
+        while pub.num_subscribers == 0 and time.monotonic() < deadline:
+            pub._drain_subscriptions()
+            time.sleep(0.05)
+        assert pub.num_subscribers == 1
+        rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
+        pump.pump_once()
+        time.sleep(1.0)  # the follower has heard the stream
+        os.kill(follower.pid, signal.SIGSTOP)
+        try:
+            for b in range(200):
+                for i in range(2000):
+                    rec.record(EventKind.BLOCKS_ALLOCATED, b * 2000 + i, PoolRole.TARGET, 1, 64)
+                pump.pump_once()
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        time.sleep(3.0)  # it drains what reached it, so the END below is not lost too
+        pump.shutdown()
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    s = json.loads(out)
+    assert pub.num_dropped_events > 0
+    assert s["stream"]["ended"], s["stream"]  # the END's counters reveal drops after the last batch received
+    assert s["stream"]["gap_events"] == pub.num_dropped_events and follower.returncode == 1, (s["stream"], err)
+    assert s["events"] + s["stream"]["gap_events"] == 1 + 200 * 2000
+    assert "lost before they reached this process" in err and "--sched normal gives it a share" in err
