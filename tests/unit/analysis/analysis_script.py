@@ -137,6 +137,18 @@ class EventScript:
         return events_to_frame(self.rec.drain())
 
 
+def _with_request_1(s: EventScript) -> EventScript:
+    """Request 1: 3200 tokens in 20 chunks of 160, one an iteration (201 blocks in each pool)."""
+    s.iteration()
+    s.arrive(1, 3200)
+    s.admit(1)
+    for pos in range(0, 3200, 160):
+        s.chunk(1, pos, 160)
+        s.snapshot()
+        s.iteration()
+    return s
+
+
 def crash_script(*, paired: bool = False, reuse: bool = True, r2_prompt: int = 3200) -> tuple[EventScript, dict]:
     """Two requests on 400-block pools (16 tokens/block, 1 draft token).
 
@@ -146,14 +158,7 @@ def crash_script(*, paired: bool = False, reuse: bool = True, r2_prompt: int = 3
     201 - 199 = 2 draft blocks; its mirror starts at 152 blocks and fails 24 chunks later.
     Returns the script and facts: admit_iteration, fatal_iteration (or -1), outcome.
     """
-    s = EventScript(target_blocks=400, draft_blocks=400, tpb=16, paired=paired, reuse=reuse)
-    s.iteration()
-    s.arrive(1, 3200)
-    s.admit(1)
-    for pos in range(0, 3200, 160):
-        s.chunk(1, pos, 160)
-        s.snapshot()
-        s.iteration()
+    s = _with_request_1(EventScript(target_blocks=400, draft_blocks=400, tpb=16, paired=paired, reuse=reuse))
     s.arrive(2, r2_prompt)
     facts = {"admit_iteration": s.rec.iteration, "fatal_iteration": -1, "outcome": "running"}
     shared = 2400 if reuse else 0
@@ -188,14 +193,7 @@ def covered_script() -> tuple[EventScript, dict]:
     400-block pool (8 blocks). Request 1 finishes after request 2's tenth chunk and request 2 then
     completes: what finishing requests free covers the debt. Facts: admit_iteration, outcome.
     """
-    s = EventScript(target_blocks=400, draft_blocks=400, tpb=16)
-    s.iteration()
-    s.arrive(1, 3200)
-    s.admit(1)
-    for pos in range(0, 3200, 160):
-        s.chunk(1, pos, 160)
-        s.snapshot()
-        s.iteration()
+    s = _with_request_1(EventScript(target_blocks=400, draft_blocks=400, tpb=16))
     for rid in range(101, 105):
         s.arrive(rid, 160)
         s.admit(rid)

@@ -22,30 +22,27 @@ def _key(f):
 )
 def test_streaming_raises_same_findings_as_batch_when_fed_one_event_at_a_time(kwargs):
     script, _ = crash_script(**kwargs)
-    events = script.rec.drain()
+    sa, batch = _one_event_at_a_time(script)
+    assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
+
+
+def _one_event_at_a_time(script):
+    """(the streaming analyzer fed the script's events one at a time, the batch analysis)."""
     from kvscope.analysis import events_to_frame
 
-    batch = analyze(events_to_frame(events))
+    events = script.rec.drain()
     sa = StreamingAnalyzer()
     for e in events:
         sa.feed([e])
     sa.close()
-    assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
+    return sa, analyze(events_to_frame(events))
 
 
 def test_streaming_calls_a_covered_small_debt_close_as_the_batch_analyzer_does():
     """What the pool freed over the trailing window decides both analyzers' severity alike."""
     from analysis_script import covered_script
 
-    from kvscope.analysis import events_to_frame
-
-    script, _ = covered_script()
-    events = script.rec.drain()
-    batch = analyze(events_to_frame(events))
-    sa = StreamingAnalyzer()
-    for e in events:
-        sa.feed([e])
-    sa.close()
+    sa, batch = _one_event_at_a_time(covered_script()[0])
     assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
     live = {f.kind: f for f in sa.findings}
     assert live[FindingKind.ADMISSION_GAP].severity.value == live[FindingKind.TIME_TO_EXHAUSTION].severity.value == "warning"

@@ -19,6 +19,26 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def _start_follower(pub, *extra: str):
+    """``kvscope export --follow`` of ``pub`` in its own process, exporting to a closed port."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
+                             f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_subscribed(pub, timeout_s: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while pub.num_subscribers == 0 and time.monotonic() < deadline:
+        pub._drain_subscriptions()
+        time.sleep(0.05)
+    assert pub.num_subscribers == 1
+
+
 def _write_incident(path, shape=IncidentShape()):
     clock = FakeClock()
     rec = Recorder(clock=clock, clock_name="simulated")
@@ -144,22 +164,13 @@ def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_p
     CLI renices itself (default 10) before following, every thread of it (the SCHED_IDLE default
     is pinned below)."""
     import os
-    import subprocess
-    import sys
-    import time
 
     from kvscope.engines.live import ZmqPublisherSink
 
     pub = ZmqPublisherSink("tcp://127.0.0.1:*")
-    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
-                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--no-analyze", "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = _start_follower(pub, "--no-analyze")
     try:
-        deadline = time.monotonic() + 60
-        while pub.num_subscribers == 0 and time.monotonic() < deadline:
-            pub._drain_subscriptions()
-            time.sleep(0.05)
-        assert pub.num_subscribers == 1
+        _wait_subscribed(pub)
         want = min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
         tids = _tasks_and_children(follower.pid)
         assert len(tids) > 1  # threads the imports started before the CLI reniced itself
@@ -200,8 +211,6 @@ def test_follow_runs_at_sched_idle_by_default_every_thread_and_the_analyzer_chil
     waking engine thread preempts it at once: every thread and the analyzer child are at SCHED_IDLE,
     and the follow still delivers the stream. ``--sched normal`` keeps the ordinary policy."""
     import os
-    import subprocess
-    import sys
     import time
 
     if not hasattr(os, "SCHED_IDLE"):
@@ -210,18 +219,12 @@ def test_follow_runs_at_sched_idle_by_default_every_thread_and_the_analyzer_chil
     from kvscope.events import EventKind, PoolRole
 
     pub = ZmqPublisherSink("tcp://127.0.0.1:*")
-    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
-                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json",
-                                 *(["--sched", sched] if sched else [])],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = _start_follower(pub, *(["--sched", sched] if sched else []))
     try:
         rec = Recorder()
         pump = BatchPump(rec, [pub], start=False)
+        _wait_subscribed(pub)
         deadline = time.monotonic() + 60
-        while pub.num_subscribers == 0 and time.monotonic() < deadline:
-            pub._drain_subscriptions()
-            time.sleep(0.05)
-        assert pub.num_subscribers == 1
         rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
         pump.pump_once()  # the first batch starts the analyzer child
         tids: list[int] = []
@@ -270,26 +273,17 @@ def test_a_follower_that_falls_behind_reports_the_lost_events_exits_1_and_says_w
     warning names the way to give it a share of busy cores."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from kvscope.engines.live import ZmqPublisherSink
     from kvscope.events import EventKind, PoolRole
 
     pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=2)
-    follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", pub.endpoint, "--otlp-endpoint",
-                                 f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--no-analyze", "--json",
-                                 "--idle-exit", "30"],  # should the END be lost at the high-water mark too
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower = _start_follower(pub, "--no-analyze", "--idle-exit", "30")  # should the END be lost too
     try:
         rec = Recorder(capacity=1 << 16)
         pump = BatchPump(rec, [pub], start=False)
-        deadline = time.monotonic() + 60
-        while pub.num_subscribers == 0 and time.monotonic() < deadline:
-            pub._drain_subscriptions()
-            time.sleep(0.05)
-        assert pub.num_subscribers == 1
+        _wait_subscribed(pub)
         rec.record(EventKind.BLOCKS_ALLOCATED, 1, PoolRole.TARGET, 1, 64)
         pump.pump_once()
         time.sleep(1.0)  # the follower has heard the stream
