@@ -123,9 +123,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=FOLLOW_NICE,
         metavar="N",
-        help=f"with --follow: lower this process's CPU priority by N (default {FOLLOW_NICE}; 0 keeps it), so on "
-             "cores it shares with the engine it takes only what the engine leaves (a follower that falls "
-             "behind costs dropped, counted batches, never engine time)",
+        help=f"with --follow: lower this process's CPU priority by N (default {FOLLOW_NICE}; 0 keeps it): its "
+             "share of a core it contends for at --sched normal (a follower that falls behind costs dropped, "
+             "counted batches)",
     )
     p.add_argument(
         "--sched",
