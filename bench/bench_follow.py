@@ -36,10 +36,11 @@ Figures (2026-12-02; us/event, export minus no export; load 1.3 at the start):
   follow --sched normal (nice 10)  +0.25 / -0.07          +2.59 / -2.11
   follow --sched normal --nice 0   +0.44 / -0.01          +3.71 / -1.85
 
-  Three more paced runs the same day (best of 3 each): SCHED_IDLE -1.44, -0.19 and +0.12 (the last
+  Three more paced runs the same day (best of 3 each): SCHED_IDLE -1.44, -0.19 and -2.08 (the last
   at 5 ms per iteration); nice 10 alone +6.17, +2.81 and +10.50. At nice 10 the engine's wall cost
   is time it waits for a CPU the follower holds ('own' stays near 0); SCHED_IDLE removes it. Before
-  the CLI reniced every thread, two threads the imports had started stayed at nice 0.
+  the CLI set the policy and nice value on every thread, two threads the imports had started stayed
+  at the defaults (nice 0, normal policy): SCHED_IDLE then measured +2.11 and nice 10 +7.52.
 
 End to end the same day (load 0.8-1.3): 95,191 events/s with the analyzer child, 52,261 inline,
 104,217 without the analyzer (figures of 2026-12-01 below).
