@@ -34,7 +34,8 @@ def _t(ts: np.ndarray, i: int) -> float:
 
 
 def find_admission_gaps(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig
+    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
+    exhaustion: dict[str, dict[str, np.ndarray]] | None = None,
 ) -> list[Finding]:
     """Admission gaps: runs where a pool outside admission has positive debt.
 
@@ -43,6 +44,10 @@ def find_admission_gaps(
     the debt positive),
     names the requests admitted while in debt (``evidence["admitted_into_debt"]``) and those still
     owed pages when it started (``evidence["owing_at_start"]``).
+
+    Args:
+        exhaustion: :func:`exhaustion_arrays` of the same inputs, when already computed (its
+            ``freed_blocks`` is reused).
     """
     ev = as_columns(events)
     ts, it, rid = ev.ts_ns, ev.iteration, ev.request_id
@@ -57,7 +62,8 @@ def find_admission_gaps(
         # What the pool freed over the window that ended with the previous iteration (the state a
         # consistent point of this iteration follows).
         prev_end = np.searchsorted(f["run_ends"], ev_pos, side="left") - 1
-        freed = window_freed(debt, f, cfg.rate_window_iterations)
+        freed = (exhaustion[role]["freed_blocks"] if exhaustion and role in exhaustion
+                 else window_freed(debt, f, cfg.rate_window_iterations))
         freed_ev = np.where(prev_end >= 0, freed[np.maximum(prev_end, 0)], 0.0)
         mask = np.nan_to_num(d_ev, nan=-np.inf) > cfg.min_debt_blocks
         for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
