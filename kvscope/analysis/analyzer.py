@@ -79,7 +79,7 @@ class Analysis:
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],
             "counts": counts(self.findings),
-            "verdict": _plain(verdict(self.findings, self.time_of)),
+            "verdict": _plain(verdict(self.findings, self.time_of, self.config.merge_gap_iterations)),
         }
 
     def time_of(self, iteration: int) -> float:

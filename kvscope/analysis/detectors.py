@@ -16,10 +16,10 @@ import pandas as pd
 from kvscope.analysis.ceiling import (
     admit_gate_at_risk,
     debt_cover,
-    debt_text,
-    pass_text,
+    episode_end_text,
     resume_at_risk,
-    resume_text,
+    risk_text,
+    tte_summary,
 )
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
@@ -329,6 +329,7 @@ def estimate_time_to_exhaustion(
                                                            & g["is_binding"])
         ceiling = float(configs.loc[role, "max_util_for_resume"])
         it = g["iteration"]
+
         for s, e in runs(in_debt | risk, it, cfg.merge_gap_iterations):
             row = {k: v[s] for k, v in g.items()}
             # The episode starts where the risk is first seen; the estimate comes from its first
@@ -346,31 +347,21 @@ def estimate_time_to_exhaustion(
             crit = np.flatnonzero((certain | admits | resume)[s : e + 1])
             crit_i = s + int(crit[0]) if len(crit) else None
             eta = float(est["eta_s"])
-            runs_out = (f"runs out in about {eta:.2f} s ({est['eta_iterations']:.0f} iterations, estimated at "
-                        f"iteration {est['iteration']})" if np.isfinite(eta) else "runs out (no consumption rate yet)")
-            if b in ("resume", "pass"):
-                runs_out = runs_out.replace("runs out", "reaches its resume ceiling", 1)
-            what = {"debt": debt_text(row["debt_blocks"], float(cover[s]), cfg.rate_window_iterations),
-                    "queue": (f"at risk: with the queue admitted it would owe "
-                              f"{max(row['projected_debt_blocks'], row['projected_now_debt_blocks'], row['projected_queue_now_debt_blocks']):.0f} blocks"
-                              + (" and the target has room to admit it now" if admissible else "")),
-                    "trend": "at the current growth",
-                    "arrival": (f"at risk: one more request like the recent ones would put it "
-                                f"{row['arrival_max_debt_blocks']:.0f} blocks in debt"
-                                + (", a typical one " + f"{row['arrival_debt_blocks']:.0f}"
-                                   if row["arrival_debt_blocks"] > cfg.min_debt_blocks else "")
-                                + ", and the target has room to admit it"),
-                    "resume": resume_text(g["past_ceiling_blocks"][s], ceiling),
-                    "pass": pass_text(g["pass_past_ceiling_blocks"][s], ceiling, g["pass_blocks"][s],
-                                      cfg.burst_window_iterations)}[b]
+            at_risk = np.flatnonzero((in_debt | risk)[s : e + 1]) + s
+            peak = _nanmax(g["utilization"][at_risk])
+            summary = tte_summary(role, b, eta, float(est["eta_iterations"]), int(est["iteration"]),
+                                  float(row["utilization"]), float(row["available_blocks"]), _what_at(g, s, cover, admits, ceiling, cfg))
+            if e > s:
+                summary += episode_end_text(int(it_end - row["iteration"]), float(t_end - row["t_s"]), int(it_end),
+                                            peak, float(g["utilization"][e]), float(g["available_blocks"][e]),
+                                            _what_at(g, e, cover, admits, ceiling, cfg))
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
                 severity=Severity.CRITICAL if is_certain or admissible or len(resumes) else Severity.WARNING,
                 t_start_s=row["t_s"], t_end_s=t_end,
                 iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
-                summary=(f"{role} pool {runs_out} "
-                         f"at {row['utilization']:.0%} used, {row['available_blocks']:.0f} blocks available ({what})."),
+                summary=summary,
                 evidence={
                     "eta_s": eta, "eta_iterations": float(est["eta_iterations"]),
                     "estimated_at_iteration": int(est["iteration"]),
@@ -388,9 +379,26 @@ def estimate_time_to_exhaustion(
                     "projected_debt_blocks": row["projected_debt_blocks"],
                     "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
                     "named_at": [[r, i] for r, i in named],
+                    # the pool at the episode's last at-risk iteration, and its fullest then
+                    "end_basis": _BASIS[g["basis_code"][e]], "end_utilization": float(g["utilization"][e]),
+                    "end_available_blocks": float(g["available_blocks"][e]), "peak_utilization": peak,
                 },
             ))
     return out
+
+
+def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.ndarray, ceiling: float,
+             cfg: DetectorConfig) -> str:
+    """:func:`~kvscope.analysis.ceiling.risk_text` of one pool's exhaustion arrays at index ``i``."""
+    b = int(g["basis_code"][i])
+    return risk_text(
+        _BASIS[b], debt=float(g["debt_blocks"][i]), cover=float(cover[i]), rate_window=cfg.rate_window_iterations,
+        projected=float(max(g["projected_debt_blocks"][i], g["projected_now_debt_blocks"][i],
+                            g["projected_queue_now_debt_blocks"][i])),
+        admits=bool(admits[i]), arrival_max=float(g["arrival_max_debt_blocks"][i]),
+        arrival_typical=float(g["arrival_debt_blocks"][i]), min_debt=cfg.min_debt_blocks,
+        past=float(g["pass_past_ceiling_blocks"][i] if b == 6 else g["past_ceiling_blocks"][i]),
+        ceiling=ceiling, pass_blocks=float(g["pass_blocks"][i]), burst_window=cfg.burst_window_iterations)
 
 
 def rolling_max(values: np.ndarray, window: int) -> np.ndarray:
@@ -399,6 +407,12 @@ def rolling_max(values: np.ndarray, window: int) -> np.ndarray:
         return np.zeros(0)
     padded = np.concatenate([np.full(window - 1, -np.inf), values.astype(np.float64)])
     return np.lib.stride_tricks.sliding_window_view(padded, window).max(axis=1)
+
+
+def _nanmax(values: np.ndarray) -> float:
+    """Largest non-NaN value (NaN when there is none)."""
+    ok = values[~np.isnan(values)]
+    return float(ok.max()) if len(ok) else float("nan")
 
 
 def _nanmin(values: np.ndarray) -> float:

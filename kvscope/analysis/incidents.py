@@ -120,13 +120,16 @@ def counts(findings: Sequence[Finding]) -> dict[str, Any]:
             "by_kind_severity": both}
 
 
-def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> dict[str, Any]:
+def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,
+            open_within_iterations: int | None = None) -> dict[str, Any]:
     """The headline of a run: the first engine failure (when, which request, which pool, the whole
     message) and the earliest alarm that named the failing request before it (its lead time), or
     healthy. Keys: status ('engine_fatal' | 'engine_stalled' | 'healthy'), and when fatal t_s, iteration, request_id
     (None unknown), pool, message, first_warning (None when nothing named the request earlier:
     kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape; from
-    when the finding turned critical). ``time_of`` maps an iteration to its time (s) to date the
+    when the finding turned critical), open_alarm (the alarm on the failing pool still open at the
+    failure, see :func:`open_alarm`, within ``open_within_iterations``, by default
+    ``DetectorConfig.merge_gap_iterations``; None when there was none). ``time_of`` maps an iteration to its time (s) to date the
     naming iteration; without it the finding's start time is used. An engine that did not fail but is
     still stalled when the events end (a critical ``engine_stalled``) has status 'engine_stalled' with
     t_s, iteration and message (the stall's summary)."""
@@ -149,8 +152,39 @@ def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None 
         "message": fatal.evidence.get("message"),
         "first_warning": _first_naming(findings, fatal, req, Severity.WARNING, time_of),
         "first_critical": _first_naming(findings, fatal, req, Severity.CRITICAL, time_of),
+        "open_alarm": open_alarm(findings, fatal, DetectorConfig().merge_gap_iterations
+                                 if open_within_iterations is None else open_within_iterations),
         "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value,
     }
+
+
+def open_alarm(findings: Sequence[Finding], fatal: Finding, within_iterations: int) -> dict | None:
+    """The alarm (warning or worse) on the failing pool whose episode was still open when the
+    engine failed: it started at or before the failure and its last iteration is at most
+    ``within_iterations`` before it (the gap that would have merged it with the failure). The
+    earliest-started one when several were; None when the pool had none.
+
+    A pool-wide episode names the requests waiting during it up to ``max_named_requests``, so a
+    long one may never name the failing request, which arrived late: the verdict still says that
+    its pool had been flagged, and for how long. Keys: kind, severity, t_s, iteration, lead_s,
+    lead_iterations, iteration_end, summary."""
+    pool = fatal.pools[0] if fatal.pools else None
+    best = None
+    for f in findings:
+        if (f.kind in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS) or f.kind not in ALARM_KINDS
+                or f.severity.rank < Severity.WARNING.rank or pool not in f.pools):
+            continue
+        if (f.iteration_start > fatal.iteration_start or f.t_start_s > fatal.t_start_s
+                or f.iteration_end < fatal.iteration_start - within_iterations):
+            continue
+        if best is None or (f.iteration_start, -f.severity.rank) < (best.iteration_start, -best.severity.rank):
+            best = f
+    if best is None:
+        return None
+    return {"kind": best.kind.value, "severity": best.severity.value, "t_s": best.t_start_s,
+            "iteration": best.iteration_start, "lead_iterations": fatal.iteration_start - best.iteration_start,
+            "lead_s": fatal.t_start_s - best.t_start_s, "iteration_end": best.iteration_end,
+            "summary": best.summary}
 
 
 def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, at_least: Severity,
@@ -206,10 +240,13 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
     return out
 
 
-def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None) -> str:
+def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,
+             open_within_iterations: int | None = None) -> str:
     """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
-    <whole message>; first warned ... before``, ``ENGINE STALLED since ...`` or ``healthy: ...``."""
-    v = verdict(findings, time_of)
+    <whole message>; first warned ... before`` (and, when it started earlier than anything naming
+    the request, the alarm open on the failing pool), ``ENGINE STALLED since ...`` or
+    ``healthy: ...``."""
+    v = verdict(findings, time_of, open_within_iterations)
     if v["status"] == "healthy":
         worst = v["worst_severity"]
         return ("HEALTHY: no engine failure" + (f"; worst finding {worst}" if worst else "; no findings"))
@@ -225,4 +262,9 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
                     f"({w['lead_s']:.1f} s) before ({w['kind']})")
         elif key == "first_warning":
             out += f"; no earlier finding named {req}"
+    o = v.get("open_alarm")
+    fw = v.get("first_warning")
+    if o and (fw is None or o["iteration"] < fw["iteration"]):
+        out += (f"{', but' if fw is None else ';'} the {pool} had a {o['kind']} {o['severity']} open from "
+                f"{o['lead_iterations']} iterations ({o['lead_s']:.1f} s) before")
     return out

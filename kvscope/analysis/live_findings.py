@@ -14,7 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from kvscope.analysis.ceiling import debt_cover, debt_text, pass_text, resume_text
+from kvscope.analysis.ceiling import debt_cover, episode_end_text, risk_text, tte_summary
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import fatal_leads, group_stalls
 from kvscope.events import EventKind, PoolRole, blocks_needed
@@ -76,6 +76,10 @@ class _Episode:
     index: int  # position of its finding in self._findings
     last_it: int
     names: list
+    opening: str = ""  # a time-to-exhaustion finding's opening sentence (its end text follows)
+    opening_what: str = ""  # the basis in words where it opened
+    peak: float = math.nan  # fullest the pool was at an at-risk iteration of the episode
+    est_finite: bool = False  # the opening already carries a finite estimate
 
 
 class LiveFindings:
@@ -147,13 +151,26 @@ class LiveFindings:
             if r not in named and not q.context_done:
                 named[r] = max(start_it, q.arrival_it)
         order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
+        ceiling = self._configs[p]["max_util_for_resume"]
+        what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
+                         admits=admits, arrival_max=arr_max, arrival_typical=arr_med, min_debt=self.cfg.min_debt_blocks,
+                         past=past, ceiling=ceiling, pass_blocks=pass_blocks, burst_window=self.cfg.burst_window_iterations)
         if cont:
             ep.last_it = it
             ep.names = order
+            if math.isnan(ep.peak) or util > ep.peak:
+                ep.peak = util
             f = self._findings[ep.index]
             old = f.evidence["min_eta_s"]
             ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
-                      named_at=[[r, i] for r, i in order])
+                      named_at=[[r, i] for r, i in order], end_basis=basis, end_utilization=util,
+                      end_available_blocks=avail, peak_utilization=ep.peak)
+            if not ep.est_finite and math.isfinite(eta):
+                # the batch rule estimates at the episode's first iteration with a consumption rate
+                ep.est_finite = True
+                ev.update(eta_s=eta, eta_iterations=eta_it, estimated_at_iteration=it, predicted_exhaustion_s=t + eta)
+                ep.opening = tte_summary(p, f.evidence["basis"], eta, eta_it, it, f.evidence["utilization"],
+                                         f.evidence["available_blocks"], ep.opening_what)
             ev["certain"] = ev["certain"] or certain
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
             if basis == "resume":
@@ -162,26 +179,20 @@ class LiveFindings:
             sev = Severity.CRITICAL if crit else f.severity
             if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
                 ev["critical_at_iteration"], ev["critical_at_s"] = it, t
+            summary = ep.opening + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
+                                                    avail, what)
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
-                                               request_ids=tuple(r for r, _ in order))
+                                               request_ids=tuple(r for r, _ in order), summary=summary)
             return
-        what = {"debt": debt_text(d, cover, self.cfg.rate_window_iterations),
-                "queue": f"at risk: with the queue admitted it would owe {proj:.0f} blocks"
-                         + (" and the target has room to admit it" if admits else ""),
-                "trend": "at the current growth",
-                "arrival": f"at risk: one more request like the recent ones would put it {arr_max:.0f} blocks in "
-                           f"debt, and the target has room to admit it",
-                "resume": resume_text(past, self._configs[p]["max_util_for_resume"]),
-                "pass": pass_text(past, self._configs[p]["max_util_for_resume"], pass_blocks,
-                                  self.cfg.burst_window_iterations)}[basis]
+        opening = tte_summary(p, basis, eta, eta_it, it, util, avail, what)
         f = Finding(
             kind=FindingKind.TIME_TO_EXHAUSTION,
             severity=Severity.CRITICAL if crit else Severity.WARNING,
             t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
             request_ids=tuple(r for r, _ in order),
-            summary=f"{p} pool {'reaches its resume ceiling' if basis in ('resume', 'pass') else 'runs out'} in about "
-                    f"{eta:.2f} s ({eta_it:.0f} iterations) at {util:.0%} used, {avail:.0f} blocks available ({what}).",
-            evidence={"eta_s": eta, "eta_iterations": eta_it, "predicted_exhaustion_s": t + eta, "basis": basis,
+            summary=opening,
+            evidence={"eta_s": eta, "eta_iterations": eta_it, "estimated_at_iteration": it,
+                      "predicted_exhaustion_s": t + eta, "basis": basis,
                       "certain": certain, "target_admits_queue": admits,
                       "resume_ceiling": basis == "resume",
                       "past_ceiling_blocks": past if basis == "resume" else None,
@@ -189,9 +200,10 @@ class LiveFindings:
                       "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
-                      "named_at": [[r, i] for r, i in order]},
+                      "named_at": [[r, i] for r, i in order], "end_basis": basis, "end_utilization": util,
+                      "end_available_blocks": avail, "peak_utilization": util},
         )
-        self._tte[p] = _Episode(self._add(f), it, order)
+        self._tte[p] = _Episode(self._add(f), it, order, opening, what, util, math.isfinite(eta))
 
     # ---- stalls -------------------------------------------------------------------------------
     # A stall episode is kept once it passes both thresholds (stall_min_s, stall_min_iterations).

@@ -82,7 +82,7 @@ def _unknown(v: Any, fmt: str = "{}") -> str:
 
 
 def _verdict_html(analysis: Analysis) -> str:
-    v = verdict(analysis.findings, analysis.time_of)
+    v = verdict(analysis.findings, analysis.time_of, analysis.config.merge_gap_iterations)
     if v["status"] == "healthy":
         worst = v.get("worst_severity")
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
@@ -106,6 +106,12 @@ def _verdict_html(analysis: Analysis) -> str:
                          f"failure</b>. <span class='meta'>{html.escape(w['summary'])}</span></div>")
         else:
             parts.append(f"<div><b>{word}</b>: no earlier finding named {req_txt}.</div>")
+    o = v.get("open_alarm")
+    if o:
+        parts.append(f"<div><b>Open on the {pool_txt} at the failure</b>: {html.escape(o['kind'])} "
+                     f"<span class='{html.escape(o['severity'])}'>{html.escape(o['severity'])}</span> from iteration "
+                     f"{o['iteration']}, <b>{o['lead_iterations']} iterations / {o['lead_s']:.1f} s before the "
+                     f"failure</b>. <span class='meta'>{html.escape(o['summary'])}</span></div>")
     parts.append("</div>")
     return "\n".join(parts)
 
@@ -185,13 +191,16 @@ def _peak_utilization(a: Analysis) -> dict[str, float]:
 def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
     rows = []
     for label, a in runs:
-        v = verdict(a.findings, a.time_of)
+        v = verdict(a.findings, a.time_of, a.config.merge_gap_iterations)
         c = counts(a.findings)["by_severity"]
         if v["status"] == "engine_fatal":
             what = (f"<span class='critical'>ENGINE FATAL</span> at t={v['t_s']:.1f} s, request "
                     f"{_unknown(v['request_id'])}, {html.escape(str(v['pool']))} pool")
-            w = v.get("first_warning")
+            w, o = v.get("first_warning"), v.get("open_alarm")
             lead = f"{w['lead_iterations']} it / {w['lead_s']:.1f} s ({html.escape(w['kind'])})" if w else "none"
+            if o and (w is None or o["iteration"] < w["iteration"]):
+                lead += (f"; {html.escape(str(v['pool']))} pool flagged {o['lead_iterations']} it / "
+                         f"{o['lead_s']:.1f} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
         elif v["status"] == "engine_stalled":
             what, lead = (f"<span class='critical'>ENGINE STALLED</span> since t={v['t_s']:.1f} s", "–")
         else:

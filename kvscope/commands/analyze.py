@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_text(analysis, args: argparse.Namespace) -> None:
     leads = lead_times(analysis.findings)
-    print(headline(analysis.findings, analysis.time_of))
+    print(headline(analysis.findings, analysis.time_of, analysis.config.merge_gap_iterations))
     c = counts(analysis.findings)
     per_kind = ", ".join(f"{k} {n}" for k, n in c["by_kind"].items() if n)
     print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))

@@ -23,7 +23,11 @@ time-to-exhaustion evidence ``resume_ceiling`` / ``past_ceiling_blocks`` (False 
 finding changed. ``glm5-dsa-reuse-off`` and ``glm5-dsa-rc27-reuse-off`` (see test_resume_ceiling.py)
 carry the build facts; their expected findings were written by the analyzer that reads them.
 Regenerated for one more additive key: the finding kind ``engine_stalled`` in ``counts`` (0 in every
-file; checked: removing it gives the previous objects exactly).
+file; checked: removing it gives the previous objects exactly). Regenerated for the episode's end:
+the verdict's new ``open_alarm``, the time-to-exhaustion evidence keys ``end_basis``,
+``end_utilization``, ``end_available_blocks`` and ``peak_utilization``, and time-to-exhaustion
+summaries (they now close with the episode's end when it outlived its first estimate, and say the
+target has room only where it had); checked: dropping those gives the previous objects exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -15,7 +15,7 @@ from kvscope.analysis import (
     analyze,
     events_to_frame,
 )
-from kvscope.analysis.incidents import counts, group_stalls, verdict
+from kvscope.analysis.incidents import counts, group_stalls, headline, verdict
 from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.events import EventKind, PoolRole, remediation_reason
 
@@ -86,6 +86,65 @@ def test_counts_and_verdict_of_a_crash_name_the_failing_request_and_its_first_wa
     assert v["message"] == fatal.evidence["message"]
     assert v["first_critical"]["lead_iterations"] == facts["fatal_iteration"] - facts["admit_iteration"]
     assert v["first_warning"]["iteration"] <= v["first_critical"]["iteration"]
+    # the debt episode was open on the draft pool when the engine failed
+    assert v["open_alarm"]["severity"] == "critical" and v["open_alarm"]["iteration"] <= v["first_critical"]["iteration"]
+
+
+def _alarm(kind: FindingKind, sev: Severity, it0: int, it1: int, pool: str, rids: tuple[int, ...] = ()) -> Finding:
+    return Finding(kind=kind, severity=sev, t_start_s=it0 * 0.25, t_end_s=it1 * 0.25, iteration_start=it0,
+                   iteration_end=it1, pools=(pool,), request_ids=rids, summary=f"{kind.value} from {it0}",
+                   evidence={"named_at": [[r, it0] for r in rids]})
+
+
+def _fatal(it: int, rid: int = 99, pool: str = "draft") -> Finding:
+    return Finding(kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=it * 0.25, t_end_s=it * 0.25,
+                   iteration_start=it, iteration_end=it, pools=(pool,), request_ids=(rid,), summary="boom",
+                   evidence={"message": "RuntimeError: Failed to resume draft KV cache for request 99"})
+
+
+def test_verdict_names_the_alarm_still_open_on_the_failing_pool_when_none_named_the_request():
+    # A pool-wide episode open for 5,000 iterations named only early requests (its names are
+    # capped); the request that failed arrived late. The verdict must still say the pool was flagged.
+    long = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 500, 5999, "draft", (1, 2, 3))
+    closed = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 100, 200, "draft", (1,))
+    other_pool = _alarm(FindingKind.STALLED_RESERVATION, Severity.WARNING, 50, 6000, "target")
+    info = _alarm(FindingKind.STALLED_RESERVATION, Severity.INFO, 10, 6000, "draft")
+    findings = [closed, other_pool, info, long, _fatal(6000)]
+    v = verdict(findings)
+    assert v["first_warning"] is None and v["first_critical"] is None
+    o = v["open_alarm"]
+    assert (o["kind"], o["severity"], o["iteration"], o["iteration_end"]) == ("time_to_exhaustion", "warning", 500, 5999)
+    assert o["lead_iterations"] == 5500 and abs(o["lead_s"] - 5500 * 0.25) < 1e-9
+    line = headline(findings)
+    assert "no earlier finding named request 99, but the draft pool had a time_to_exhaustion warning open from " \
+           "5500 iterations (1375.0 s) before" in line
+
+
+def test_open_alarm_is_the_earliest_open_one_and_needs_the_episode_within_the_merge_gap():
+    late_crit = _alarm(FindingKind.ADMISSION_GAP, Severity.CRITICAL, 900, 1000, "draft", (99,))
+    early = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 700, 995, "draft")
+    v = verdict([late_crit, early, _fatal(1000)], open_within_iterations=10)
+    assert v["open_alarm"]["iteration"] == 700 and v["first_warning"]["iteration"] == 900
+    # named the request later than the pool was flagged: the headline gives both
+    assert "; the draft pool had a time_to_exhaustion warning open from 300 iterations" in headline(
+        [late_crit, early, _fatal(1000)], open_within_iterations=10)
+    ended = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 700, 985, "draft")
+    assert verdict([ended, _fatal(1000)], open_within_iterations=10)["open_alarm"] is None
+    assert verdict([ended, _fatal(1000)], open_within_iterations=15)["open_alarm"]["iteration"] == 700
+    # nothing open: the headline says only what named the request
+    assert "pool had" not in headline([ended, _fatal(1000)], open_within_iterations=10)
+
+
+def test_report_verdict_gives_the_alarm_open_on_the_failing_pool():
+    from kvscope.analysis.report import render_html
+
+    script, _ = crash_script()
+    a = analyze(script.frame())
+    o = verdict(a.findings)["open_alarm"]
+    head = render_html(a)
+    head = head[: head.index("Findings (")]
+    assert "Open on the draft pool at the failure" in head
+    assert f"from iteration {o['iteration']}, <b>{o['lead_iterations']} iterations" in head
 
 
 def test_verdict_of_a_quiet_run_is_healthy():

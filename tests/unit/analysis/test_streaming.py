@@ -24,6 +24,7 @@ def test_streaming_raises_same_findings_as_batch_when_fed_one_event_at_a_time(kw
     script, _ = crash_script(**kwargs)
     sa, batch = _one_event_at_a_time(script)
     assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
+    _assert_tte_read_alike(sa.findings, batch.findings)
 
 
 def _one_event_at_a_time(script):
@@ -151,6 +152,25 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
         return _key(f)[:5]
 
     assert sorted(map(key, sa.findings)) == sorted(map(key, batch.findings))
+    # A time-to-exhaustion finding reads the same in both: its opening estimate, how long the
+    # episode stayed open and the pool at its end (one set of text builders, kvscope.analysis.ceiling).
+    _assert_tte_read_alike(sa.findings, batch.findings)
+
+
+_END = ("end_basis", "end_utilization", "end_available_blocks", "peak_utilization", "estimated_at_iteration")
+
+
+def _assert_tte_read_alike(live, batch):
+    def tte(fs):
+        return sorted(((f.iteration_start, f.iteration_end, f.summary,
+                        tuple(f.evidence[k] for k in _END)) for f in fs if f.kind == FindingKind.TIME_TO_EXHAUSTION),
+                      key=repr)
+
+    got, want = tte(live), tte(batch)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g[:3] == w[:3] and g[3][0] == w[3][0]
+        assert g[3][1:] == pytest.approx(w[3][1:], rel=1e-9, nan_ok=True)
 
 
 def test_feed_raw_reports_what_feed_reports_on_the_same_rows():
