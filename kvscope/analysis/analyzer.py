@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from kvscope.analysis.frame import (
     request_ids,
     request_timeline,
 )
-from kvscope.analysis.incidents import counts, verdict
+from kvscope.analysis.incidents import counts, end_missing, headline, verdict
 from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
@@ -57,6 +58,19 @@ class Analysis:
     meta: dict = field(default_factory=dict)
     num_events: int = 0
     config: DetectorConfig = field(default_factory=DetectorConfig)
+    end_missing: str | None = None
+    """Why the events stop before the run's end (a recording cut off, interrupted or closed on an
+    error; :func:`~kvscope.analysis.incidents.end_missing`), None when they do not: the verdict is
+    then 'incomplete' rather than healthy."""
+
+    def verdict(self) -> dict[str, Any]:
+        """:func:`~kvscope.analysis.incidents.verdict` of these findings, with this run's clock,
+        merge gap and input."""
+        return verdict(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
+
+    def headline(self) -> str:
+        """:func:`~kvscope.analysis.incidents.headline` of these findings (see :meth:`verdict`)."""
+        return headline(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
 
     @property
     def exhaustion(self) -> pd.DataFrame:
@@ -79,7 +93,7 @@ class Analysis:
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],
             "counts": counts(self.findings),
-            "verdict": _plain(verdict(self.findings, self.time_of, self.config.merge_gap_iterations)),
+            "verdict": _plain(self.verdict()),
         }
 
     def time_of(self, iteration: int) -> float:
@@ -122,6 +136,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg,
+        end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 
 

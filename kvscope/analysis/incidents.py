@@ -121,10 +121,10 @@ def counts(findings: Sequence[Finding]) -> dict[str, Any]:
 
 
 def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,
-            open_within_iterations: int | None = None) -> dict[str, Any]:
+            open_within_iterations: int | None = None, *, end_missing: str | None = None) -> dict[str, Any]:
     """The headline of a run: the first engine failure (when, which request, which pool, the whole
     message) and the earliest alarm that named the failing request before it (its lead time), or
-    healthy. Keys: status ('engine_fatal' | 'engine_stalled' | 'healthy'), and when fatal t_s, iteration, request_id
+    healthy. Keys: status ('engine_fatal' | 'engine_stalled' | 'healthy' | 'incomplete'), and when fatal t_s, iteration, request_id
     (None unknown), pool, message, first_warning (None when nothing named the request earlier:
     kind, severity, t_s, iteration, lead_s, lead_iterations), first_critical (same shape; from
     when the finding turned critical), open_alarm (the alarm on the failing pool still open at the
@@ -132,7 +132,12 @@ def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None 
     ``DetectorConfig.merge_gap_iterations``; None when there was none). ``time_of`` maps an iteration to its time (s) to date the
     naming iteration; without it the finding's start time is used. An engine that did not fail but is
     still stalled when the events end (a critical ``engine_stalled``) has status 'engine_stalled' with
-    t_s, iteration and message (the stall's summary)."""
+    t_s, iteration and message (the stall's summary).
+
+    ``end_missing`` says the events stop before the run's end (a recording cut off, interrupted or
+    closed on an error: :func:`end_missing`). Then a run with neither failure nor stall is not called
+    healthy but 'incomplete', with that ``message``: a process that dies outright (an abort, a
+    kill) leaves exactly such a recording, so no failure in what was read proves nothing."""
     fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
     worst = max((f.severity.rank for f in findings), default=-1)
     if not fatals:
@@ -142,8 +147,11 @@ def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None 
             return {"status": "engine_stalled", "t_s": stall.t_start_s, "iteration": stall.iteration_start,
                     "request_id": None, "pool": None, "message": stall.summary,
                     "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value}
-        return {"status": "healthy", "num_findings": len(findings),
-                "worst_severity": next((s.value for s in Severity if s.rank == worst), None)}
+        worst_sev = next((s.value for s in Severity if s.rank == worst), None)
+        if end_missing:
+            return {"status": "incomplete", "message": end_missing, "num_findings": len(findings),
+                    "worst_severity": worst_sev}
+        return {"status": "healthy", "num_findings": len(findings), "worst_severity": worst_sev}
     fatal = fatals[0]
     req = fatal.request_ids[0] if fatal.request_ids else None
     return {
@@ -240,13 +248,25 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
     return out
 
 
+def end_missing(files: Sequence[dict[str, Any]]) -> str | None:
+    """Why the events stop before the run's end, from the reader's per-file facts (the frame's
+    ``attrs["kvscope"]["files"]``: ``path``, ``status``), or None when every file ended."""
+    cut = [f"{f.get('path')} ({f.get('status')})" for f in files
+           if f.get("status") in ("interrupted", "cut off", "error")]
+    return f"the recording is not complete: {', '.join(cut)}" if cut else None
+
+
 def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,
-             open_within_iterations: int | None = None) -> str:
+             open_within_iterations: int | None = None, *, end_missing: str | None = None) -> str:
     """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
     <whole message>; first warned ... before`` (and, when it started earlier than anything naming
     the request, the alarm open on the failing pool), ``ENGINE STALLED since ...`` or
     ``healthy: ...``."""
-    v = verdict(findings, time_of, open_within_iterations)
+    v = verdict(findings, time_of, open_within_iterations, end_missing=end_missing)
+    if v["status"] == "incomplete":
+        worst = v["worst_severity"]
+        return (f"OUTCOME UNKNOWN: no engine failure in the events read, but {v['message']}"
+                + (f"; worst finding {worst}" if worst else "; no findings"))
     if v["status"] == "healthy":
         worst = v["worst_severity"]
         return ("HEALTHY: no engine failure" + (f"; worst finding {worst}" if worst else "; no findings"))

@@ -20,7 +20,7 @@ import numpy as np
 
 from kvscope.analysis.analyzer import Analysis
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.incidents import counts, verdict
+from kvscope.analysis.incidents import counts
 
 
 class HtmlFigure(Protocol):
@@ -56,7 +56,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px
 text-align:left;vertical-align:top}th{background:#f4f4f4}.critical{color:#b00020;font-weight:600}
 .warning{color:#c05600;font-weight:600}.info{color:#555}code{font-size:12px}details{margin:6px 0}
 .meta{color:#555;font-size:13px}.verdict{padding:12px 16px;border-radius:6px;margin:12px 0}
-.fatal{background:#fde8ea;border:2px solid #b00020}.healthy{background:#e8f5e9;border:2px solid #2e7d32}
+.fatal{background:#fde8ea;border:2px solid #b00020}.incomplete{background:#fff4e5;border:2px solid #c05600}.healthy{background:#e8f5e9;border:2px solid #2e7d32}
 .verdict h2{margin:0 0 6px 0}.verdict pre{white-space:pre-wrap;word-break:break-word;margin:6px 0;font-size:13px}
 .filters label{margin-right:14px}.kind{font-weight:600}.unknown{color:#888;font-style:italic}
 .counts td,.counts th{text-align:right}.counts td:first-child,.counts th:first-child{text-align:left}
@@ -82,7 +82,13 @@ def _unknown(v: Any, fmt: str = "{}") -> str:
 
 
 def _verdict_html(analysis: Analysis) -> str:
-    v = verdict(analysis.findings, analysis.time_of, analysis.config.merge_gap_iterations)
+    v = analysis.verdict()
+    if v["status"] == "incomplete":
+        worst = v.get("worst_severity")
+        return (f"<div class='verdict incomplete'><h2>OUTCOME UNKNOWN: no engine failure in the events read, but "
+                f"the recording is not complete</h2><pre>{html.escape(str(v['message']))}</pre>"
+                f"<div>A process that dies outright leaves such a recording: this is not a verdict of health. "
+                f"{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "") + ".</div></div>")
     if v["status"] == "healthy":
         worst = v.get("worst_severity")
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
@@ -191,7 +197,7 @@ def _peak_utilization(a: Analysis) -> dict[str, float]:
 def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
     rows = []
     for label, a in runs:
-        v = verdict(a.findings, a.time_of, a.config.merge_gap_iterations)
+        v = a.verdict()
         c = counts(a.findings)["by_severity"]
         if v["status"] == "engine_fatal":
             what = (f"<span class='critical'>ENGINE FATAL</span> at t={v['t_s']:.1f} s, request "
@@ -203,6 +209,8 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
                          f"{o['lead_s']:.1f} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
         elif v["status"] == "engine_stalled":
             what, lead = (f"<span class='critical'>ENGINE STALLED</span> since t={v['t_s']:.1f} s", "–")
+        elif v["status"] == "incomplete":
+            what, lead = "<span class='warning'>OUTCOME UNKNOWN</span>: the recording is not complete", "–"
         else:
             what, lead = "<span style='color:#2e7d32;font-weight:600'>healthy</span>", "–"
         util = ", ".join(f"{p} {u:.0%}" for p, u in _peak_utilization(a).items())

@@ -7,8 +7,9 @@
 ``findings`` (each with at least ``kind``, ``severity``, ``t_start_s``, ``t_end_s``, ``pools``,
 ``request_ids``, ``evidence``; times in the event file's clock; most severe first, then by time),
 ``counts`` (per kind, per severity, per kind and severity), ``verdict`` (engine fatal: when, which
-request, which pool, the whole message and the first warning and critical that named the failing
-request; or healthy), plus ``html`` when a report was written. Those keys are a public contract
+request, which pool, the whole message, the first warning and critical that named the failing
+request and the alarm open on its pool; engine stalled; healthy; or incomplete when the recording
+stops before the run's end and shows no failure), plus ``html`` when a report was written. Those keys are a public contract
 and are never renamed. ``input`` says what the input was and what of it is missing (``complete``,
 ``interrupted``, ``rows_dropped``, ``events_dropped``, ``files``; see ``kvscope.commands._inputs``).
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from kvscope.analysis import DetectorConfig, analyze
 from kvscope.analysis.frame import pool_series
-from kvscope.analysis.incidents import counts, headline
+from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.commands._inputs import load_checked
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_text(analysis, args: argparse.Namespace) -> None:
     leads = lead_times(analysis.findings)
-    print(headline(analysis.findings, analysis.time_of, analysis.config.merge_gap_iterations))
+    print(analysis.headline())
     c = counts(analysis.findings)
     per_kind = ", ".join(f"{k} {n}" for k, n in c["by_kind"].items() if n)
     print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))

@@ -181,3 +181,9 @@ def test_killed_worker_leaves_a_readable_cut_off_file_and_the_other_rank_complet
     facts = cut.attrs["kvscope"]["files"][0]
     assert facts["status"] == "cut off" and facts["complete"] is False
     assert (cut["kind"] == "request_finished").sum() == 4  # every event before the kill is readable
+    # the killed rank's run is not called healthy: its end is missing
+    res = subprocess.run([sys.executable, "-m", "kvscope", "analyze", "--json", str(files[0]), str(files[1])],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    v = json.loads(res.stdout)["verdict"]
+    assert v["status"] == "incomplete" and f"{files[1]} (cut off)" in v["message"]

@@ -147,6 +147,18 @@ def test_report_verdict_gives_the_alarm_open_on_the_failing_pool():
     assert f"from iteration {o['iteration']}, <b>{o['lead_iterations']} iterations" in head
 
 
+def test_a_recording_without_its_end_is_incomplete_not_healthy_unless_it_shows_the_failure():
+    cut = "the recording is not complete: r1.jsonl (cut off)"
+    quiet = [_alarm(FindingKind.STALLED_RESERVATION, Severity.WARNING, 10, 20, "target")]
+    v = verdict(quiet, end_missing=cut)
+    assert v == {"status": "incomplete", "message": cut, "num_findings": 1, "worst_severity": "warning"}
+    assert headline(quiet, end_missing=cut).startswith("OUTCOME UNKNOWN: no engine failure in the events read, but "
+                                                       + cut)
+    assert verdict(quiet)["status"] == "healthy"
+    # a failure that was recorded is the verdict whatever came after it
+    assert verdict([*quiet, _fatal(30)], end_missing=cut)["status"] == "engine_fatal"
+
+
 def test_verdict_of_a_quiet_run_is_healthy():
     s = _deferred_script(5)
     v = verdict(analyze(s.frame()).findings)

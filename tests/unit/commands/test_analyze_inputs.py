@@ -113,6 +113,7 @@ def test_clean_file_is_a_clean_run_with_input_facts_when_analyzed(tmp_path, fake
     doc = json.loads(out)
     assert doc["input"]["complete"] is True and doc["input"]["interrupted"] is False
     assert doc["input"]["files"][0]["status"] == "complete"
+    assert doc["verdict"]["status"] == "healthy"
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
@@ -123,6 +124,15 @@ def test_interrupted_recording_is_reported_not_clean_when_analyzed(tmp_path, fak
     doc = json.loads(out)
     assert doc["input"]["interrupted"] is True and doc["input"]["files"][0]["status"] == "interrupted"
     assert doc["num_events"] == 12
+    # no failure in what was read is not health: the run's end is missing
+    assert doc["verdict"]["status"] == "incomplete" and str(path) in doc["verdict"]["message"]
+    code, out, err = analyze(capsys, path)
+    assert code == 1 and out.startswith("OUTCOME UNKNOWN: no engine failure in the events read, but the recording "
+                                        f"is not complete: {path} (interrupted)")
+    html = tmp_path / "r.html"
+    assert analyze(capsys, path, "--html", html)[0] == 1
+    text = html.read_text(encoding="utf-8")
+    assert "OUTCOME UNKNOWN" in text and "HEALTHY" not in text
 
 
 def test_same_file_twice_is_refused_when_analyzed(tmp_path, fake_clock, capsys):
