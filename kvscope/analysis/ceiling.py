@@ -5,13 +5,10 @@ defers new requests past the ceiling and lets in, below it, what the pool may no
 (:func:`admit_gate_at_risk`). Vectorized over the iteration ends, on the pieces
 :func:`kvscope.analysis.projections.resume_ceiling` computes; the streaming analyzer's running-state
 form is in :mod:`kvscope.analysis.live_projections`, and both word a finding with
-:func:`risk_text`, :func:`tte_summary` and :func:`episode_end_text` (every basis of a
-time-to-exhaustion finding in words: :func:`resume_text`, :func:`pass_text`, :func:`debt_text`). numpy only (the streaming analyzer imports this module without pandas).
+:mod:`kvscope.analysis.wording`. numpy only (the streaming analyzer imports this module without pandas).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -81,73 +78,10 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     return risk, past, (past_pass > margin) & (waiting >= 2) & target_ok, past_pass
 
 
-def resume_text(past_blocks: float, ceiling: float) -> str:
-    """The ``resume`` basis of a finding in words (the batch and streaming analyzers share it)."""
-    return (f"a new mirror's first resume will be refused: admitted and queued requests take it "
-            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
-            f"still admit another request, whose mirror this build creates suspended")
-
-
-def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: int) -> str:
-    """The ``pass`` basis (one scheduler pass like the largest recent one) in words."""
-    return (f"at risk: one scheduler pass like the largest of the last {window} iterations, when new "
-            f"mirrors took {pass_blocks:.0f} blocks at once (each its whole prompt, the target only what it "
-            f"does not reuse), would take it {past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} "
-            f"of capacity), and the next new mirror's first resume would be refused")
-
-
-def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projected: float, admits: bool,
-              arrival_max: float, arrival_typical: float, min_debt: float, past: float, ceiling: float,
-              pass_blocks: float, burst_window: int) -> str:
-    """What a time-to-exhaustion basis says at one evaluation point, in words (the batch and
-    streaming analyzers share it, so their findings read the same)."""
-    if basis == "debt":
-        return debt_text(debt, cover, rate_window)
-    if basis == "queue":
-        return (f"at risk: with the queue admitted it would owe {projected:.0f} blocks"
-                + (" and the target has room to admit it now" if admits else ""))
-    if basis == "arrival":
-        return (f"at risk: one more request like the recent ones would put it {arrival_max:.0f} blocks in debt"
-                + (f", a typical one {arrival_typical:.0f}" if arrival_typical > min_debt else "")
-                + ", and the target has room to admit it")
-    if basis == "resume":
-        return resume_text(past, ceiling)
-    if basis == "pass":
-        return pass_text(past, ceiling, pass_blocks, burst_window)
-    return "at the current growth"
-
-
-def tte_summary(pool: str, basis: str, eta_s: float, eta_iterations: float, estimated_at: int,
-                utilization: float, available: float, what: str) -> str:
-    """The opening sentence of a time-to-exhaustion finding: the estimate where the episode
-    started (its first iteration with a consumption rate) and the pool then."""
-    verb = "reaches its resume ceiling" if basis in ("resume", "pass") else "runs out"
-    when = (f"in about {eta_s:.2f} s ({eta_iterations:.0f} iterations, estimated at iteration {estimated_at})"
-            if math.isfinite(eta_s) else "(no consumption rate yet)")
-    return f"{pool} pool {verb} {when} at {utilization:.0%} used, {available:.0f} blocks available ({what})."
-
-
-def episode_end_text(iterations: int, seconds: float, end_iteration: int, peak_utilization: float,
-                     utilization: float, available: float, what: str) -> str:
-    """The close of a finding whose episode outlived its first estimate: how long it stayed open
-    and the pool at its last at-risk iteration, so a long episode does not read as its first hour."""
-    return (f" Open {iterations} iterations ({seconds:.1f} s) to iteration {end_iteration}, peak "
-            f"{peak_utilization:.0%} used; at its end {utilization:.0%} used, {available:.0f} blocks available "
-            f"({what}).")
-
-
 def debt_cover(margin: float, freed: float) -> float:
     """Debt at or below this is close, not critical: within the margin and within what the pool
     freed over the trailing window (DetectorConfig.margin_blocks). Works on arrays too."""
     return np.minimum(margin, np.maximum(freed, 0.0))  # type: ignore[no-any-return]
-
-
-def debt_text(debt: float, cover: float, window: int) -> str:
-    """The ``debt`` basis: certain beyond :func:`debt_cover`, close within it."""
-    if debt > cover:
-        return f"certain: admitted requests owe {debt:.0f} blocks more"
-    return (f"admitted requests owe {debt:.0f} blocks more, within what finishing requests freed in the last "
-            f"{window} iterations: close")
 
 
 def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,

@@ -13,19 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.ceiling import (
-    admit_gate_at_risk,
-    debt_cover,
-    episode_end_text,
-    resume_at_risk,
-    risk_text,
-    tte_summary,
-)
+from kvscope.analysis.ceiling import admit_gate_at_risk, debt_cover, resume_at_risk
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import K, kind_in
+from kvscope.analysis.wording import episode_end_text, gap_text, risk_text, tte_summary
 from kvscope.events import EventKind
 
 
@@ -87,15 +81,8 @@ def find_admission_gaps(
                 severity=Severity.CRITICAL if crit else Severity.WARNING,
                 t_start_s=_t(ts, s), t_end_s=_t(ts, e), iteration_start=it[s], iteration_end=it[e],
                 pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
-                summary=(
-                    f"{role} pool owes {fs['debt']:.0f} blocks: admitted requests still need {fs['need']:.0f} "
-                    f"blocks there but only {fs['available']:.0f} are available"
-                    + (f" (request {first_adm} admitted into debt)" if first_adm >= 0 else "")
-                    + f"; peak debt {peak:.0f} blocks of {cap:.0f}"
-                    + ("." if crit else f", never more than finishing requests had just freed "
-                                        f"({cfg.rate_window_iterations} iterations) nor {cfg.risk_margin_fraction:.0%} "
-                                        "of the pool: close, not yet heading for the failure.")
-                ),
+                summary=gap_text(role, float(fs["debt"]), float(fs["need"]), float(fs["available"]), first_adm, peak,
+                                 cap, crit, cfg.rate_window_iterations, cfg.risk_margin_fraction),
                 evidence={
                     "debt_blocks": fs["debt"], "peak_debt_blocks": peak, "need_blocks": fs["need"],
                     "available_blocks": fs["available"], "target_shortfall_blocks": fs["shortfall"],

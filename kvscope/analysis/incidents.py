@@ -182,7 +182,7 @@ def open_alarm(findings: Sequence[Finding], fatal: Finding, within_iterations: i
         if (f.kind in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS) or f.kind not in ALARM_KINDS
                 or f.severity.rank < Severity.WARNING.rank or pool not in f.pools):
             continue
-        if (f.iteration_start > fatal.iteration_start or f.t_start_s > fatal.t_start_s
+        if (not seen_before(f, fatal.t_start_s, fatal.iteration_start)
                 or f.iteration_end < fatal.iteration_start - within_iterations):
             continue
         if best is None or (f.iteration_start, -f.severity.rank) < (best.iteration_start, -best.severity.rank):
@@ -200,7 +200,8 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
     """The alarm of at least ``at_least`` severity that named ``req`` earliest before ``fatal``."""
     best = None
     for f in findings:
-        if f.kind == FindingKind.ENGINE_FATAL or f.severity.rank < at_least.rank or f.t_start_s > fatal.t_start_s:
+        if (f.kind == FindingKind.ENGINE_FATAL or f.severity.rank < at_least.rank
+                or not seen_before(f, fatal.t_start_s, fatal.iteration_start)):
             continue
         if f.kind == FindingKind.REUSE_LOSS:
             continue
@@ -214,13 +215,34 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
                 it, t = int(f.evidence["critical_at_iteration"]), float(f.evidence["critical_at_s"])
         if time_of is not None and it != f.iteration_start:
             t = time_of(it)
-        if it > fatal.iteration_start:
+        if not in_time(f.kind, it, fatal.iteration_start):
             continue
         if best is None or it < best["iteration"]:
             best = {"kind": f.kind.value, "severity": f.severity.value, "t_s": t, "iteration": it,
                     "lead_iterations": fatal.iteration_start - it, "lead_s": fatal.t_start_s - t,
                     "summary": f.summary}
     return best
+
+
+def seen_before(f: Finding, t: float, it: int) -> bool:
+    """Whether ``f`` was raised before a failure at (t, it): it starts no later, and a
+    time-to-exhaustion episode -- evaluated at its iteration's end -- starts in an earlier
+    iteration (one opening in the failure's own iteration read the state the failure left; the
+    streaming analyzer only evaluates it after the failure)."""
+    return f.t_start_s <= t and in_time(f.kind, f.iteration_start, it)
+
+
+def in_time(kind: FindingKind, iteration: int, fatal_iteration: int) -> bool:
+    """Whether a finding of ``kind`` that started, or named a request, at ``iteration`` did so
+    before a failure in ``fatal_iteration`` (see :func:`seen_before`)."""
+    return iteration < fatal_iteration or (iteration == fatal_iteration and kind != FindingKind.TIME_TO_EXHAUSTION)
+
+
+def best_lead(leads: Sequence[dict]) -> dict | None:
+    """Of :func:`fatal_leads`, the finding that named the request earliest (ties to the kind first
+    by name, so both analyzers credit the same one whatever order they hold findings in)."""
+    naming = [x for x in leads if x["named_lead_iterations"] is not None]
+    return min(naming, key=lambda x: (-x["named_lead_iterations"], x["kind"]), default=None)
 
 
 def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]:
@@ -232,12 +254,14 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
     """
     out = []
     for g in prior:
-        if (g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or g.t_start_s > t
+        if (g.kind not in ALARM_KINDS or g.kind == FindingKind.ENGINE_FATAL or not seen_before(g, t, it)
                 or g.severity == Severity.INFO):
             continue
         named = {int(r): int(i) for r, i in g.evidence.get("named_at", [])}
         names = req in g.request_ids or req in named
         named_it = named.get(req, g.iteration_start) if names else None
+        if named_it is not None and not in_time(g.kind, named_it, it):
+            names, named_it = False, None  # named it only when evaluating the failure's iteration
         out.append({
             "kind": g.kind.value, "t_start_s": g.t_start_s, "lead_s": t - g.t_start_s,
             "lead_iterations": it - g.iteration_start if g.iteration_start >= 0 else None,

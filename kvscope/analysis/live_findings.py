@@ -14,9 +14,17 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from kvscope.analysis.ceiling import debt_cover, episode_end_text, risk_text, tte_summary
+from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import fatal_leads, group_stalls
+from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls
+from kvscope.analysis.wording import (
+    episode_end_text,
+    fatal_text,
+    gap_text,
+    never_fitting_text,
+    risk_text,
+    tte_summary,
+)
 from kvscope.events import EventKind, PoolRole, blocks_needed
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
@@ -108,9 +116,15 @@ class LiveFindings:
                         ev["num_admitted_into_debt"] += 1
                     if rid not in ep.names:
                         ep.names.append(rid)
+                        if len(ev["named_at"]) < self.cfg.max_named_requests:
+                            # named when admitted into the debt (the batch rule's named_at), so a
+                            # failure's lead counts from there, not from the episode's start
+                            ev["named_at"] = [*ev["named_at"], [rid, it]]
+                if ev["first_admission_request"] < 0 and ev["admitted_into_debt"]:
+                    ev["first_admission_request"] = ev["admitted_into_debt"][0]
                 self._findings[ep.index] = replace(
                     f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: self.cfg.max_named_requests]),
-                    evidence=ev)
+                    evidence=ev, summary=self._gap_summary(p, ev, f.severity == Severity.CRITICAL))
                 continue
             cap, avail = self._state[p]
             admitted = list(dict.fromkeys(self._iter_admitted))
@@ -120,21 +134,27 @@ class LiveFindings:
             need = self._need[p]
             # A small debt finishing requests keep covering is close, not critical
             # (DetectorConfig.margin_blocks); a deeper one later in the episode makes it critical.
+            crit = d > debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
             f = Finding(
                 kind=FindingKind.ADMISSION_GAP,
-                severity=(Severity.CRITICAL if d > debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
-                          else Severity.WARNING),
+                severity=Severity.CRITICAL if crit else Severity.WARNING,
                 t_start_s=t, t_end_s=t,
                 iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[: self.cfg.max_named_requests]),
-                summary=(f"{p} pool owes {d:.0f} blocks: admitted requests still need {need:.0f} blocks there "
-                         f"but only {avail:.0f} are available" + (f" (request {first} admitted into debt)." if first >= 0 else ".")),
+                summary="",
                 evidence={"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
                           "capacity_blocks": cap, "tokens_per_block": self._configs[p]["tokens_per_block"],
                           "first_admission_request": first, "admitted_into_debt": admitted[: self.cfg.max_named_requests],
                           "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
+                          "named_at": [[r, it] for r in names[: self.cfg.max_named_requests]],
                           "paired": bool(self._configs[p]["paired"])},
             )
+            f = replace(f, summary=self._gap_summary(p, f.evidence, crit))
             self._gap[p] = _Episode(self._add(f), it, names)
+
+    def _gap_summary(self, p: str, ev: dict, critical: bool) -> str:
+        return gap_text(p, ev["debt_blocks"], ev["need_blocks"], ev["available_blocks"], ev["first_admission_request"],
+                        ev["peak_debt_blocks"], ev["capacity_blocks"], critical, self.cfg.rate_window_iterations,
+                        self.cfg.risk_margin_fraction)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
                   arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0) -> None:
@@ -328,8 +348,7 @@ class LiveFindings:
                 kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
                 t_start_s=t, t_end_s=t, iteration_start=req.arrival_it, iteration_end=self._last_it, pools=(p,),
                 request_ids=(rid,),
-                summary=f"request {rid} needs {need} blocks ({need_tok} tokens) in the {p} pool, which has "
-                        f"{c['capacity_blocks']}; it can never fit.",
+                summary=never_fitting_text(rid, need, need_tok, p, c["capacity_blocks"], False, bool(c["in_admission"])),
                 evidence={"need_blocks": need, "need_tokens": need_tok, "capacity_blocks": c["capacity_blocks"],
                           "tokens_per_block": tpb, "prompt_tokens": req.prompt, "outcome": "running",
                           "in_admission": bool(c["in_admission"])},
@@ -340,12 +359,12 @@ class LiveFindings:
         self._failed = True
         self._incidents_cache = None
         leads = fatal_leads(self._findings + self._incidents(), rid, t, it)
-        naming = [x for x in leads if x["named_lead_iterations"] is not None]
-        best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
+        best = best_lead(leads)
         self._add(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
             iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
-            summary=f"engine failed on request {rid} in the {pool} pool (asked {nt} tokens): {reason or ''}",
+            summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
+                               best["kind"] if best else None),
             evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
                       "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
                       "lead_iterations": best["named_lead_iterations"] if best else None,

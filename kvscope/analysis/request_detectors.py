@@ -18,7 +18,8 @@ from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.engine_stall import stall_finding
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
-from kvscope.analysis.incidents import fatal_leads, group_stalls
+from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls
+from kvscope.analysis.wording import fatal_text, never_fitting_text
 from kvscope.events import EventKind, PoolRole, is_remediation_reason
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
@@ -189,12 +190,8 @@ def find_never_fitting(
                 kind=FindingKind.NEVER_FITTING, severity=sev, t_start_s=t0, t_end_s=max(t0, t1),
                 iteration_start=int(row["arrival_iteration"]), iteration_end=int(row["end_iteration"]),
                 pools=(role,), request_ids=(int(req),),
-                summary=(
-                    f"request {req} needs {nb} blocks ({need_tokens[req]} tokens) in the {role} pool, "
-                    f"which has {cap}" + (" (rejected at arrival)." if rejected else
-                                          "; it can never fit" + ("." if cfg["in_admission"] else
-                                                                  " and its resize there will raise."))
-                ),
+                summary=never_fitting_text(int(req), int(nb), int(need_tokens[req]), str(role), cap, bool(rejected),
+                                           bool(cfg["in_admission"])),
                 evidence={"need_blocks": nb, "need_tokens": need_tokens[req], "capacity_blocks": cap,
                           "tokens_per_block": tpb, "prompt_tokens": row["prompt_tokens"],
                           "outcome": str(row["outcome"]), "in_admission": bool(cfg["in_admission"])},
@@ -291,18 +288,13 @@ def find_engine_fatal(
                 state["capacity_blocks"] = debt.at(role, "capacity", p)
                 state["available_blocks"] = debt.at(role, "available", p)
         leads = fatal_leads(prior, req, t, int(it[p]))
-        naming = [x for x in leads if x["named_lead_iterations"] is not None]
-        best = max(naming, key=lambda x: x["named_lead_iterations"], default=None)
+        best = best_lead(leads)
         out.append(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
             iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
             request_ids=(req,) if req >= 0 else (),
-            summary=(
-                f"engine failed on request {req} in the {role} pool (asked {int(row['num_tokens'])} tokens): "
-                f"{reason}"
-                + (f" — first named {best['named_lead_iterations']} iterations earlier by {best['kind']}."
-                   if best else " — no earlier finding named this request.")
-            ),
+            summary=fatal_text(req, role, int(row["num_tokens"]), reason, best["named_lead_iterations"] if best else None,
+                               best["kind"] if best else None),
             evidence={
                 "message": reason, "asked_tokens": int(row["num_tokens"]), "pool_state": state,
                 "lead_times": leads,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.incidents import seen_before
 
 OVERALL = "overall"
 _SCORED_KINDS = tuple(k.value for k in FindingKind
@@ -87,7 +88,7 @@ def score_run(label: RunLabel, findings: Sequence[Finding], iteration_times: dic
     first_c: dict[str, dict[str, Any]] = {}
     fit, ft = label.fatal_iteration, label.fatal_t_s
     for f in scored:
-        if f.iteration_start > fit or f.t_start_s > ft:
+        if not seen_before(f, ft, fit):
             continue
         named = {int(r): int(i) for r, i in f.evidence.get("named_at", [])}
         req = label.fatal_request

@@ -37,6 +37,7 @@ from kvscope.analysis.live_projections import (
     queue_now_debt,
 )
 from kvscope.analysis.pool_config import config_row
+from kvscope.analysis.wording import never_fitting_text
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -348,8 +349,11 @@ class StreamingAnalyzer(LiveFindings):
                 if f is not None:
                     sev = Severity.INFO if kind == _REJECTED else f.severity
                     ev = dict(f.evidence, outcome=_END[kind])
+                    summary = f.summary if kind != _REJECTED else never_fitting_text(
+                        rid, ev["need_blocks"], ev["need_tokens"], f.pools[0], ev["capacity_blocks"], True,
+                        ev["in_admission"])
                     self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=sev,
-                                                evidence=ev)
+                                                evidence=ev, summary=summary)
             self._update_rem(rid, req, t)
             del self._reqs[rid]
             self._end_lost(rid)

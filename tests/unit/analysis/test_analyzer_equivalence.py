@@ -28,6 +28,10 @@ the verdict's new ``open_alarm``, the time-to-exhaustion evidence keys ``end_bas
 ``end_utilization``, ``end_available_blocks`` and ``peak_utilization``, and time-to-exhaustion
 summaries (they now close with the episode's end when it outlived its first estimate, and say the
 target has room only where it had); checked: dropping those gives the previous objects exactly.
+Regenerated for the lead's timing: a time-to-exhaustion episode evaluated at the failure's own
+iteration (it read the state the failure left) is no longer credited as the first critical finding;
+only ``qwen-hybrid-mtp``'s ``verdict.first_critical`` changed (to the admission gap read at that
+iteration's scheduling, lead 0 either way).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -15,7 +15,7 @@ from kvscope.analysis import (
     analyze,
     events_to_frame,
 )
-from kvscope.analysis.incidents import counts, group_stalls, headline, verdict
+from kvscope.analysis.incidents import best_lead, counts, fatal_leads, group_stalls, headline, verdict
 from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.events import EventKind, PoolRole, remediation_reason
 
@@ -145,6 +145,28 @@ def test_report_verdict_gives_the_alarm_open_on_the_failing_pool():
     head = head[: head.index("Findings (")]
     assert "Open on the draft pool at the failure" in head
     assert f"from iteration {o['iteration']}, <b>{o['lead_iterations']} iterations" in head
+
+
+def test_a_time_to_exhaustion_episode_opening_in_the_failures_iteration_is_no_lead():
+    # evaluated at the iteration's end, it read the state the failure left
+    same = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 1000, 1000, "draft", (99,))
+    gap = _alarm(FindingKind.ADMISSION_GAP, Severity.CRITICAL, 1000, 1000, "draft", (99,))  # read at scheduling
+    v = verdict([same, _fatal(1000)])
+    assert v["first_warning"] is None and v["open_alarm"] is None
+    assert fatal_leads([same], 99, 1000 * 0.25, 1000) == []
+    assert [x["kind"] for x in fatal_leads([same, gap], 99, 1000 * 0.25, 1000)] == ["admission_gap"]
+    assert verdict([gap, _fatal(1000)])["first_warning"]["lead_iterations"] == 0
+    earlier = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 999, 1000, "draft", (99,))
+    assert verdict([earlier, _fatal(1000)])["first_warning"]["lead_iterations"] == 1
+
+
+def test_the_finding_credited_with_a_failure_does_not_depend_on_the_order_findings_are_held_in():
+    gap = _alarm(FindingKind.ADMISSION_GAP, Severity.CRITICAL, 986, 1000, "draft", (99,))
+    never = _alarm(FindingKind.NEVER_FITTING, Severity.CRITICAL, 986, 1000, "draft", (99,))
+    tte = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 990, 1000, "draft", (99,))
+    for order in ([gap, never, tte], [tte, never, gap]):
+        best = best_lead(fatal_leads(order, 99, 250.0, 1000))
+        assert (best["kind"], best["named_lead_iterations"]) == ("admission_gap", 14)
 
 
 def test_a_recording_without_its_end_is_incomplete_not_healthy_unless_it_shows_the_failure():

@@ -153,8 +153,16 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
 
     assert sorted(map(key, sa.findings)) == sorted(map(key, batch.findings))
     # A time-to-exhaustion finding reads the same in both: its opening estimate, how long the
-    # episode stayed open and the pool at its end (one set of text builders, kvscope.analysis.ceiling).
+    # episode stayed open and the pool at its end.
     _assert_tte_read_alike(sa.findings, batch.findings)
+    # Every finding reads the same (one set of text builders, kvscope.analysis.wording), and an
+    # engine failure credits the same earlier finding with the same lead.
+    live, want = ({key(f): f for f in fs} for fs in (sa.findings, batch.findings))
+    assert {k: f.summary for k, f in live.items()} == {k: f.summary for k, f in want.items()}
+    for k, f in want.items():
+        if f.kind == FindingKind.ENGINE_FATAL:
+            got = live[k].evidence
+            assert (got["lead_iterations"], got["lead_kind"]) == (f.evidence["lead_iterations"], f.evidence["lead_kind"])
 
 
 _END = ("end_basis", "end_utilization", "end_available_blocks", "peak_utilization", "estimated_at_iteration")

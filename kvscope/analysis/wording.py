@@ -1,0 +1,107 @@
+"""Finding texts the batch and streaming analyzers share, so a finding reads the same in the report,
+the live view and the exported logs: the bases of a time-to-exhaustion finding, its opening and
+its end, an admission gap, a never-fitting request and an engine failure. Pure Python (the streaming analyzer imports it
+without pandas or numpy)."""
+
+from __future__ import annotations
+
+import math
+
+
+def debt_text(debt: float, cover: float, window: int) -> str:
+    """The ``debt`` basis: certain beyond :func:`~kvscope.analysis.ceiling.debt_cover`, close within it."""
+    if debt > cover:
+        return f"certain: admitted requests owe {debt:.0f} blocks more"
+    return (f"admitted requests owe {debt:.0f} blocks more, within what finishing requests freed in the last "
+            f"{window} iterations: close")
+
+
+def resume_text(past_blocks: float, ceiling: float) -> str:
+    """The ``resume`` basis (a new mirror's first resume refused past the ceiling) in words."""
+    return (f"a new mirror's first resume will be refused: admitted and queued requests take it "
+            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
+            f"still admit another request, whose mirror this build creates suspended")
+
+
+def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: int) -> str:
+    """The ``pass`` basis (one scheduler pass like the largest recent one) in words."""
+    return (f"at risk: one scheduler pass like the largest of the last {window} iterations, when new "
+            f"mirrors took {pass_blocks:.0f} blocks at once (each its whole prompt, the target only what it "
+            f"does not reuse), would take it {past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} "
+            f"of capacity), and the next new mirror's first resume would be refused")
+
+
+def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projected: float, admits: bool,
+              arrival_max: float, arrival_typical: float, min_debt: float, past: float, ceiling: float,
+              pass_blocks: float, burst_window: int) -> str:
+    """What a time-to-exhaustion basis says at one evaluation point, in words (the batch and
+    streaming analyzers share it, so their findings read the same)."""
+    if basis == "debt":
+        return debt_text(debt, cover, rate_window)
+    if basis == "queue":
+        return (f"at risk: with the queue admitted it would owe {projected:.0f} blocks"
+                + (" and the target has room to admit it now" if admits else ""))
+    if basis == "arrival":
+        return (f"at risk: one more request like the recent ones would put it {arrival_max:.0f} blocks in debt"
+                + (f", a typical one {arrival_typical:.0f}" if arrival_typical > min_debt else "")
+                + ", and the target has room to admit it")
+    if basis == "resume":
+        return resume_text(past, ceiling)
+    if basis == "pass":
+        return pass_text(past, ceiling, pass_blocks, burst_window)
+    return "at the current growth"
+
+
+def tte_summary(pool: str, basis: str, eta_s: float, eta_iterations: float, estimated_at: int,
+                utilization: float, available: float, what: str) -> str:
+    """The opening sentence of a time-to-exhaustion finding: the estimate where the episode
+    started (its first iteration with a consumption rate) and the pool then."""
+    verb = "reaches its resume ceiling" if basis in ("resume", "pass") else "runs out"
+    when = (f"in about {eta_s:.2f} s ({eta_iterations:.0f} iterations, estimated at iteration {estimated_at})"
+            if math.isfinite(eta_s) else "(no consumption rate yet)")
+    return f"{pool} pool {verb} {when} at {utilization:.0%} used, {available:.0f} blocks available ({what})."
+
+
+def episode_end_text(iterations: int, seconds: float, end_iteration: int, peak_utilization: float,
+                     utilization: float, available: float, what: str) -> str:
+    """The close of a finding whose episode outlived its first estimate: how long it stayed open
+    and the pool at its last at-risk iteration, so a long episode does not read as its first hour."""
+    return (f" Open {iterations} iterations ({seconds:.1f} s) to iteration {end_iteration}, peak "
+            f"{peak_utilization:.0%} used; at its end {utilization:.0%} used, {available:.0f} blocks available "
+            f"({what}).")
+
+
+def gap_text(pool: str, debt: float, need: float, available: float, first_request: int, peak: float,
+             capacity: float, critical: bool, rate_window: int, margin_fraction: float) -> str:
+    """An admission gap: the debt where it opened, the request admitted into it, its peak, and when
+    it never went past what finishing requests freed, that it is close rather than heading for the
+    failure."""
+    return (f"{pool} pool owes {debt:.0f} blocks: admitted requests still need {need:.0f} "
+            f"blocks there but only {available:.0f} are available"
+            + (f" (request {first_request} admitted into debt)" if first_request >= 0 else "")
+            + f"; peak debt {peak:.0f} blocks of {capacity:.0f}"
+            + ("." if critical else f", never more than finishing requests had just freed "
+                                    f"({rate_window} iterations) nor {margin_fraction:.0%} "
+                                    "of the pool: close, not yet heading for the failure."))
+
+
+def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, named_lead: int | None,
+               lead_kind: str | None) -> str:
+    """An engine failure: request, pool, what it asked, the engine's whole message, and the earliest
+    finding that named the request (or that none did)."""
+    return (f"engine failed on request {request} in the {pool} pool (asked {asked_tokens} tokens): {message or ''}"
+            + (f" — first named {named_lead} iterations earlier by {lead_kind}." if named_lead is not None
+               else " — no earlier finding named this request."))
+
+
+def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: str, capacity: int, rejected: bool,
+                       in_admission: bool) -> str:
+    """A request larger than a pool: rejected at arrival, or waiting forever (a pool in admission),
+    or a resize that will raise (a pool outside it)."""
+    return (f"request {request} needs {need_blocks} blocks ({need_tokens} tokens) in the {pool} pool, which has "
+            f"{capacity}" + (" (rejected at arrival)." if rejected else
+                             "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
+
+
+__all__ = ["debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text",
+           "risk_text", "tte_summary"]
