@@ -49,6 +49,10 @@ def test_notebook_runs_top_to_bottom_with_widget_views_when_executed_headless(pa
     assert all(v in state for v in views)
     models = {m["model_name"] for m in state.values()}
     assert "AnyModel" in models  # plotly's FigureWidget is an anywidget
+    if path.stem.startswith(("01", "03")):  # both analyze a crash: the verdict leads
+        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                          if o.get("output_type") == "stream")
+        assert "ENGINE FATAL at t=" in printed and "draft pool: RuntimeError: " in printed, printed[:2000]
     if path.stem.startswith("02"):
         classes = {c for m in state.values() for c in m["state"].get("_dom_classes", [])}
         assert {"kvscope-dashboard", "kvscope-remediation", "kvscope-status", "kvscope-figure-slot", "kvscope-beacon",
