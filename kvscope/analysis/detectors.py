@@ -326,7 +326,7 @@ def estimate_time_to_exhaustion(
             est = {k: v[s + int(defined[0])] for k, v in g.items()} if len(defined) else row
             b = _BASIS[row["basis_code"]]
             t_end, it_end = g["t_s"][e], g["iteration"][e]
-            named = namer.during(float(row["t_s"]), float(t_end), int(row["iteration"]))
+            named = namer.during(int(row["iteration"]), int(it_end))
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             admissible = bool(admits[s : e + 1].any())
@@ -409,30 +409,36 @@ def _nanmin(values: np.ndarray) -> float:
 
 
 class _Namer:
-    """Requests queued or still in prefill during a time window (numpy over the timeline once)."""
+    """Requests queued or still in prefill during an episode (numpy over the timeline once).
+
+    By iteration, as the streaming analyzer sees them at its iteration ends: a request is named
+    when it arrived by the episode's last iteration and its prefill (or the request) had not ended
+    by the end of the episode's first one. Times would tie: a chunk scheduled in the next
+    iteration can carry the previous iteration's last timestamp."""
 
     def __init__(self, timeline: pd.DataFrame) -> None:
-        end = timeline["end_s"].to_numpy(dtype=float, na_value=np.inf)
-        done = timeline["context_done_s"].to_numpy(dtype=float, na_value=np.nan)
-        self.stop = np.minimum(np.where(np.isnan(done), end, done), end)
-        arr = timeline["arrival_s"].to_numpy(dtype=float, na_value=np.nan)
-        adm = timeline["admitted_s"].to_numpy(dtype=float, na_value=np.inf)
-        self.arrival = np.where(np.isnan(arr), adm, arr)
-        self.arrival_it = timeline["arrival_iteration"].to_numpy(np.int64)
+        never = np.iinfo(np.int64).max
+        end = timeline["end_iteration"].to_numpy(np.int64)
+        end = np.where(end < 0, never, end)
+        done = timeline["context_done_iteration"].to_numpy(np.int64)
+        self.stop = np.minimum(np.where(done < 0, end, done), end)
+        arr = timeline["arrival_iteration"].to_numpy(np.int64)
+        adm = timeline["admitted_iteration"].to_numpy(np.int64)
+        self.arrival_it = np.where(arr < 0, np.where(adm < 0, never, adm), arr)
         self.ids = timeline.index.to_numpy(np.int64)
 
-    def during(self, t0: float, t1: float, it0: int) -> list[tuple[int, int]]:
-        """(request id, iteration first named) for requests queued or in prefill at some time in
-        [t0, t1]; named at the window's start or the request's arrival if later."""
-        m = np.flatnonzero((self.arrival <= t1) & (self.stop > t0))
+    def during(self, it0: int, it1: int) -> list[tuple[int, int]]:
+        """(request id, iteration first named) for requests queued or in prefill in iterations
+        [it0, it1]; named at ``it0`` or the request's arrival if later."""
+        m = np.flatnonzero((self.arrival_it <= it1) & (self.stop > it0))
         named_it = np.maximum(self.arrival_it[m], it0)
         order = np.lexsort((self.ids[m], named_it))
         return [(int(self.ids[m][i]), int(named_it[i])) for i in order]
 
 
-def named_during(timeline: pd.DataFrame, t0: float, t1: float, it0: int) -> list[tuple[int, int]]:
+def named_during(timeline: pd.DataFrame, it0: int, it1: int) -> list[tuple[int, int]]:
     """See :meth:`_Namer.during` (convenience for one window)."""
-    return _Namer(timeline).during(t0, t1, it0) if not timeline.empty else []
+    return _Namer(timeline).during(it0, it1) if not timeline.empty else []
 
 
 def queued_at(events: pd.DataFrame | EventColumns, pos: int) -> list[int]:

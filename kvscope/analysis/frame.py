@@ -253,7 +253,7 @@ def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     Columns (fixed dtypes; NaN times / -1 counts when the event never happened):
     arrival_s, arrival_iteration, prompt_tokens, max_new_tokens, num_deferrals, first_deferred_s, deferred_pool,
     admitted_s, admitted_iteration, queue_wait_s, num_chunks, computed_tokens, context_done_s (NaN
-    until a chunk reaches the prompt's end),
+    until a chunk reaches the prompt's end), context_done_iteration (-1 until then),
     end_s, end_iteration, outcome (running|finished|failed|cancelled|rejected), output_tokens,
     reason, and per KV pool ``reused_tokens_<pool>`` / ``peak_tokens_<pool>`` (largest cache
     capacity) / ``allocated_tokens_<pool>`` (peak minus reused: what the pool had to compute/hold
@@ -301,7 +301,9 @@ def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     prompt = out["prompt_tokens"].to_numpy()
     c_prompt = prompt[cg] if n_ids else np.zeros(0, np.int64)
     done = (c_prompt >= 0) & (ntok[cpos] + ev.num_blocks[cpos] >= c_prompt)
-    out["context_done_s"] = _times(ts, pick(cpos[done], cg[done]))
+    cdone = pick(cpos[done], cg[done])
+    out["context_done_s"] = _times(ts, cdone)
+    out["context_done_iteration"] = _take(it, cdone, -1).astype("int64")
 
     epos, eg = rows(*END_KINDS)
     end = pick(epos, eg)

@@ -88,6 +88,7 @@ class _Episode:
     opening_what: str = ""  # the basis in words where it opened
     peak: float = math.nan  # fullest the pool was at an at-risk iteration of the episode
     est_finite: bool = False  # the opening already carries a finite estimate
+    arrivals: list = field(default_factory=list)  # (request, iteration) arrived since its last step
 
 
 class LiveFindings:
@@ -167,9 +168,21 @@ class LiveFindings:
                 and self._alive(ep.index))
         start_it = self._findings[ep.index].iteration_start if cont else it
         named = dict(ep.names) if cont else {}
-        for r, q in self._reqs.items():
-            if r not in named and not q.context_done:
-                named[r] = max(start_it, q.arrival_it)
+        # Names are the first max_named_requests by (iteration named, id). Once an episode holds
+        # that many, nothing can displace them: a request not yet named arrives now or later (named
+        # no earlier, with a larger id), and one that was live before already lost its place. So
+        # the walk over live requests (thousands on a long queue) is skipped.
+        if len(named) < self.cfg.max_named_requests:
+            for r, q in self._reqs.items():
+                if r not in named and not q.context_done:
+                    named[r] = max(start_it, q.arrival_it)
+            if cont:
+                # Requests that arrived after the episode opened were queued or in prefill within
+                # it even if their prefill ended before a step saw them (the batch rule names
+                # every request queued or in prefill during the episode).
+                for r, a_it in (*ep.arrivals, *self._arrivals_now):
+                    if r not in named and a_it > start_it:
+                        named[r] = a_it
         order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
         ceiling = self._configs[p]["max_util_for_resume"]
         what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
@@ -178,6 +191,7 @@ class LiveFindings:
         if cont:
             ep.last_it = it
             ep.names = order
+            ep.arrivals = []
             if math.isnan(ep.peak) or util > ep.peak:
                 ep.peak = util
             f = self._findings[ep.index]

@@ -104,6 +104,7 @@ class StreamingAnalyzer(LiveFindings):
         self._window: dict[str, deque] = {}
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
+        self._arrivals_now: list[tuple[int, int]] = []  # (request, iteration) arrived this iteration
         self._eta: dict[str, tuple[float, float, str]] = {}
         self._iteration: int | None = None
         self._last_t = 0.0
@@ -282,6 +283,7 @@ class StreamingAnalyzer(LiveFindings):
         scope: str | tuple | None = None  # pools whose inputs this event changes (None: every pool)
         if kind == _ARRIVED:
             req.prompt, req.arrival_s, req.arrival_it = nt, t, it
+            self._arrivals_now.append((rid, it))
             self._never_fitting(rid, req, t)
             self._enqueue(req)
             reused = sum(r for r, _p in self._recent)
@@ -557,4 +559,11 @@ class StreamingAnalyzer(LiveFindings):
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
                                    rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
                                    burst)
+        # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
+        # merge_gap_iterations) and has names to spare, for its next step.
+        for ep in self._tte.values():
+            if (ep is not None and ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations
+                    and len(ep.names) < self.cfg.max_named_requests):
+                ep.arrivals.extend(self._arrivals_now)
+        self._arrivals_now = []
         self._stalls_at_iteration_end(t, it)

@@ -31,7 +31,11 @@ target has room only where it had); checked: dropping those gives the previous o
 Regenerated for the lead's timing: a time-to-exhaustion episode evaluated at the failure's own
 iteration (it read the state the failure left) is no longer credited as the first critical finding;
 only ``qwen-hybrid-mtp``'s ``verdict.first_critical`` changed (to the admission gap read at that
-iteration's scheduling, lead 0 either way).
+iteration's scheduling, lead 0 either way). Regenerated for naming by iteration: a time-to-exhaustion
+episode names the requests queued or in prefill during its iterations (the streaming analyzer's
+view); by time, a chunk scheduled in the next iteration with the previous iteration's last timestamp
+looked finished. Only ``glm5-dsa``'s episode changed: it now also names requests 2 and 3, in
+prefill when it opened (``request_ids`` and ``named_at``).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

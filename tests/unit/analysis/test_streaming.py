@@ -145,13 +145,16 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
             pending = (row[1], {p: sa.draft_debt_blocks(p) for p in ("target", "draft") if p in sa._state})
     sa.close()
     assert checked > 10
-    # Same findings (kind, severity, start, pools); the requests a long time-to-exhaustion episode
-    # names are collected differently live (requests still in prefill when seen) and are not compared.
+    # Same findings (kind, severity, start, pools); a time-to-exhaustion episode names the same
+    # requests at the same iterations (queued or in prefill during it, by iteration).
 
     def key(f):
         return _key(f)[:5]
 
     assert sorted(map(key, sa.findings)) == sorted(map(key, batch.findings))
+    named = ({key(f): (f.request_ids, f.evidence["named_at"]) for f in fs if f.kind == FindingKind.TIME_TO_EXHAUSTION}
+             for fs in (sa.findings, batch.findings))
+    assert next(named) == next(named)
     # A time-to-exhaustion finding reads the same in both: its opening estimate, how long the
     # episode stayed open and the pool at its end.
     _assert_tte_read_alike(sa.findings, batch.findings)
