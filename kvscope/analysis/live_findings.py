@@ -89,6 +89,7 @@ class _Episode:
     peak: float = math.nan  # fullest the pool was at an at-risk iteration of the episode
     est_finite: bool = False  # the opening already carries a finite estimate
     arrivals: list = field(default_factory=list)  # (request, iteration) arrived since its last step
+    n_admitted: int = 0  # an admission gap's names: this many admitted into the debt, then the owing
 
 
 class LiveFindings:
@@ -116,11 +117,13 @@ class LiveFindings:
                         ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
                         ev["num_admitted_into_debt"] += 1
                     if rid not in ep.names:
-                        ep.names.append(rid)
-                        if len(ev["named_at"]) < self.cfg.max_named_requests:
-                            # named when admitted into the debt (the batch rule's named_at), so a
-                            # failure's lead counts from there, not from the episode's start
-                            ev["named_at"] = [*ev["named_at"], [rid, it]]
+                        # the admitted into the debt come first, then those owed pages at the start
+                        # (the batch rule's order); named when admitted (its named_at), so a
+                        # failure's lead counts from there, not from the episode's start
+                        ep.names.insert(ep.n_admitted, rid)
+                        ep.n_admitted += 1
+                        ev["named_at"] = [*ev["named_at"][: ep.n_admitted - 1], [rid, it],
+                                          *ev["named_at"][ep.n_admitted - 1 :]][: self.cfg.max_named_requests]
                 if ev["first_admission_request"] < 0 and ev["admitted_into_debt"]:
                     ev["first_admission_request"] = ev["admitted_into_debt"][0]
                 self._findings[ep.index] = replace(
@@ -150,7 +153,7 @@ class LiveFindings:
                           "paired": bool(self._configs[p]["paired"])},
             )
             f = replace(f, summary=self._gap_summary(p, f.evidence, crit))
-            self._gap[p] = _Episode(self._add(f), it, names)
+            self._gap[p] = _Episode(self._add(f), it, names, n_admitted=len(admitted))
 
     def _gap_summary(self, p: str, ev: dict, critical: bool) -> str:
         return gap_text(p, ev["debt_blocks"], ev["need_blocks"], ev["available_blocks"], ev["first_admission_request"],
@@ -417,10 +420,11 @@ class LiveFindings:
         tot[2] = max(tot[2], self._lost_live)
         self._lost_open = False
 
-    def _end_lost(self, rid: int) -> None:
+    def _end_lost(self, rid: int, t: float) -> None:
         lost = self._lost.pop(rid, None)
         if lost is not None:
             self._lost_live -= lost[1]
+            self._lost_last_end = max(self._lost_last_end, t)
 
     def _reuse_summary(self) -> None:
         if self._lost_open:
@@ -434,7 +438,9 @@ class LiveFindings:
         self._add(Finding(
             kind=FindingKind.REUSE_LOSS,
             severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
-            t_start_s=self._lost_first[0], t_end_s=max(self._last_t, self._lost_first[0]),
+            # to the end of the last request that lost reuse (the end of the events while one lives)
+            t_start_s=self._lost_first[0],
+            t_end_s=max(self._last_t if self._lost else min(self._lost_last_end, self._last_t), self._lost_first[0]),
             iteration_start=self._lost_first[1], iteration_end=self._last_it, pools=(PoolRole.TARGET.value, d),
             request_ids=tuple(sorted(self._lost_top, key=lambda r: (-self._lost_top[r], r))),
             summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "

@@ -112,6 +112,7 @@ class StreamingAnalyzer(LiveFindings):
         self._lost: dict[int, tuple[float, float]] = {}  # rid -> (lost tokens, lost blocks) live
         self._lost_total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
         self._lost_first = (math.inf, -1)
+        self._lost_last_end = -math.inf  # when the last request that lost reuse ended
         self._iter_admitted: list[int] = []  # admissions of the current iteration
         self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
@@ -358,7 +359,7 @@ class StreamingAnalyzer(LiveFindings):
                                                 evidence=ev, summary=summary)
             self._update_rem(rid, req, t)
             del self._reqs[rid]
-            self._end_lost(rid)
+            self._end_lost(rid, t)
             if len(self._ended) == self._ended.maxlen:
                 self._ended_set.discard(self._ended[0])
             self._ended.append(rid)

@@ -15,7 +15,14 @@ from kvscope.analysis import (
     analyze,
     events_to_frame,
 )
-from kvscope.analysis.incidents import best_lead, counts, fatal_leads, group_stalls, headline, verdict
+from kvscope.analysis.incidents import (
+    best_lead,
+    counts,
+    fatal_leads,
+    group_stalls,
+    headline,
+    verdict,
+)
 from kvscope.analysis.streaming import StreamingAnalyzer
 from kvscope.events import EventKind, PoolRole, remediation_reason
 

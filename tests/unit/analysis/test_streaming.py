@@ -8,8 +8,9 @@ import pytest
 from analysis_script import crash_script
 from test_detectors import _deferred_script
 
-from kvscope.analysis import DetectorConfig, FindingKind, analyze
+from kvscope.analysis import DetectorConfig, FindingKind, analyze, events_to_frame
 from kvscope.analysis.streaming import StreamingAnalyzer
+from kvscope.events import EventKind
 
 
 def _key(f):
@@ -145,14 +146,21 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
             pending = (row[1], {p: sa.draft_debt_blocks(p) for p in ("target", "draft") if p in sa._state})
     sa.close()
     assert checked > 10
-    # Same findings (kind, severity, start, pools); a time-to-exhaustion episode names the same
-    # requests at the same iterations (queued or in prefill during it, by iteration).
+    # Same findings (kind, severity, start, pools); an episode names the same requests at the same
+    # iterations (a time-to-exhaustion episode: queued or in prefill during it, by iteration).
 
     def key(f):
         return _key(f)[:5]
 
     assert sorted(map(key, sa.findings)) == sorted(map(key, batch.findings))
-    named = ({key(f): (f.request_ids, f.evidence["named_at"]) for f in fs if f.kind == FindingKind.TIME_TO_EXHAUSTION}
+    # ... naming the same requests in the same order, over the same extent
+
+    def whole(f):
+        return (*_key(f), f.iteration_end, round(f.t_end_s, 6))
+
+    assert sorted(map(whole, sa.findings)) == sorted(map(whole, batch.findings))
+    named = ({key(f): (f.request_ids, f.evidence["named_at"]) for f in fs
+              if f.kind in (FindingKind.TIME_TO_EXHAUSTION, FindingKind.ADMISSION_GAP)}
              for fs in (sa.findings, batch.findings))
     assert next(named) == next(named)
     # A time-to-exhaustion finding reads the same in both: its opening estimate, how long the
@@ -233,3 +241,25 @@ def test_a_request_admitted_in_the_instant_the_engine_dies_held_no_duplicated_pr
     peaks = {who: f.evidence["peak_concurrent_lost_blocks"] for who, f in loss.items()}
     assert peaks["batch"] == peaks["streaming"] < 0.5 * 19807, peaks
     assert {f.severity.value for f in loss.values()} == {"info"}
+
+
+def test_reuse_loss_lasts_until_the_last_request_that_lost_reuse_ends_in_both_analyzers():
+    """Request 2 (its mirror could not reuse request 1's prefix) finishes; the engine runs on with
+    request 3 queued for a while. The reuse-loss finding ends with request 2, in both analyzers (the
+    live one used to stretch it to the end of the events)."""
+    script, facts = crash_script(r2_prompt=2880)
+    assert facts["fatal_iteration"] == -1
+    events = script.rec.drain()
+    end_2 = next(e.ts_ns for e in events if e.kind == EventKind.REQUEST_FINISHED and e.request_id == 2) / 1e9
+    script.iteration()
+    script.arrive(3, 160)
+    for _ in range(5):
+        script.iteration()
+        script.snapshot()
+    events += script.rec.drain()
+    sa, batch = StreamingAnalyzer(), analyze(events_to_frame(events))
+    sa.feed(events)
+    sa.close()
+    ends = {who: next(f.t_end_s for f in fs if f.kind == FindingKind.REUSE_LOSS)
+            for who, fs in (("batch", batch.findings), ("streaming", sa.findings))}
+    assert ends == {"batch": end_2, "streaming": end_2} and events[-1].ts_ns / 1e9 > end_2
