@@ -55,9 +55,13 @@ def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projec
 def tte_summary(pool: str, basis: str, eta_s: float, eta_iterations: float, estimated_at: int,
                 utilization: float, available: float, what: str) -> str:
     """The opening sentence of a time-to-exhaustion finding: the estimate where the episode
-    started (its first iteration with a consumption rate) and the pool then."""
+    started (its first iteration with a consumption rate) and the pool then. ``basis`` is the
+    basis where it opened ('trend': net growth; any other: the gross allocation rate)."""
     verb = "reaches its resume ceiling" if basis in ("resume", "pass") else "runs out"
-    when = (f"in about {eta_s:.2f} s ({eta_iterations:.0f} iterations, estimated at iteration {estimated_at})"
+    # Every basis but the trend times the room at the gross allocation rate: a bound for when
+    # nothing finishes, not a forecast (a busy pool frees as it allocates), and it says so.
+    unless = "" if basis == "trend" else " if nothing frees"
+    when = (f"in about {eta_s:.2f} s{unless} ({eta_iterations:.0f} iterations, estimated at iteration {estimated_at})"
             if math.isfinite(eta_s) else "(no consumption rate yet)")
     return f"{pool} pool {verb} {when} at {utilization:.0%} used, {available:.0f} blocks available ({what})."
 

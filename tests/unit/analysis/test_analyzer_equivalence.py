@@ -35,7 +35,9 @@ iteration's scheduling, lead 0 either way). Regenerated for naming by iteration:
 episode names the requests queued or in prefill during its iterations (the streaming analyzer's
 view); by time, a chunk scheduled in the next iteration with the previous iteration's last timestamp
 looked finished. Only ``glm5-dsa``'s episode changed: it now also names requests 2 and 3, in
-prefill when it opened (``request_ids`` and ``named_at``).
+prefill when it opened (``request_ids`` and ``named_at``). Regenerated for wording only: an estimate
+timed at the gross allocation rate says "if nothing frees" (checked: removing the phrase gives the
+previous objects exactly).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
