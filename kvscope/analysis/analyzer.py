@@ -132,7 +132,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += find_engine_stalls(ev, cfg)
     findings += find_never_fitting(ev, configs, timeline)
     findings += find_reuse_loss(ev, configs, timeline, cfg)
-    findings += find_engine_fatal(ev, debt, findings)
+    findings += find_engine_fatal(ev, debt, findings, cfg)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg,

@@ -160,13 +160,14 @@ def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None 
         "message": fatal.evidence.get("message"),
         "first_warning": _first_naming(findings, fatal, req, Severity.WARNING, time_of),
         "first_critical": _first_naming(findings, fatal, req, Severity.CRITICAL, time_of),
-        "open_alarm": open_alarm(findings, fatal, DetectorConfig().merge_gap_iterations
+        "open_alarm": open_alarm(findings, fatal.pools[0] if fatal.pools else None, fatal.t_start_s,
+                                 fatal.iteration_start, DetectorConfig().merge_gap_iterations
                                  if open_within_iterations is None else open_within_iterations),
         "num_findings": len(findings), "worst_severity": Severity.CRITICAL.value,
     }
 
 
-def open_alarm(findings: Sequence[Finding], fatal: Finding, within_iterations: int) -> dict | None:
+def open_alarm(findings: Sequence[Finding], pool: str | None, t: float, it: int, within_iterations: int) -> dict | None:
     """The alarm (warning or worse) on the failing pool whose episode was still open when the
     engine failed: it started at or before the failure and its last iteration is at most
     ``within_iterations`` before it (the gap that would have merged it with the failure). The
@@ -175,23 +176,25 @@ def open_alarm(findings: Sequence[Finding], fatal: Finding, within_iterations: i
     A pool-wide episode names the requests waiting during it up to ``max_named_requests``, so a
     long one may never name the failing request, which arrived late: the verdict still says that
     its pool had been flagged, and for how long. Keys: kind, severity, t_s, iteration, lead_s,
-    lead_iterations, iteration_end, summary."""
-    pool = fatal.pools[0] if fatal.pools else None
+    lead_iterations, iteration_end, summary. (``pool``, ``t``, ``it``: the failure's.)"""
     best = None
     for f in findings:
         if (f.kind in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS) or f.kind not in ALARM_KINDS
                 or f.severity.rank < Severity.WARNING.rank or pool not in f.pools):
             continue
-        if (not seen_before(f, fatal.t_start_s, fatal.iteration_start)
-                or f.iteration_end < fatal.iteration_start - within_iterations):
+        if not seen_before(f, t, it) or f.iteration_end < it - within_iterations:
             continue
         if best is None or (f.iteration_start, -f.severity.rank) < (best.iteration_start, -best.severity.rank):
             best = f
     if best is None:
         return None
-    return {"kind": best.kind.value, "severity": best.severity.value, "t_s": best.t_start_s,
-            "iteration": best.iteration_start, "lead_iterations": fatal.iteration_start - best.iteration_start,
-            "lead_s": fatal.t_start_s - best.t_start_s, "iteration_end": best.iteration_end,
+    sev = best.severity.value
+    crit_at = best.evidence.get("critical_at_iteration")
+    if sev == Severity.CRITICAL.value and crit_at is not None and not in_time(best.kind, int(crit_at), it):
+        sev = Severity.WARNING.value  # it turned critical on the state the failure left
+    return {"kind": best.kind.value, "severity": sev, "t_s": best.t_start_s,
+            "iteration": best.iteration_start, "lead_iterations": it - best.iteration_start,
+            "lead_s": t - best.t_start_s, "iteration_end": best.iteration_end,
             "summary": best.summary}
 
 

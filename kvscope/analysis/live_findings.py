@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls
+from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
 from kvscope.analysis.wording import (
     episode_end_text,
     fatal_text,
@@ -375,17 +375,19 @@ class LiveFindings:
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
         self._failed = True
         self._incidents_cache = None
-        leads = fatal_leads(self._findings + self._incidents(), rid, t, it)
+        prior = self._findings + self._incidents()
+        leads = fatal_leads(prior, rid, t, it)
         best = best_lead(leads)
+        opened = open_alarm(prior, pool, t, it, self.cfg.merge_gap_iterations)
         self._add(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
             iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
             summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
-                               best["kind"] if best else None),
+                               best["kind"] if best else None, opened),
             evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
                       "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
                       "lead_iterations": best["named_lead_iterations"] if best else None,
-                      "lead_kind": best["kind"] if best else None},
+                      "lead_kind": best["kind"] if best else None, "open_alarm": opened},
         ))
 
     def _start_lost(self, rid: int, req: _Req, t: float) -> None:

@@ -18,7 +18,7 @@ from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.engine_stall import stall_finding
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
-from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls
+from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
 from kvscope.analysis.wording import fatal_text, never_fitting_text
 from kvscope.events import EventKind, PoolRole, is_remediation_reason
 
@@ -259,10 +259,12 @@ _REQ_RE = re.compile(r"request (\d+)")
 
 
 def find_engine_fatal(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, prior: list[Finding]
+    events: pd.DataFrame | EventColumns, debt: DebtResult, prior: list[Finding], cfg: DetectorConfig | None = None,
 ) -> list[Finding]:
-    """ENGINE_FAILED events with the request, pool, asked size, pool state, and the lead time of
-    every earlier alarm finding (``evidence["lead_times"]``)."""
+    """ENGINE_FAILED events with the request, pool, asked size, pool state, the lead time of
+    every earlier alarm finding (``evidence["lead_times"]``) and the alarm open on the failing pool
+    (``evidence["open_alarm"]``, within ``cfg.merge_gap_iterations``)."""
+    within = (cfg or DetectorConfig()).merge_gap_iterations
     ev = as_columns(events)
     kind = ev.kind
     fpos = ev.positions(EventKind.ENGINE_FAILED)
@@ -289,17 +291,19 @@ def find_engine_fatal(
                 state["available_blocks"] = debt.at(role, "available", p)
         leads = fatal_leads(prior, req, t, int(it[p]))
         best = best_lead(leads)
+        opened = open_alarm(prior, role, t, int(it[p]), within)
         out.append(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
             iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
             request_ids=(req,) if req >= 0 else (),
             summary=fatal_text(req, role, int(row["num_tokens"]), reason, best["named_lead_iterations"] if best else None,
-                               best["kind"] if best else None),
+                               best["kind"] if best else None, opened),
             evidence={
                 "message": reason, "asked_tokens": int(row["num_tokens"]), "pool_state": state,
                 "lead_times": leads,
                 "lead_iterations": best["named_lead_iterations"] if best else None,
                 "lead_kind": best["kind"] if best else None,
+                "open_alarm": opened,
                 "num_failed_after": int(((kind[p:] == K[EventKind.REQUEST_FAILED])).sum()),
             },
         ))

@@ -90,12 +90,17 @@ def gap_text(pool: str, debt: float, need: float, available: float, first_reques
 
 
 def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, named_lead: int | None,
-               lead_kind: str | None) -> str:
-    """An engine failure: request, pool, what it asked, the engine's whole message, and the earliest
-    finding that named the request (or that none did)."""
-    return (f"engine failed on request {request} in the {pool} pool (asked {asked_tokens} tokens): {message or ''}"
-            + (f" — first named {named_lead} iterations earlier by {lead_kind}." if named_lead is not None
-               else " — no earlier finding named this request."))
+               lead_kind: str | None, open_alarm: dict | None = None) -> str:
+    """An engine failure: request, pool, what it asked, the engine's whole message, the earliest
+    finding that named the request (or that none did), and the alarm open on the pool when it
+    started earlier (:func:`~kvscope.analysis.incidents.open_alarm`)."""
+    text = (f"engine failed on request {request} in the {pool} pool (asked {asked_tokens} tokens): {message or ''}"
+            + (f" — first named {named_lead} iterations earlier by {lead_kind}" if named_lead is not None
+               else " — no earlier finding named this request"))
+    if open_alarm is not None and (named_lead is None or open_alarm["lead_iterations"] > named_lead):
+        text += (f"; the {pool} pool had a {open_alarm['kind']} {open_alarm['severity']} open from "
+                 f"{open_alarm['lead_iterations']} iterations earlier")
+    return text + "."
 
 
 def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: str, capacity: int, rejected: bool,

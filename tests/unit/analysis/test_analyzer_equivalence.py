@@ -37,7 +37,11 @@ view); by time, a chunk scheduled in the next iteration with the previous iterat
 looked finished. Only ``glm5-dsa``'s episode changed: it now also names requests 2 and 3, in
 prefill when it opened (``request_ids`` and ``named_at``). Regenerated for wording only: an estimate
 timed at the gross allocation rate says "if nothing frees" (checked: removing the phrase gives the
-previous objects exactly).
+previous objects exactly). Regenerated for the alarm open at a failure: the engine_fatal evidence
+``open_alarm`` and its summary's close ("; the draft pool had a ... open from N iterations
+earlier" when that came before the request was named), and the verdict's ``open_alarm`` severity as
+it was before the failure (``qwen-hybrid-mtp``: warning; its episode turned critical in the failure's
+own iteration); checked: nothing else changed.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -21,6 +21,7 @@ from kvscope.analysis.incidents import (
     fatal_leads,
     group_stalls,
     headline,
+    open_alarm,
     verdict,
 )
 from kvscope.analysis.streaming import StreamingAnalyzer
@@ -174,6 +175,26 @@ def test_the_finding_credited_with_a_failure_does_not_depend_on_the_order_findin
     for order in ([gap, never, tte], [tte, never, gap]):
         best = best_lead(fatal_leads(order, 99, 250.0, 1000))
         assert (best["kind"], best["named_lead_iterations"]) == ("admission_gap", 14)
+
+
+def test_the_open_alarm_is_as_severe_as_it_was_before_the_failure_and_the_fatal_finding_gives_it():
+    from dataclasses import replace
+
+    from kvscope.analysis.wording import fatal_text
+
+    tte = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 500, 1000, "draft")
+    late = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 1000, "critical_at_s": 250.0})
+    early = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 999, "critical_at_s": 249.75})
+    assert open_alarm([late], "draft", 250.0, 1000, 10)["severity"] == "warning"  # critical on the dead engine
+    assert open_alarm([early], "draft", 250.0, 1000, 10)["severity"] == "critical"
+    o = open_alarm([late], "draft", 250.0, 1000, 10)
+    msg = "RuntimeError: Failed to resume draft KV cache for request 99"
+    assert fatal_text(99, "draft", 0, msg, None, None, o).endswith(
+        "— no earlier finding named this request; the draft pool had a time_to_exhaustion warning open from "
+        "500 iterations earlier.")
+    # named earlier than the pool was flagged: the lead alone
+    assert fatal_text(99, "draft", 0, msg, 600, "admission_gap", o).endswith("first named 600 iterations earlier by "
+                                                                               "admission_gap.")
 
 
 def test_a_recording_without_its_end_is_incomplete_not_healthy_unless_it_shows_the_failure():
