@@ -327,6 +327,7 @@ def estimate_time_to_exhaustion(
             b = _BASIS[row["basis_code"]]
             t_end, it_end = g["t_s"][e], g["iteration"][e]
             named = namer.during(int(row["iteration"]), int(it_end))
+            num_named = len(named)
             named = named[: cfg.max_named_requests]
             is_certain = bool(certain[s : e + 1].any())
             admissible = bool(admits[s : e + 1].any())
@@ -366,6 +367,7 @@ def estimate_time_to_exhaustion(
                     "projected_debt_blocks": row["projected_debt_blocks"],
                     "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
                     "named_at": [[r, i] for r, i in named],
+                    "num_requests": num_named,  # queued or in prefill during it (request_ids: the first)
                     # the pool at the episode's last at-risk iteration, and its fullest then
                     "end_basis": _BASIS[g["basis_code"][e]], "end_utilization": float(g["utilization"][e]),
                     "end_available_blocks": float(g["available_blocks"][e]), "peak_utilization": peak,

@@ -90,6 +90,8 @@ class _Episode:
     est_finite: bool = False  # the opening already carries a finite estimate
     arrivals: list = field(default_factory=list)  # (request, iteration) arrived since its last step
     n_admitted: int = 0  # an admission gap's names: this many admitted into the debt, then the owing
+    num_named: int = 0  # a time-to-exhaustion episode's requests, named or over the cap
+    pending_arrivals: int = 0  # arrivals since its last step (counted in num_named if it goes on)
 
 
 class LiveFindings:
@@ -171,6 +173,12 @@ class LiveFindings:
                 and self._alive(ep.index))
         start_it = self._findings[ep.index].iteration_start if cont else it
         named = dict(ep.names) if cont else {}
+        if cont:
+            # every request that arrived since the last step was queued or in prefill during the
+            # episode (the batch rule's count), named or not
+            num_named = ep.num_named + ep.pending_arrivals + sum(1 for _r, a_it in self._arrivals_now if a_it > start_it)
+        else:
+            num_named = sum(1 for q in self._reqs.values() if not q.context_done)
         # Names are the first max_named_requests by (iteration named, id). Once an episode holds
         # that many, nothing can displace them: a request not yet named arrives now or later (named
         # no earlier, with a larger id), and one that was live before already lost its place. So
@@ -195,12 +203,13 @@ class LiveFindings:
             ep.last_it = it
             ep.names = order
             ep.arrivals = []
+            ep.num_named, ep.pending_arrivals = num_named, 0
             if math.isnan(ep.peak) or util > ep.peak:
                 ep.peak = util
             f = self._findings[ep.index]
             old = f.evidence["min_eta_s"]
             ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
-                      named_at=[[r, i] for r, i in order], end_basis=basis, end_utilization=util,
+                      named_at=[[r, i] for r, i in order], num_requests=num_named, end_basis=basis, end_utilization=util,
                       end_available_blocks=avail, peak_utilization=ep.peak)
             if not ep.est_finite and math.isfinite(eta):
                 # the batch rule estimates at the episode's first iteration with a consumption rate
@@ -237,10 +246,11 @@ class LiveFindings:
                       "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
-                      "named_at": [[r, i] for r, i in order], "end_basis": basis, "end_utilization": util,
+                      "named_at": [[r, i] for r, i in order], "num_requests": num_named, "end_basis": basis,
+                      "end_utilization": util,
                       "end_available_blocks": avail, "peak_utilization": util},
         )
-        self._tte[p] = _Episode(self._add(f), it, order, opening, what, util, math.isfinite(eta))
+        self._tte[p] = _Episode(self._add(f), it, order, opening, what, util, math.isfinite(eta), num_named=num_named)
 
     # ---- stalls -------------------------------------------------------------------------------
     # A stall episode is kept once it passes both thresholds (stall_min_s, stall_min_iterations).

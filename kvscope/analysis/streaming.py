@@ -561,10 +561,11 @@ class StreamingAnalyzer(LiveFindings):
                                    rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
                                    burst)
         # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
-        # merge_gap_iterations) and has names to spare, for its next step.
+        # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
         for ep in self._tte.values():
-            if (ep is not None and ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations
-                    and len(ep.names) < self.cfg.max_named_requests):
-                ep.arrivals.extend(self._arrivals_now)
+            if ep is not None and ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations:
+                ep.pending_arrivals += len(self._arrivals_now)
+                if len(ep.names) < self.cfg.max_named_requests:
+                    ep.arrivals.extend(self._arrivals_now)
         self._arrivals_now = []
         self._stalls_at_iteration_end(t, it)

@@ -41,7 +41,8 @@ previous objects exactly). Regenerated for the alarm open at a failure: the engi
 ``open_alarm`` and its summary's close ("; the draft pool had a ... open from N iterations
 earlier" when that came before the request was named), and the verdict's ``open_alarm`` severity as
 it was before the failure (``qwen-hybrid-mtp``: warning; its episode turned critical in the failure's
-own iteration); checked: nothing else changed.
+own iteration); checked: nothing else changed. Regenerated for one additive key: time-to-exhaustion
+evidence ``num_requests`` (requests queued or in prefill during the episode, named or over the cap).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -159,7 +159,7 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
         return (*_key(f), f.iteration_end, round(f.t_end_s, 6))
 
     assert sorted(map(whole, sa.findings)) == sorted(map(whole, batch.findings))
-    named = ({key(f): (f.request_ids, f.evidence["named_at"]) for f in fs
+    named = ({key(f): (f.request_ids, f.evidence["named_at"], f.evidence.get("num_requests")) for f in fs
               if f.kind in (FindingKind.TIME_TO_EXHAUSTION, FindingKind.ADMISSION_GAP)}
              for fs in (sa.findings, batch.findings))
     assert next(named) == next(named)
