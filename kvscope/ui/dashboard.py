@@ -103,7 +103,7 @@ class Dashboard:
         self._last_polled = 0
         self._syncing = False
         self._start_when_shown = False
-        self._findings_shown = -1
+        self._findings_shown: tuple | None = None  # what the findings table shows (see redraw)
         self._state = IDLE
         self._build(title)
         if feed is not None:
@@ -178,7 +178,7 @@ class Dashboard:
             self.feed.close()
         self.feed, self.switch = feed, switch
         self.view = self.view_factory()
-        self._findings_shown = -1
+        self._findings_shown = None
         self.error = None
         self._attach_switch(switch)
         self.refresh(force=True)
@@ -296,9 +296,13 @@ class Dashboard:
                 self.widget.children = tuple(widget if c is self._slots[name] else c for c in self.widget.children)
                 created = True
             sync_figure(widget, built[name](), full_state=full_state)
-        if len(findings) != self._findings_shown:
-            self.findings.value = findings_html(v.analyzer.findings)
-            self._findings_shown = len(findings)
+        # Findings change in place as well as arrive: an episode extends, escalates to critical and
+        # rewrites its closing words. Redraw the table when any of that moved, not only the count.
+        current = v.analyzer.findings
+        shown = tuple((f.kind, f.severity, f.iteration_start, f.iteration_end, f.summary) for f in current)
+        if shown != self._findings_shown:
+            self.findings.value = findings_html(current)
+            self._findings_shown = shown
         c = v.counts
         reserved = ", ".join(f"{p} {n:,}" for p, n in v.reserved_blocks().items())
         self.counters.value = (

@@ -57,6 +57,27 @@ def test_dashboard_draws_the_recording_and_says_engine_fatal_when_the_file_ends_
     assert f"failed {summary.requests_failed}" in dash.counters.value
 
 
+def test_findings_table_follows_findings_that_change_in_place(crash_recording):
+    """A time-to-exhaustion episode extends, turns critical and rewrites its closing words without a
+    new finding arriving: the table must show it as it is after every refresh."""
+    from kvscope.ui.findings_table import findings_html
+
+    path, *_ = crash_recording
+    rows = FileFeed(path).poll()
+    chunks = [rows[i : i + 40] for i in range(0, len(rows), 40)]
+    dash = Dashboard(ListFeed([]), refresh_s=0)
+    in_place = 0
+    for chunk in chunks:
+        before = {(f.kind, f.iteration_start): f.summary for f in dash.view.analyzer.findings}
+        dash.feed = ListFeed([chunk])
+        dash.refresh()
+        now = dash.view.analyzer.findings
+        in_place += len(now) == len(before) and any(before.get((f.kind, f.iteration_start)) not in (None, f.summary)
+                                                   for f in now)
+        assert dash.findings.value == findings_html(now)
+    assert in_place > 0  # the recording has refreshes where only a finding's words changed
+
+
 def test_pause_stops_drawing_but_not_reading_when_toggled(crash_recording):
     path, *_ = crash_recording
     rows = FileFeed(path).poll()
