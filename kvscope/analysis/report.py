@@ -104,12 +104,22 @@ def _verdict_html(analysis: Analysis) -> str:
     parts = [f"<div class='verdict fatal'><h2>ENGINE FATAL at t={v['t_s']:.1f} s (iteration {_unknown(v['iteration'])}), "
              f"{req_txt}, {pool_txt}</h2>",
              f"<pre>{html.escape(str(v['message'] or 'no message recorded'))}</pre>"]
+    shown: set[str] = set()
+
+    def what(summary: str) -> str:
+        # The first warning, the first critical and the open alarm are often one finding: its
+        # words once, then a pointer back.
+        if summary in shown:
+            return "<span class='meta'>(the finding above)</span>"
+        shown.add(summary)
+        return f"<span class='meta'>{html.escape(summary)}</span>"
+
     for key, word in (("first_warning", "First warning"), ("first_critical", "First critical finding")):
         w = v.get(key)
         if w:
             parts.append(f"<div><b>{word} that named {req_txt}</b>: {html.escape(w['kind'])} at iteration "
                          f"{w['iteration']}, <b>{w['lead_iterations']} iterations / {w['lead_s']:.1f} s before the "
-                         f"failure</b>. <span class='meta'>{html.escape(w['summary'])}</span></div>")
+                         f"failure</b>. {what(w['summary'])}</div>")
         else:
             parts.append(f"<div><b>{word}</b>: no earlier finding named {req_txt}.</div>")
     o = v.get("open_alarm")
@@ -117,7 +127,7 @@ def _verdict_html(analysis: Analysis) -> str:
         parts.append(f"<div><b>Open on the {pool_txt} at the failure</b>: {html.escape(o['kind'])} "
                      f"<span class='{html.escape(o['severity'])}'>{html.escape(o['severity'])}</span> from iteration "
                      f"{o['iteration']}, <b>{o['lead_iterations']} iterations / {o['lead_s']:.1f} s before the "
-                     f"failure</b>. <span class='meta'>{html.escape(o['summary'])}</span></div>")
+                     f"failure</b>. {what(o['summary'])}</div>")
     parts.append("</div>")
     return "\n".join(parts)
 

@@ -153,6 +153,13 @@ def test_report_verdict_gives_the_alarm_open_on_the_failing_pool():
     head = head[: head.index("Findings (")]
     assert "Open on the draft pool at the failure" in head
     assert f"from iteration {o['iteration']}, <b>{o['lead_iterations']} iterations" in head
+    # one finding's words once, however many of the three lines it is
+    import html
+
+    v = verdict(a.findings)
+    said = [v[k]["summary"] for k in ("first_warning", "first_critical", "open_alarm")]
+    assert all(head.count(html.escape(w)) == 1 for w in said)
+    assert head.count("(the finding above)") == len(said) - len(set(said)) > 0
 
 
 def test_a_time_to_exhaustion_episode_opening_in_the_failures_iteration_is_no_lead():
