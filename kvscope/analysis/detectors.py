@@ -438,11 +438,6 @@ class _Namer:
         return [(int(self.ids[m][i]), int(named_it[i])) for i in order]
 
 
-def named_during(timeline: pd.DataFrame, it0: int, it1: int) -> list[tuple[int, int]]:
-    """See :meth:`_Namer.during` (convenience for one window)."""
-    return _Namer(timeline).during(it0, it1) if not timeline.empty else []
-
-
 def queued_at(events: pd.DataFrame | EventColumns, pos: int) -> list[int]:
     """Requests arrived at or before ``pos`` and neither admitted nor ended by then."""
     ev = as_columns(events)
