@@ -316,7 +316,6 @@ def estimate_time_to_exhaustion(
                                                            & g["is_binding"])
         ceiling = float(configs.loc[role, "max_util_for_resume"])
         it = g["iteration"]
-
         for s, e in runs(in_debt | risk, it, cfg.merge_gap_iterations):
             row = {k: v[s] for k, v in g.items()}
             # The episode starts where the risk is first seen; the estimate comes from its first
@@ -378,7 +377,7 @@ def estimate_time_to_exhaustion(
 
 def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.ndarray, ceiling: float,
              cfg: DetectorConfig) -> str:
-    """:func:`~kvscope.analysis.ceiling.risk_text` of one pool's exhaustion arrays at index ``i``."""
+    """:func:`~kvscope.analysis.wording.risk_text` of one pool's exhaustion arrays at index ``i``."""
     b = int(g["basis_code"][i])
     return risk_text(
         _BASIS[b], debt=float(g["debt_blocks"][i]), cover=float(cover[i]), rate_window=cfg.rate_window_iterations,

@@ -198,6 +198,13 @@ def open_alarm(findings: Sequence[Finding], pool: str | None, t: float, it: int,
             "summary": best.summary}
 
 
+def flagged_earlier(v: dict[str, Any]) -> dict | None:
+    """Of a fatal :func:`verdict`, its ``open_alarm`` when that started before anything named the
+    failing request (then worth saying beside the first warning), else None."""
+    o, fw = v.get("open_alarm"), v.get("first_warning")
+    return o if o and (fw is None or o["iteration"] < fw["iteration"]) else None
+
+
 def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, at_least: Severity,
                   time_of: Callable[[int], float] | None) -> dict | None:
     """The alarm of at least ``at_least`` severity that named ``req`` earliest before ``fatal``."""
@@ -309,9 +316,8 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
                     f"({w['lead_s']:.1f} s) before ({w['kind']})")
         elif key == "first_warning":
             out += f"; no earlier finding named {req}"
-    o = v.get("open_alarm")
-    fw = v.get("first_warning")
-    if o and (fw is None or o["iteration"] < fw["iteration"]):
-        out += (f"{', but' if fw is None else ';'} the {pool} had a {o['kind']} {o['severity']} open from "
+    o = flagged_earlier(v)
+    if o:
+        out += (f"{', but' if v.get('first_warning') is None else ';'} the {pool} had a {o['kind']} {o['severity']} open from "
                 f"{o['lead_iterations']} iterations ({o['lead_s']:.1f} s) before")
     return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from kvscope.analysis.analyzer import Analysis
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.incidents import counts
+from kvscope.analysis.incidents import counts, flagged_earlier
 
 
 class HtmlFigure(Protocol):
@@ -212,9 +212,9 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
         if v["status"] == "engine_fatal":
             what = (f"<span class='critical'>ENGINE FATAL</span> at t={v['t_s']:.1f} s, request "
                     f"{_unknown(v['request_id'])}, {html.escape(str(v['pool']))} pool")
-            w, o = v.get("first_warning"), v.get("open_alarm")
+            w, o = v.get("first_warning"), flagged_earlier(v)
             lead = f"{w['lead_iterations']} it / {w['lead_s']:.1f} s ({html.escape(w['kind'])})" if w else "none"
-            if o and (w is None or o["iteration"] < w["iteration"]):
+            if o:
                 lead += (f"; {html.escape(str(v['pool']))} pool flagged {o['lead_iterations']} it / "
                          f"{o['lead_s']:.1f} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
         elif v["status"] == "engine_stalled":
