@@ -150,7 +150,9 @@ PARENT = textwrap.dedent("""
              for r in range(2)]
     with open(os.path.join(here, "pids"), "w") as fh:
         fh.write(" ".join(str(p.pid) for p in procs))
-    sys.exit(0 if procs[0].wait() == 0 else 1)  # rank 1 is killed by the test
+    ok = procs[0].wait() == 0
+    procs[1].wait()  # killed by the test; waiting keeps the run (and the launcher) alive until then,
+    sys.exit(0 if ok else 1)  # so a slow rank 1 cannot outlive a run that already ended
 """)
 
 

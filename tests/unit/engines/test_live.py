@@ -67,10 +67,15 @@ def test_publisher_drops_and_counts_instead_of_blocking_when_the_subscriber_stal
     time.sleep(0.3)  # let the subscription reach the publisher
     # ~40 MB in all: far more than the HWM queues plus the kernel's socket buffers can absorb, so
     # drops must happen however fast the I/O thread moves batches into TCP under machine load.
-    for _ in range(1000):
+    # at least ~40 MB, and on until the publisher has dropped: a slowed host can drain 40 MB into
+    # socket buffers before anything is dropped, and then there would be no loss to account for
+    rounds = 0
+    while rounds < 1000 or (sink.num_dropped_events == 0 and rounds < 50_000):
         for _ in range(40):
             rec.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.TARGET, 0, 10, 1, reason="x" * 800)
         pump.pump_once()
+        rounds += 1
+    assert sink.num_dropped_events > 0, "the stalled subscriber never made the publisher drop"
     pump.shutdown()
     stalled.close(linger=0)
     ctx.term()
@@ -123,7 +128,7 @@ def _poll_until(sub, cond, timeout_s=30.0, into=None):
 
 
 def test_subscriber_accounts_for_every_published_event_when_a_stalled_subscriber_loses_batches():
-    """Stalled (tiny receive queue, not reading) while ~40 MB go by: the publisher drops at its
+    """Stalled (tiny receive queue, not reading) while 40 MB or more go by: the publisher drops at its
     high-water mark and this socket's queue overflows; after the publisher's END, what arrived plus
     what the subscriber counted as lost is exactly what the publisher was handed."""
     ctx = zmq.Context()
@@ -135,10 +140,15 @@ def test_subscriber_accounts_for_every_published_event_when_a_stalled_subscriber
     while sub.num_batches == 0:  # the subscription has joined: from here on nothing is missed silently
         _publish(rec, pump, 1)
         sub.poll_batches(timeout_ms=20)
-    for _ in range(1000):
+    # at least ~40 MB, and on until the publisher has dropped: a slowed host can drain 40 MB into
+    # socket buffers before anything is dropped, and then there would be no loss to account for
+    rounds = 0
+    while rounds < 1000 or (sink.num_dropped_events == 0 and rounds < 50_000):
         for _ in range(40):
             rec.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.TARGET, 0, 10, 1, reason="x" * 800)
         pump.pump_once()
+        rounds += 1
+    assert sink.num_dropped_events > 0, "the stalled subscriber never made the publisher drop"
     quiet = time.monotonic()
     while time.monotonic() - quiet < 1.0:  # read what made it through
         if sub.poll_batches(timeout_ms=100):
