@@ -171,6 +171,11 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         )
         self._DEADLOCK_STALL_ITERS = build.deadlock_stall_passes
         self._chunk_unit_after_prepare = build.chunk_unit_checked_after_prepare
+        # rc25 has no _prepare_context_pair / _try_allocate_context: its context paths call the
+        # target manager directly, so a wrapper on those two seams never runs there (the model's
+        # direct forms below are the same calls, without the seam-named methods).
+        # (Looked up on every call, not bound here: kvscope wraps the class after construction.)
+        self._pair_seams = build.context_pair_seams
         # Builds with prefix-aware scheduling charge the pre-reuse prompt when it is turned off
         # (scheduler_v2.py @ 00746ef); the older build has no such switch.
         self._charges_pre_reuse_tokens = not enable_prefix_aware_scheduling and build.prefix_aware_skip
@@ -415,7 +420,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             req_tokens = req.context_remaining_length + draft_len
             if not budget.can_fit_tokens(req_tokens):
                 return _STOP
-        if not self._prepare_context_pair(req):
+        if not (self._prepare_context_pair(req) if self._pair_seams else self._prepare_context_direct(req)):
             return _STOP
         context_tokens = req.context_remaining_length
         if not charge_pre_reuse:
@@ -423,7 +428,8 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             if not budget.can_fit_tokens(req_tokens):
                 return _STOP
         req.context_chunk_size = context_tokens
-        if not self._try_allocate_context(req, context_tokens + self._draft_len_for_target(req)):
+        tokens = context_tokens + self._draft_len_for_target(req)
+        if not (self._try_allocate_context(req, tokens) if self._pair_seams else self._resize_context_direct(req, tokens)):
             return _STOP if preempt_for_pages(req) else _SKIP
         return ContextAttempt(ScheduleAction.SCHEDULED, req_tokens)
 
@@ -436,7 +442,7 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                 return _SKIP
         elif remaining_budget is not None and remaining_budget <= 0:
             return _SKIP
-        if not self._prepare_context_pair(req):
+        if not (self._prepare_context_pair(req) if self._pair_seams else self._prepare_context_direct(req)):
             return _SKIP
         if (self._chunk_unit_after_prepare and not force_chunk and remaining_budget is not None
                 and remaining_budget < self.chunk_unit_size):
@@ -469,7 +475,8 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             draft_len = get_draft_token_length(req)
             chunk_tokens += draft_len
             resize_tokens += self._draft_len_for_target(req)
-        if not self._try_allocate_context(req, resize_tokens):
+        if not (self._try_allocate_context(req, resize_tokens) if self._pair_seams
+                else self._resize_context_direct(req, resize_tokens)):
             return _STOP if preempt_for_pages(req) else _SKIP
         return ContextAttempt(
             ScheduleAction.SCHEDULED, chunk_tokens, req.context_chunk_size < req.context_remaining_length
@@ -526,6 +533,16 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                     )
         _settle_context_cursor(req, common_reuse, self.tokens_per_block)
         return True
+
+    def _prepare_context_direct(self, req: LlmRequestModel) -> bool:
+        """rc25's ``prepare_context`` call in ``_try_schedule_context_*`` (no pair seam; no joint
+        reuse exists there, so this is ``_prepare_context_pair``'s unpaired branch)."""
+        return self.kv_cache_manager.prepare_context(req) and self._admit_unpaired_draft(req)
+
+    def _resize_context_direct(self, req: LlmRequestModel, num_tokens: int) -> bool:
+        """rc25's ``resize_context`` call in ``_try_schedule_context_*`` (``_try_allocate_context``
+        without a joint draft manager)."""
+        return bool(self.kv_cache_manager.resize_context(req, num_tokens))
 
     def _try_allocate_context(self, req: LlmRequestModel, num_tokens: int) -> bool:
         """Admit one context chunk in the target (and joint draft) pool; revert both on failure."""

@@ -79,6 +79,10 @@ class EngineBuild:
             only when the token budget is spent, and checks the chunk unit after ``prepare_context``
             (the older order: a first chunk met with less than a chunk unit of budget has its target
             cache created, resumed and its reuse claimed first); newer builds check both first.
+        context_pair_seams: the scheduler prepares and sizes a context attempt through its own
+            ``_prepare_context_pair`` and ``_try_allocate_context``. False (rc25): it calls the
+            target's ``prepare_context`` and ``resize_context`` directly, so those two seams are
+            never called and kvscope sees the attempt at the manager and in the pass's output.
         deadlock_stall_passes: passes with no progress before the scheduler raises its deadlock
             error (1: the older check, which raises on the first pass that schedules nothing while
             generation requests wait and none was evicted, with the older message).
@@ -106,6 +110,7 @@ class EngineBuild:
     free_failed_first_chunk: bool
     chunk_unit_checked_after_prepare: bool
     deadlock_stall_passes: int
+    context_pair_seams: bool
     history_over_capacity_text: str = "History length cannot be greater than capacity"
 
     @property
@@ -124,7 +129,8 @@ RC25 = EngineBuild(
     draft_len_on_every_chunk=True, joint_reuse=False, missing_gen_mirror=MissingGenMirror.RAISE_MISSING,
     context_mirror_unchecked=True, has_cache_tier_below_gpu=False, recompute_pause=False,
     prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=True,
-    deadlock_stall_passes=1, history_over_capacity_text="History length cannot exceed capacity",
+    deadlock_stall_passes=1, context_pair_seams=False,
+    history_over_capacity_text="History length cannot exceed capacity",
 )
 RC27 = EngineBuild(
     version="1.3.0rc27", build="v1.3.0rc27 (commit not given; read as 0004396)",
@@ -134,7 +140,7 @@ RC27 = EngineBuild(
     draft_len_on_every_chunk=False, joint_reuse=True, missing_gen_mirror=MissingGenMirror.CREATE_OR_RAISE,
     context_mirror_unchecked=False, has_cache_tier_below_gpu=False, recompute_pause=True,
     prefix_aware_skip=True, free_failed_first_chunk=True, chunk_unit_checked_after_prepare=False,
-    deadlock_stall_passes=1000,
+    deadlock_stall_passes=1000, context_pair_seams=True,
 )
 MAIN_00746EF = EngineBuild(
     version="main-00746ef", build="00746ef9992943a9bb604dbf1ecf00c64af58c32",
@@ -144,7 +150,7 @@ MAIN_00746EF = EngineBuild(
     draft_len_on_every_chunk=False, joint_reuse=True, missing_gen_mirror=MissingGenMirror.CREATE_OR_RAISE,
     context_mirror_unchecked=False, has_cache_tier_below_gpu=True, recompute_pause=True,
     prefix_aware_skip=True, free_failed_first_chunk=True, chunk_unit_checked_after_prepare=False,
-    deadlock_stall_passes=1000,
+    deadlock_stall_passes=1000, context_pair_seams=True,
 )
 
 ENGINE_BUILDS: dict[str, EngineBuild] = {b.version: b for b in (RC25, RC27, MAIN_00746EF)}

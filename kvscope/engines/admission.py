@@ -6,7 +6,9 @@ as it happens, every retry would repeat the prefix hit and the free of its hold.
 
 * a first chunk's hold events are kept back (:meth:`AdmissionAttempts.start_hold`) and reported
   only when the attempt is admitted (:meth:`AdmissionAttempts.admit`): one BLOCKS_REUSED per
-  admission;
+  admission. A failed attempt's hold is dropped where the build frees the caches it prepared
+  (rc27, 00746ef); where they stay (rc25 suspends them) it is reported at the end of the pass, since
+  the prefix hit and the blocks it holds are real and no retry reports them again;
 * at the end of each pass every waiting request the pass saw and did not admit gets
   ADMISSION_DEFERRED, once per streak and blocking pool, with the cause
   (:meth:`AdmissionAttempts.defer_waiting`);
@@ -52,6 +54,8 @@ class AdmissionAttempts:
         ledger: the binding's request ledger (read: waiting, pending; updated on admission).
         emit: the binding's ``emit`` (pool state stamped from the manager).
         record: the recorder's ``record`` (held events are recorded as they were kept).
+        has_cache: request id -> whether any discovered manager still holds a cache for it (read at
+            the end of a pass for the holds of failed attempts).
 
     Attributes:
         holds: request id -> the events its first-chunk attempt made in this pass, kept back.
@@ -60,12 +64,14 @@ class AdmissionAttempts:
             ``_try_allocate_context`` call (NONE: none did).
     """
 
-    __slots__ = ("ledger", "emit", "record", "holds", "causes", "failed_pool")
+    __slots__ = ("ledger", "emit", "record", "has_cache", "holds", "causes", "failed_pool")
 
-    def __init__(self, ledger: RequestLedger, emit: Callable[..., None], record: Callable[..., None]) -> None:
+    def __init__(self, ledger: RequestLedger, emit: Callable[..., None], record: Callable[..., None],
+                 has_cache: Callable[[int], bool]) -> None:
         self.ledger = ledger
         self.emit = emit
         self.record = record
+        self.has_cache = has_cache
         self.holds: dict[int, list[HeldEvent]] = {}
         self.causes: dict[int, Cause] = {}
         self.failed_pool = PoolRole.NONE
@@ -113,15 +119,22 @@ class AdmissionAttempts:
 
     def defer_waiting(self, scheduler: Any, candidates: list[Any], num_scheduled: int, num_tokens: int) -> None:
         """End of a scheduling pass: ADMISSION_DEFERRED (once per streak and blocking pool) for
-        every waiting request the pass saw and did not admit; drop the holds of failed attempts.
+        every waiting request the pass saw and did not admit. The hold of a failed attempt is
+        dropped when its caches were freed, and reported (before the deferrals) when they stayed.
 
         The blocking pool and reason come from the failed attempt (target resize or preparation,
         draft mirror refused); a request the pass did not try was stopped by the batch size, the
         token budget, or queue order (an earlier request stopped the pass, or it waits behind a
         request computing the same prefix). num_tokens = the target's prefix match found by the
-        failed attempt (its BLOCKS_REUSED is not reported: the hold was released), 0 if none.
+        failed attempt, 0 if none.
         """
         holds, causes, ledger = self.holds, self.causes, self.ledger
+        if holds:
+            record, has_cache = self.record, self.has_cache
+            for rid, held in holds.items():
+                if held and has_cache(rid):
+                    for event in held:
+                        record(*event)
         waiting = ledger.waiting
         deferred = EventKind.ADMISSION_DEFERRED
         no_cause = (PoolRole.NONE, None, 0, None)

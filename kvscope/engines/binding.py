@@ -78,7 +78,7 @@ class Binding:
         self.state_every = bool(reader.state_on_every_event)
         self.requests = RequestLedger()
         self.pools = PoolRegistry()
-        self.attempts = AdmissionAttempts(self.requests, self.emit, recorder.record)
+        self.attempts = AdmissionAttempts(self.requests, self.emit, recorder.record, self._has_cache)
         self.diffs = CacheDiffs(self.pools, reader, self.emit, self.requests)
         self._holds = self.attempts.holds  # the same dict, read on every emit
         self.depth: dict[int, int] = {}
@@ -93,9 +93,10 @@ class Binding:
         Read once per context attempt by the ``_prepare_context_pair`` hook (one branch when None)."""
         self.remedy: Any = None
         """The admission gate's and containment's state (``kvscope.engines.gate.RemedyState``)."""
-        self.gate_at_pair = False
-        """True when ``_prepare_context_pair`` is wrapped (the admission gate's seam); False on builds
-        without it (1.3.0rc25), where the gate sits in the target's ``prepare_context``."""
+        self.in_pair = False
+        """True while the scheduler's ``_prepare_context_pair`` runs (the admission gate's seam). A
+        target ``prepare_context`` outside it is an attempt of a scheduler without that seam
+        (1.3.0rc25): the gate and the first-chunk hold sit there instead."""
         self.errored: dict[int, str] = {}
         """request id -> error message, for requests the per-request error path is ending (their
         free is reported as REQUEST_FAILED)."""
@@ -151,6 +152,15 @@ class Binding:
             log.exception("kvscope hook failed (engine unaffected)")
 
     # ---- managers -----------------------------------------------------------------------------
+    def _has_cache(self, request_id: int) -> bool:
+        """Whether a discovered manager still holds a cache for ``request_id`` (a failed first
+        chunk's caches stay on 1.3.0rc25; see :class:`~kvscope.engines.admission.AdmissionAttempts`)."""
+        for manager in self.pools.managers.values():
+            caches = getattr(manager, "kv_cache_map", None)
+            if caches is not None and request_id in caches:
+                return True
+        return False
+
     def role(self, manager: Any) -> PoolRole:
         """The role of ``manager``'s pool (cached once the manager is discovered)."""
         return self.pools.role(manager)

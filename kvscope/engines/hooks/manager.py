@@ -256,16 +256,24 @@ def prepare_context(b: Binding, original: Method) -> Method:
     on builds whose scheduler has no ``_prepare_context_pair`` (1.3.0rc25): there the scheduler calls
     the target's ``prepare_context`` directly once per context attempt, and a False makes the chunked
     path skip the request and the non-chunked path stop the pass, never preempt (the stored rc25
-    ``scheduler_v2.py`` has no page preemption at all). Where ``_prepare_context_pair`` is wrapped the
-    gate runs there instead (it is set at instrument time by that hook's factory)."""
+    ``scheduler_v2.py`` has no page preemption at all). Where the scheduler calls it from inside
+    ``_prepare_context_pair`` (``Binding.in_pair``) the gate ran in that hook instead. Outside one,
+    the first-chunk hold opens here too (:meth:`~kvscope.engines.admission.AdmissionAttempts.start_hold`),
+    as the pair hook opens it elsewhere: a retried attempt's prefix hit is reported once, by the
+    attempt that is admitted."""
     inner = diff_request(on_prepare)(b, original)
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
-        policy = b.admission_policy
-        if (policy is not None and not b.gate_at_pair and not getattr(self, "is_draft", False)
-                and not gate.gate(b, policy, req)):
-            return False  # deferred or rejected by the installed policy: nothing prepared
+        if not b.in_pair and not getattr(self, "is_draft", False):
+            policy = b.admission_policy
+            if policy is not None and not gate.gate(b, policy, req):
+                return False  # deferred or rejected by the installed policy: nothing prepared
+            if b.rec.enabled:
+                try:
+                    b.attempts.start_hold(req)
+                except Exception:
+                    b.hook_failed()
         return inner(self, req, *args, **kwargs)
 
     return method

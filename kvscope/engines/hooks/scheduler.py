@@ -4,7 +4,10 @@ attempts.
 A pass is bracketed by :func:`schedule_request` (iteration number, arrivals, then the scheduled
 chunks and the deferrals of the pass). Inside it, each context attempt goes through
 :func:`prepare_context_pair` (preparation of the target cache and the draft mirror) and then
-``_try_allocate_context`` (:func:`try_allocate_context`: sizing; admitted or deferred).
+``_try_allocate_context`` (:func:`try_allocate_context`: sizing; admitted or deferred). 1.3.0rc25's
+scheduler has neither seam (it calls the target's ``prepare_context`` and ``resize_context``
+directly): there the first-chunk hold opens in the target's ``prepare_context`` hook and a request
+is admitted when its first chunk is in the pass's output (:func:`schedule_request`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,14 @@ def schedule_request(b: Binding, original: Method) -> Method:
             ctx, gen = out.context_requests, out.generation_requests
             num_tokens = 0
             emit, next_seq, clock, it = rec.emit, rec.next_seq, rec.clock, rec.iteration
+            if requests.waiting:
+                # A scheduled chunk of a request still waiting was admitted in this pass. Builds with
+                # _try_allocate_context admitted it there already; 1.3.0rc25's scheduler has no such
+                # seam (it resizes the target directly), so this is where its admission is seen.
+                admit, still_waiting = attempts.admit, requests.waiting
+                for req in ctx:
+                    if req.py_request_id in still_waiting:
+                        admit(req)
             # Raw rows written as literals (RAW_FIELDS order, kvscope.events.schema): once per chunk.
             for req in ctx:
                 chunk = req.context_chunk_size
@@ -107,9 +118,14 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     """
     rec = b.rec
     attempts = b.attempts
-    b.gate_at_pair = True  # this build has the seam: the admission gate runs here, not in prepare_context
-
     defer_cause = attempts.defer_cause
+
+    def call(self: Any, req: Any, args: tuple, kwargs: dict) -> Any:
+        b.in_pair = True  # the target's prepare_context inside is part of this attempt (no gate, no hold there)
+        try:
+            return original(self, req, *args, **kwargs)
+        finally:
+            b.in_pair = False
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
@@ -126,12 +142,12 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
             if not gate.gate(b, policy, req):
                 return False  # deferred or rejected by the installed policy: nothing prepared
         if not rec.enabled:
-            return original(self, req, *args, **kwargs)
+            return call(self, req, args, kwargs)
         try:
             attempts.start_hold(req)
         except Exception:
             b.hook_failed()
-        result = original(self, req, *args, **kwargs)
+        result = call(self, req, args, kwargs)
         try:
             if result:
                 # Prepared: unless a resize hook names a failure, a chunk that is not admitted now

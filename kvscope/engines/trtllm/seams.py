@@ -15,7 +15,12 @@ Versions:
   and ``_prepare_draft_resources`` charges the draft length on EVERY context chunk. The tag commit
   itself is inferred (the store holds no tags); see ``snapshots/1.3.0rc25.json``. Its scheduler (the
   stored rc25-era copy, commit not given) has ``schedule_request`` but no ``_try_allocate_context`` /
-  ``_try_allocate_generation``: only the former is recorded.
+  ``_try_allocate_generation``: only the former is recorded. The binding sees an rc25 admission in
+  the pass's output (the request's first scheduled chunk) and opens a first-chunk attempt's hold at
+  the target's ``prepare_context``; a failed first chunk keeps its caches there, so its hold is
+  reported, not dropped. Checked with ``../shared/tools/real-scheduler`` against the stored rc25
+  ``scheduler_v2.py`` (sha256 9969784f...): glm5-dsa (reuse on and off), shared-prefix and near-miss
+  replays give the same decisions and the same event files row for row as the engine model at rc25.
 * ``main-0004396``: main after #18093 (joint reuse). Draft length only on the last chunk.
 * ``1.3.0rc27``: the build of the hybrid report (commit not given). No copy tied to it is stored; it
   is read as main-0004396 (joint reuse present, the manager under ``kv_cache/``, no ``admit_mirror``),

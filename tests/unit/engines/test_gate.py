@@ -132,15 +132,14 @@ def test_uninstrument_restores_the_originals_whatever_policy_is_installed(make_e
     assert vars(KVCacheV2SchedulerModel)["_prepare_context_pair"] is original
 
 
-def test_gate_sits_in_the_targets_prepare_context_on_builds_without_the_pair_seam(make_engine):
+def test_gate_sits_in_the_targets_prepare_context_when_called_outside_the_pair_seam(make_engine):
     """1.3.0rc25's scheduler calls the target's ``prepare_context`` directly (no
-    ``_prepare_context_pair``): with the pair seam absent the gate runs there, for the target only."""
+    ``_prepare_context_pair``): called outside the pair seam the gate runs there, for the target only;
+    inside it the pair hook has gated already."""
     from kvscope.engine_model.request import LlmRequestModel
 
     engine = make_engine()
     binding = instrument(recorder=Recorder(), engine=engine)
-    assert binding.gate_at_pair  # the model has the seam
-    binding.gate_at_pair = False  # as on a build whose table has no _prepare_context_pair row
     policy = DeferDraft()
     BindingPort(binding).set_admission_policy(policy)
     req = LlmRequestModel(5, 10, 2, (11, 12), max_draft_len=1)
@@ -148,5 +147,6 @@ def test_gate_sits_in_the_targets_prepare_context_on_builds_without_the_pair_sea
     assert target.prepare_context(req) is False
     assert target.kv_cache_map == {} and policy.decided == [(5, True)]
     assert draft.prepare_context(req) is True  # the draft manager's own call is never gated
-    binding.gate_at_pair = True
+    binding.in_pair = True  # as inside _prepare_context_pair
     assert target.prepare_context(req) is True  # the pair hook gates instead
+    assert policy.decided == [(5, True)] and not binding.attempts.holds
