@@ -259,8 +259,8 @@ def prepare_context(b: Binding, original: Method) -> Method:
     ``scheduler_v2.py`` has no page preemption at all). Where the scheduler calls it from inside
     ``_prepare_context_pair`` (``Binding.in_pair``) the gate ran in that hook instead. Outside one,
     the first-chunk hold opens here too (:meth:`~kvscope.engines.admission.AdmissionAttempts.start_hold`),
-    as the pair hook opens it elsewhere: a retried attempt's prefix hit is reported once, by the
-    attempt that is admitted."""
+    as the pair hook opens it elsewhere: a prefix hit is reported once, by the attempt that is
+    admitted or, where a failed attempt's caches stay (rc25), at the end of that attempt's pass."""
     inner = diff_request(on_prepare)(b, original)
 
     @functools.wraps(original)
