@@ -1,6 +1,10 @@
-"""Shared fixtures: a fake clock, a recorder wired to a memory sink."""
+"""Shared fixtures: a fake clock, a recorder wired to a memory sink. And a session check that the
+suite leaves the checkout it runs from as it found it (tests write in their own temporary folders)."""
 
 from __future__ import annotations
+
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +28,40 @@ def memory_pump(recorder: Recorder):
     pump = BatchPump(recorder, [sink], start=False)
     yield pump, sink
     pump.shutdown()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", ".import_linter_cache", ".cache",
+               ".venv", "kvscope.egg-info", "__pycache__"}
+
+
+def _checkout_state() -> set[str]:
+    """The checkout's top-level names (tool caches aside) and its untracked, unignored files: what a
+    test that writes outside its temporary folder adds (git does not list empty folders, hence both)."""
+    names = {p.name for p in ROOT.iterdir() if p.name not in TOOL_CACHES}
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return names
+    if out.returncode == 0:
+        names |= {line[3:] for line in out.stdout.splitlines() if line.startswith("?? ")}
+    return names
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _checkout_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None or session.config.option.collectonly:
+        return
+    added = sorted(_checkout_state() - before)
+    if added:
+        session.config.get_terminal_writer().line(
+            f"the suite left {len(added)} new entries in the checkout {ROOT}: {added[:10]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[set[str]]()

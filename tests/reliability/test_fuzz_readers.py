@@ -208,9 +208,13 @@ env_values = st.one_of(st.text(max_size=15), st.sampled_from(["jsonl", "zmq,json
                                                               "0", "-1", "tcp://x:1", "/proc/x"]))
 
 
+@TMP
 @given(st.dictionaries(st.sampled_from(["KVSCOPE_SINKS", "KVSCOPE_ENGINE", "KVSCOPE_RANK", "KVSCOPE_ZMQ_ENDPOINT",
                                         "KVSCOPE_OUTPUT_DIR", "KVSCOPE_DISABLE"]), env_values, max_size=6))
-def test_instrument_environment_is_checked_without_crashing_when_fuzzed(env):
+def test_instrument_environment_is_checked_without_crashing_when_fuzzed(tmp_path, monkeypatch, env):
+    # check_env creates a missing output folder (the launcher writes there next); a fuzzed relative
+    # name must land in the test's folder, never in the checkout the suite runs from.
+    monkeypatch.chdir(tmp_path)
     env = dict(env)
     env.setdefault("KVSCOPE_OUTPUT_DIR", "/tmp/kvscope-fuzz-out")
     problems = check_env(env)
