@@ -44,12 +44,20 @@ def _class_source(name: str, methods: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _standin(root: Path, *, drift: bool = True) -> None:
+JOINT_REUSE_AND_LATER = ("prepare_context_cache", "try_allocate_draft_context", "admit_mirror",
+                         "has_cache_tier_below_gpu")
+
+
+def _standin(root: Path, *, drift: bool = True, pre_joint_reuse: bool = False) -> None:
+    """``pre_joint_reuse``: the manager without #18093's methods (nor later ones) but already under
+    ``kv_cache/``, as upstream's stored 1fe0b08 and 63a36e8 have it; nothing at the old path."""
     methods = _methods()
     manager = dict(methods["KVCacheManagerV2"])
     if drift:
         manager["resize_context"] = "(self, req, num_tokens, history_length=None)"
         del manager["admit_mirror"]
+    if pre_joint_reuse:
+        manager = {name: sig for name, sig in manager.items() if name not in JOINT_REUSE_AND_LATER}
     files = {
         "tensorrt_llm/__init__.py": '__version__ = "1.4.0rc1"\n',
         "tensorrt_llm/_torch/__init__.py": "",
@@ -126,3 +134,28 @@ def test_instrumentor_skips_drifted_seams_and_wraps_the_rest_when_an_engine_is_i
     assert "admit_mirror" not in warnings_line  # read-only seam: reported by check, never wrapped
     assert wrapped_line == "True KVCacheManagerV2.resize_context"
     assert restored_line == "True"
+
+
+def test_a_pre_joint_reuse_manager_at_the_new_path_is_checked_and_wrapped_where_it_is(tmp_path):
+    # The rc25 table's rows name the old module path; such a build has the manager only at the new
+    # one. Looking the class up by the rows' path found nothing: all ten manager seams unwrapped.
+    _standin(tmp_path, drift=False, pre_joint_reuse=True)
+    done = _run(tmp_path, "from kvscope.cli import main; raise SystemExit(main(['check', '--json']))")
+    report = json.loads(done.stdout)
+    trt = report["tensorrt_llm"]
+    assert trt["table"] == "1.3.0rc25" and "found in tensorrt_llm._torch.pyexecutor.kv_cache." in trt["reason"]
+    manager_rows = [r for r in trt["results"] if r["seam"].startswith("KVCacheManagerV2.")]
+    assert len(manager_rows) == 10
+    assert [r for r in trt["results"] if not r["ok"]] == [] and done.returncode == 0, done.stdout
+    done = _run(tmp_path, """
+        from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
+        from kvscope.recording import Recorder
+        from tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 import KVCacheManagerV2
+        original = KVCacheManagerV2.prepare_context
+        instrument(recorder=Recorder(), engine=None)
+        inst = instrumentor_for("tensorrt_llm")
+        print(inst.version, KVCacheManagerV2.prepare_context is not original)
+        uninstrument()
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1.3.0rc25", "True"]

@@ -2,8 +2,11 @@
 
 The module path only locates ``KVCacheManagerV2`` (``kv_cache/kv_cache_manager_v2`` on newer code,
 ``kv_cache_manager_v2`` on 1.3.0rc25-era builds); the table is chosen from the methods the class has
-(``seams.choose_table``), since builds that share a path differ in them. Nothing is imported at
-kvscope import time.
+(``seams.choose_table``), since builds that share a path differ in them. The path and the table are
+independent: main moved the module before joint reuse (#18093) landed (stored 1fe0b08 and 63a36e8 hold
+a pre-#18093 manager under ``kv_cache/``), so a build can call for the rc25 table, whose rows name the
+old path, and have its manager only at the new one. The manager class is therefore the one found,
+wherever it was found. Nothing is imported at kvscope import time.
 """
 
 from __future__ import annotations
@@ -27,16 +30,22 @@ def installed_version() -> str | None:
     return str(getattr(module, "__version__", "unknown"))
 
 
-def installed_table_choice() -> TableChoice:
-    """The seam table the installed ``KVCacheManagerV2`` calls for, with the reason (by methods)."""
+def _installed_manager() -> tuple[str, type] | None:
+    """``(module, class)`` of the installed ``KVCacheManagerV2``, newest path first; None if absent."""
     for module in MANAGER_MODULES:
         try:
             cls = getattr(importlib.import_module(module), "KVCacheManagerV2", None)
         except Exception:
             continue
         if isinstance(cls, type):
-            return choose_table(cls, module=module)
-    return choose_table(None)
+            return module, cls
+    return None
+
+
+def installed_table_choice() -> TableChoice:
+    """The seam table the installed ``KVCacheManagerV2`` calls for, with the reason (by methods)."""
+    found = _installed_manager()
+    return choose_table(None) if found is None else choose_table(found[1], module=found[0])
 
 
 def installed_seams_and_classes() -> tuple[str, tuple[Seam, ...], dict[str, type | None]]:
@@ -49,7 +58,8 @@ def installed_seams_and_classes() -> tuple[str, tuple[Seam, ...], dict[str, type
         raise TensorRTLLMNotInstalled("tensorrt_llm is not installed (no module named 'tensorrt_llm')")
     table = installed_table_choice().table
     seams = seams_for(table)
-    classes: dict[str, type | None] = {}
+    manager = _installed_manager()
+    classes: dict[str, type | None] = {} if manager is None else {"KVCacheManagerV2": manager[1]}
     for seam in seams:
         if seam.class_name in classes:
             continue

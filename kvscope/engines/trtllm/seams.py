@@ -194,7 +194,9 @@ MODEL_VERSION = "main-00746ef"
 
 DIFFERENCES: tuple[str, ...] = (
     "1.3.0rc25: KVCacheManagerV2 lives in tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2; "
-    "main moved it to tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2.",
+    "main moved it to tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 before #18093 "
+    "(stored 1fe0b08 and 63a36e8: a manager without joint reuse at the new path), so the path never "
+    "picks the table and the class is taken from whichever path has it.",
     "1.3.0rc25: _prepare_draft_resources charges the draft length on every context chunk; "
     "main (after #18093) only on the last chunk.",
     "1.3.0rc25: no joint reuse; prepare_context_cache, try_allocate_draft_context and "
@@ -203,10 +205,14 @@ DIFFERENCES: tuple[str, ...] = (
     "1.3.0rc25: KVCacheV2Scheduler has no _try_allocate_context, _try_allocate_generation or "
     "_prepare_context_pair; _try_schedule_context_* and _try_schedule_generation call the manager's "
     "prepare_context / resize_context / try_allocate_generation directly.",
-    "main-00746ef only: admit_mirror, has_active_cache, mirror_admission_certainly_blocked, "
+    "At 00746ef, not at 0004396: admit_mirror, has_active_cache, mirror_admission_certainly_blocked, "
     "preempt_request, has_cache_tier_below_gpu, _draft_pool_diagnostic (resize message suffix "
     "'[draft pool: N live caches holding T tokens, gpu_max_tokens=G]'); the scheduler's "
-    "_admit_unpaired_draft creates and resumes the mirror at admission but still does not size it.",
+    "_admit_unpaired_draft creates and resumes the mirror at admission but still does not size it. "
+    "They did not land together: stored 94a19f7, 88e0cf6 and 7fee7ea have preempt_request and "
+    "has_cache_tier_below_gpu without admit_mirror, 94a19f7 and 12a71fe the suffix without it. Such "
+    "builds take the 1.3.0rc27 table (its seams match them); the engine model's rc27 build has "
+    "neither page preemption nor the suffix, so it models them only where those are not in play.",
 )
 
 MANAGER_MODULES: tuple[str, ...] = (MGR_NEW, MGR_OLD)
