@@ -97,6 +97,10 @@ class Binding:
         """True while the scheduler's ``_prepare_context_pair`` runs (the admission gate's seam). A
         target ``prepare_context`` outside it is an attempt of a scheduler without that seam
         (1.3.0rc25): the gate and the first-chunk hold sit there instead."""
+        self.pair_target_prepared = False
+        """What the target's ``prepare_context`` returned inside the running ``_prepare_context_pair``.
+        An unpaired pair that returns False after the target prepared was refused its mirror, whatever
+        state the scheduler then leaves the target in (38198e3 suspends a non-first chunk's)."""
         self.errored: dict[int, str] = {}
         """request id -> error message, for requests the per-request error path is ending (their
         free is reported as REQUEST_FAILED)."""

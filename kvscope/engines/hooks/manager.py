@@ -265,15 +265,19 @@ def prepare_context(b: Binding, original: Method) -> Method:
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
-        if not b.in_pair and not getattr(self, "is_draft", False):
-            policy = b.admission_policy
-            if policy is not None and not gate.gate(b, policy, req):
-                return False  # deferred or rejected by the installed policy: nothing prepared
-            if b.rec.enabled:
-                try:
-                    b.attempts.start_hold(req)
-                except Exception:
-                    b.hook_failed()
+        if getattr(self, "is_draft", False):
+            return inner(self, req, *args, **kwargs)
+        if b.in_pair:
+            b.pair_target_prepared = result = inner(self, req, *args, **kwargs)
+            return result
+        policy = b.admission_policy
+        if policy is not None and not gate.gate(b, policy, req):
+            return False  # deferred or rejected by the installed policy: nothing prepared
+        if b.rec.enabled:
+            try:
+                b.attempts.start_hold(req)
+            except Exception:
+                b.hook_failed()
         return inner(self, req, *args, **kwargs)
 
     return method

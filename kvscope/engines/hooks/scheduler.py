@@ -107,7 +107,8 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     it is admitted, :meth:`AdmissionAttempts.start_hold`). After it: prepared -> the attempt's cause is
     "prepared" until a resize hook names a failure; refused while the target prepared -> the
     unpaired draft mirror was refused (``admit_mirror`` returned False): RESUME_FAILED and a
-    deferral in the draft pool. Observed here rather than on ``admit_mirror``, which the scheduler
+    deferral in the draft pool. "The target prepared" is what its ``prepare_context`` returned inside
+    the call (``Binding.pair_target_prepared``), not the cache's state afterwards. Observed here rather than on ``admit_mirror``, which the scheduler
     also calls for every running generation request every iteration.
 
     This is the one place an admission decision is added: with a policy installed
@@ -122,6 +123,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
 
     def call(self: Any, req: Any, args: tuple, kwargs: dict) -> Any:
         b.in_pair = True  # the target's prepare_context inside is part of this attempt (no gate, no hold there)
+        b.pair_target_prepared = False
         try:
             return original(self, req, *args, **kwargs)
         finally:
@@ -154,11 +156,14 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
                 # did not fit the token budget (reported at the end of the pass).
                 attempts.defer_cause(req.py_request_id, PoolRole.NONE, "")
             else:
+                # Unpaired, the pair is the target's prepare_context and then the mirror's admission:
+                # a False after the target prepared is the mirror's refusal. Read from the target's
+                # own answer, not its cache's state after the call: 38198e3 suspends a refused
+                # non-first chunk's target before returning.
                 draft = self.draft_kv_cache_manager
-                if draft is not None and getattr(self, "_joint_draft_manager", None) is None:
-                    target_cache = self.kv_cache_manager.kv_cache_map.get(req.py_request_id)
-                    if target_cache is not None and target_cache.is_active:
-                        on_mirror_refused(b, draft, req)
+                if draft is not None and getattr(self, "_joint_draft_manager", None) is None \
+                        and b.pair_target_prepared:
+                    on_mirror_refused(b, draft, req)
         except Exception:
             b.hook_failed()
         return result

@@ -174,6 +174,41 @@ def test_deferral_is_recorded_once_then_admission_when_the_target_pool_is_short(
     ]
 
 
+class _SuspendsRefusedMirrors(KVCacheV2SchedulerModel):
+    """Upstream 38198e3's ``_prepare_context_pair``: a refused unpaired mirror suspends target and
+    draft before the pair returns False (there for non-first chunks; here for every refusal, which
+    gives the hook the same state to read: a refused mirror whose target is no longer active)."""
+
+    def _admit_unpaired_draft(self, req):
+        admitted = super()._admit_unpaired_draft(req)
+        if not admitted:
+            self._suspend_request(req)
+            target = self.kv_cache_manager.kv_cache_map[req.py_request_id]
+            self.suspended_targets = getattr(self, "suspended_targets", 0) + (not target.is_active)
+        return admitted
+
+
+def test_mirror_refusal_is_recorded_when_the_scheduler_suspends_the_target_before_returning(make_engine):
+    engine = make_engine(num_target_blocks=32, num_draft_blocks=4)
+    engine.scheduler.__class__ = _SuspendsRefusedMirrors
+    rec = _recorder(engine)
+    instrument(recorder=rec, engine=engine)
+    engine.add_request(WorkloadRequest(1, 0.0, 14, 2, (11, 12, 13)))
+    engine.step()  # request 1's mirror fills the draft pool (4 of 4 blocks)
+    engine.add_request(WorkloadRequest(2, 0.0, 10, 2, (21, 22)))
+    for _ in range(3):
+        engine.step()
+    assert engine.stats.requests_completed == 2
+    assert engine.scheduler.suspended_targets == 1  # the pair returned with request 2's target suspended
+    rows = [(e.iteration, e.pool, e.kind, e.reason) for e in rec.drain()
+            if e.request_id == 2 and e.kind in (K.RESUME_FAILED, K.ADMISSION_DEFERRED, K.ADMITTED)]
+    assert rows == [
+        (1, D, K.RESUME_FAILED, "draft mirror resume refused"),
+        (1, D, K.ADMISSION_DEFERRED, "draft mirror resume refused"),
+        (2, N, K.ADMITTED, ""),
+    ]
+
+
 def test_mirror_refusal_defers_in_the_draft_pool_when_the_draft_pool_is_above_the_resume_gate(make_engine):
     engine = make_engine(num_target_blocks=32, num_draft_blocks=4)
     rec = _recorder(engine)
