@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +39,11 @@ class Run:
 
 
 def _traces_dir() -> Path:
-    env = os.environ.get("KVSCOPE_TRACES_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    from kvscope.replay.scenarios import (
+        TRACES_DIR,  # the replays' own lookup (KVSCOPE_TRACES_DIR, shared/traces)
+    )
+
+    return TRACES_DIR
 
 
 def _variants(source: str, seeds, extra=((),), prefix=None) -> list[Run]:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,33 @@ from typing import Any
 from kvscope.engine_model.config import DraftCursorSizing, EngineConfig
 
 GIB = 1 << 30
-TRACES_DIR = Path(os.environ.get("KVSCOPE_TRACES_DIR")
-                  or Path(__file__).resolve().parents[2].parent / "shared" / "traces")
-"""``../shared/traces`` relative to the repository root (``KVSCOPE_TRACES_DIR`` overrides)."""
+
+
+def find_traces_dir(root: Path, environ: Mapping[str, str]) -> Path:
+    """``KVSCOPE_TRACES_DIR``; else the nearest ``shared/traces`` beside the checkout ``root`` or
+    beside one of its parent folders (a clone at ``/work/x/kvscope`` finds ``/work/shared/traces``);
+    else ``../shared/traces``, which the not-found errors then name."""
+    if environ.get("KVSCOPE_TRACES_DIR"):
+        return Path(environ["KVSCOPE_TRACES_DIR"])
+    for folder in root.parents:
+        if (folder / "shared" / "traces").is_dir():
+            return folder / "shared" / "traces"
+    return root.parent / "shared" / "traces"
+
+
+TRACES_DIR = find_traces_dir(Path(__file__).resolve().parents[2], os.environ)
+"""Where the built-in scenarios' public traces are (see :func:`find_traces_dir`)."""
+
+
+def bundled_trace(name: str) -> Path:
+    """``TRACES_DIR / name``, or a not-found error that says where traces are looked for."""
+    path = TRACES_DIR / name
+    if not path.exists():
+        raise FileNotFoundError(f"trace not found: {path} (the built-in scenarios read their traces from "
+                                f"shared/traces beside the checkout or one of its parent folders; set "
+                                f"KVSCOPE_TRACES_DIR to the folder that holds {name})")
+    return path
+
 
 GLM5_DSA = EngineConfig(
     max_batch_size=64, max_num_tokens=8192, max_seq_len=262144, tokens_per_block=64,
@@ -96,7 +120,7 @@ def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> An
     if interval < 0:  # derived: the first sessions arrive at the loop's own pace, not in a burst
         interval = traces.paced_session_start_interval_s(config.requests_in_flight)
     return traces.ClaudeCodeTraceWorkload(
-        config.tokens_per_block, config.seed, path=str(path or TRACES_DIR / "kv-cache-tester_traces.tar.xz"),
+        config.tokens_per_block, config.seed, path=str(path or bundled_trace("kv-cache-tester_traces.tar.xz")),
         requests_in_flight=config.requests_in_flight,
         max_think_time_s=None if config.think_time_cap_s < 0 else config.think_time_cap_s,
         share_system_prefix=config.share_system_prefix, max_requests=config.max_requests or None,
@@ -105,7 +129,7 @@ def _claude_workload(config: EngineConfig, path: str | Path | None = None) -> An
 
 def _mooncake_workload(config: EngineConfig) -> Any:
     return _module("traces_mooncake").create_mooncake_workload(
-        TRACES_DIR / "conversation_trace.jsonl", tokens_per_block=config.tokens_per_block,
+        bundled_trace("conversation_trace.jsonl"), tokens_per_block=config.tokens_per_block,
         seed=config.seed, time_scale=config.arrival_time_scale, max_requests=config.max_requests or None)
 
 

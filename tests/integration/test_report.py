@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +18,14 @@ import pytest
 
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import render_html
+from kvscope.replay.scenarios import TRACES_DIR
 from kvscope.ui.figures import request_timeline_figure
 
 pytestmark = pytest.mark.slow
 
 
 def _traces() -> Path:
-    env = os.environ.get("KVSCOPE_TRACES_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "traces"
+    return TRACES_DIR
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvscope.engine_model.config import DraftCursorSizing, DraftMode
-from kvscope.replay.scenarios import SCENARIOS, get_scenario
+from kvscope.replay import scenarios
+from kvscope.replay.scenarios import SCENARIOS, find_traces_dir, get_scenario
 from kvscope.workloads.traces_claude import MEAN_REQUEST_CYCLE_S
 
 
@@ -62,3 +65,22 @@ def test_every_scenario_builds_its_workload_when_asked():
 def test_unknown_scenario_lists_names_when_misspelt():
     with pytest.raises(ValueError, match=r"unknown scenario 'glm5'; built-in scenarios: glm5-dsa, "):
         get_scenario("glm5")
+
+
+def test_traces_are_found_beside_a_parent_of_a_clone_nested_below_the_shared_folder(tmp_path):
+    (tmp_path / "shared" / "traces").mkdir(parents=True)
+    clone = tmp_path / "s9" / "user"
+    clone.mkdir(parents=True)
+    assert find_traces_dir(clone, {}) == tmp_path / "shared" / "traces"
+    assert find_traces_dir(clone, {"KVSCOPE_TRACES_DIR": "/elsewhere"}) == Path("/elsewhere")
+    (tmp_path / "s9" / "shared" / "traces").mkdir(parents=True)
+    assert find_traces_dir(clone, {}) == tmp_path / "s9" / "shared" / "traces"  # the nearest wins
+
+
+def test_a_missing_bundled_trace_says_where_traces_are_looked_for_and_how_to_point_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(scenarios, "TRACES_DIR", tmp_path)
+    scenario = get_scenario("mooncake-conversation")
+    with pytest.raises(FileNotFoundError) as caught:
+        scenario.build_workload(scenario.config)
+    message = str(caught.value)
+    assert str(tmp_path / "conversation_trace.jsonl") in message and "KVSCOPE_TRACES_DIR" in message
