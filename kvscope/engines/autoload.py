@@ -127,7 +127,7 @@ def _own_run_id() -> str:
 
 def _engine_version(kind: str) -> str:
     if kind == "model":
-        return "model-of-main-00746ef"
+        return "model"  # which build it models is in the engine's config, not known at process start
     from kvscope.engines.trtllm.classes import installed_version
 
     return installed_version() or "unknown"

@@ -58,7 +58,7 @@ class EventFileSession:
         knobs = config.to_dict() if hasattr(config, "to_dict") else (asdict(config) if is_dataclass(config) else {})
         meta = {
             "engine": "engine_model",
-            "engine_version": "model-of-main-00746ef",
+            "engine_version": f"model-of-{knobs.get('engine_version') or 'main-00746ef'}",
             "scenario": self.label,
             "run_id": new_run_id(),
             "seed": knobs.get("seed"),

@@ -40,3 +40,16 @@ def test_replay_requires_a_source_when_neither_given(capsys):
     assert main(["replay", "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["kvscope replay: error: give --scenario NAME or --trace PATH (see --help)"]
+
+
+def test_event_file_names_the_engine_build_the_replay_ran(tmp_path, capsys):
+    from kvscope.recording import read_file
+
+    for version in ("1.3.0rc25", "main-00746ef"):
+        path = tmp_path / f"{version}.jsonl"
+        assert main(["replay", "--scenario", "oversize", "--set", f"engine_version={version}",
+                     "--events", str(path), "--json"]) == 0
+        meta = read_file(path).attrs["kvscope"]["files"][0]["header"]["meta"]
+        assert meta["engine_version"] == f"model-of-{version}"
+        assert meta["knobs"]["engine_version"] == version
+    capsys.readouterr()
