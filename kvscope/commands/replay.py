@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trace and not os.path.isfile(args.trace):
         why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
         raise ValueError(f"{args.trace}: {why}")
+    if args.trace:
+        replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
     engine_config = get_scenario(args.engine).config if args.trace else None
     if args.trace and not args.json:

@@ -15,6 +15,7 @@ phases too, and nothing reads the wall clock except ``wall_seconds`` and pacing.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -100,7 +101,8 @@ def resolve(source: str) -> tuple[EngineConfig, Callable[[EngineConfig], Any], s
     if source in SCENARIOS:
         scenario = get_scenario(source)
         return scenario.config, scenario.build_workload, scenario.name
-    if source.endswith((".jsonl", ".tar.xz", ".tar")):
+    if source.endswith((".jsonl", ".tar.xz", ".tar")) or os.path.isfile(source):
+        # An existing file of another kind gets the trace reader's "unknown trace format" error.
         return SCENARIOS["glm5-dsa"].config, trace_workload_builder(source), str(source)
     get_scenario(source)  # raises ValueError naming the built-in scenarios
     raise AssertionError("unreachable")  # pragma: no cover

@@ -53,3 +53,12 @@ def test_event_file_names_the_engine_build_the_replay_ran(tmp_path, capsys):
         assert meta["engine_version"] == f"model-of-{version}"
         assert meta["knobs"]["engine_version"] == version
     capsys.readouterr()
+
+
+def test_a_trace_of_an_unknown_format_is_refused_as_such_before_anything_is_printed(tmp_path, capsys):
+    path = tmp_path / "conversation.txt"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n')
+    assert main(["replay", "--trace", str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "unknown trace format 'conversation.txt'" in out.err and "scenario" not in out.err
