@@ -58,6 +58,9 @@ class Analysis:
     meta: dict = field(default_factory=dict)
     num_events: int = 0
     config: DetectorConfig = field(default_factory=DetectorConfig)
+    ranks: dict = field(default_factory=dict)
+    """With files of several ranks: ``{"recorded": [ranks], "analyzed": {pool: rank}}``
+    (:func:`one_rank_per_pool`); empty for one rank."""
     end_missing: str | None = None
     """Why the events stop before the run's end (a recording cut off, interrupted or closed on an
     error; :func:`~kvscope.analysis.incidents.end_missing`), None when they do not: the verdict is
@@ -94,6 +97,7 @@ class Analysis:
             "findings": [f.to_dict() for f in self.findings],
             "counts": counts(self.findings),
             "verdict": _plain(self.verdict()),
+            **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     def time_of(self, iteration: int) -> float:
@@ -105,10 +109,44 @@ class Analysis:
         return float(self.debt.ts_ns[i]) / 1e9
 
 
+def one_rank_per_pool(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The events of a several-rank recording that the rules read: per pool (``none`` included),
+    those of the lowest rank that recorded that pool.
+
+    Every rank of an engine runs the same scheduling decisions on its own replica of each pool
+    (its layers' share in pipeline parallelism, its heads' in tensor parallelism), so each pool's
+    story is told once per rank. Read together, every allocation would count twice, every rank's
+    failure would be a finding of its own, and leads would mix the ranks' clocks. A pool that only
+    some ranks hold (the draft on the last pipeline stage) is read from the lowest of those.
+    Returns the kept rows (file headers kept) and ``{"recorded": ranks, "analyzed": {pool: rank}}``.
+    """
+    lowest = events.groupby("pool", observed=True)["rank"].min()
+    analyzed = {str(pool): int(rank) for pool, rank in lowest.items()}
+    keep = events["rank"].to_numpy() == events["pool"].map(lowest).astype("int64").to_numpy()
+    kept = events[keep]
+    kept.attrs = events.attrs
+    return kept, {"recorded": sorted(int(r) for r in events["rank"].unique()), "analyzed": analyzed}
+
+
+def rank_note(ranks: dict) -> str:
+    """One line on which rank each pool was read from (:func:`one_rank_per_pool`)."""
+    by_rank: dict[int, list[str]] = {}
+    for pool, rank in ranks["analyzed"].items():
+        if pool != "none":
+            by_rank.setdefault(rank, []).append(pool)
+    read = "; ".join(f"rank {r}: {', '.join(sorted(p))}" for r, p in sorted(by_rank.items()))
+    return (f"ranks {', '.join(map(str, ranks['recorded']))} recorded; each rank holds a replica of its pools, "
+            f"so each pool is read from one rank ({read}) and counts are that rank's")
+
+
 def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:
     """Run every detector over an event frame (or its column view, :func:`as_columns`);
-    findings ordered by severity, then time (:func:`order_findings`)."""
+    findings ordered by severity, then time (:func:`order_findings`). Files of several ranks are
+    read one rank per pool (:func:`one_rank_per_pool`)."""
     cfg = config or DetectorConfig()
+    ranks: dict = {}
+    if isinstance(events, pd.DataFrame) and "rank" in events and events["rank"].nunique() > 1:
+        events, ranks = one_rank_per_pool(events)
     ev = as_columns(events)
     meta = header_meta(ev)
     configs = pool_configs(ev)
@@ -135,7 +173,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += find_engine_fatal(ev, debt, findings, cfg)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
-        exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg,
+        exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg, ranks=ranks,
         end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 
@@ -153,4 +191,4 @@ def analyze_files(
     return analyze(cols if cols is not None else load_events(paths), config)
 
 
-__all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "pool_series"]
+__all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "one_rank_per_pool", "pool_series", "rank_note"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kvscope.analysis.analyzer import Analysis
+from kvscope.analysis.analyzer import Analysis, rank_note
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.incidents import counts, flagged_earlier
 
@@ -249,6 +249,7 @@ def render_html(
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='meta'>{analysis.num_events:,} events · scenario {html.escape(str(meta.get('scenario') or 'unknown'))} · "
         f"engine {html.escape(str(meta.get('engine') or 'unknown'))} · times in the event file's clock (s)</p>",
+        f"<p class='meta'>{html.escape(rank_note(analysis.ranks))}</p>" if analysis.ranks else "",
         _verdict_html(analysis),
     ]
     if len(runs) >= 2:

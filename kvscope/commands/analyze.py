@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.analysis import DetectorConfig, analyze
+from kvscope.analysis.analyzer import one_rank_per_pool, rank_note
 from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
         f = analysis.findings_frame()
         fatal = [r for f_ in analysis.findings if f_.kind.value == "engine_fatal" for r in f_.request_ids]
+        if analysis.ranks:  # the figures read the same rank per pool as the rules
+            events = one_rank_per_pool(events)[0]
         figs = [
             figures.pool_usage_figure(pool_series(events), f),
             figures.debt_figure(analysis.debt.series, f),
@@ -89,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         if args.compare:
             from kvscope.ui.compare import compare_runs_figure
 
-            figs.insert(0, compare_runs_figure({Path(p[0]).name: pool_series(e) for p, e, _f, _a in loaded}))
+            figs.insert(0, compare_runs_figure({Path(p[0]).name: pool_series(one_rank_per_pool(e)[0] if a.ranks else e)
+                                                for p, e, _f, a in loaded}))
         title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
         runs = [(Path(p[0]).name, a) for p, _e, _f, a in loaded] if args.compare else ()
         Path(args.html).write_text(render_html(analysis, figs, title=title, runs=runs), encoding="utf-8")
@@ -108,6 +112,8 @@ def _print_text(analysis, args: argparse.Namespace) -> None:
     c = counts(analysis.findings)
     per_kind = ", ".join(f"{k} {n}" for k, n in c["by_kind"].items() if n)
     print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))
+    if analysis.ranks:
+        print(rank_note(analysis.ranks))
     for i, f in enumerate(analysis.findings):
         lead = leads.get(i)
         lead_txt = ""
