@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--html", metavar="REPORT.html", help="write an HTML report with figures")
     parser.add_argument("--compare", action="store_true",
                         help="each EVENTS file is its own run (not ranks of one): the report compares them; "
-                             "text and --json describe the first, --json adds 'runs' (file, verdict, counts)")
+                             "text gives each run's verdict, then each run's findings; --json describes the "
+                             "first and adds 'runs' (file, verdict, counts)")
     d = DetectorConfig()
     parser.add_argument("--stall-min-iterations", type=int, default=d.stall_min_iterations,
                         help=f"starved request threshold in iterations (default {d.stall_min_iterations})")
@@ -102,7 +103,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, allow_nan=False))
         return status
-    _print_text(analysis, args)
+    if not args.compare:
+        _print_text(analysis, args)
+        return status
+    # Each run in turn, led by a line per run: the verdicts side by side, then each run's findings.
+    for p, _e, _f, a in loaded:
+        print(f"{p[0]}: {a.headline()}")
+    for p, _e, _f, a in loaded:
+        print(f"\n== {p[0]}")
+        _print_text(a, args)
     return status
 
 

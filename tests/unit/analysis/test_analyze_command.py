@@ -59,3 +59,16 @@ def test_missing_file_exits_nonzero_with_one_line(tmp_path):
     assert res.returncode == 2
     assert res.stdout == ""
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    crash, healthy = str(data / "glm5-dsa.parquet"), str(data / "glm5-dsa-rc27-reuse-off.parquet")
+    res = _kvscope(crash, healthy, "--compare")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"{crash}: ENGINE FATAL") and lines[1].startswith(f"{healthy}: HEALTHY")
+    assert f"== {crash}" in lines and f"== {healthy}" in lines
+    assert lines.index(f"== {healthy}") > lines.index(f"== {crash}") + 2  # the first run's findings in between
