@@ -59,8 +59,9 @@ class Analysis:
     num_events: int = 0
     config: DetectorConfig = field(default_factory=DetectorConfig)
     ranks: dict = field(default_factory=dict)
-    """With files of several ranks: ``{"recorded": [ranks], "analyzed": {pool: rank}}``
-    (:func:`one_rank_per_pool`); empty for one rank."""
+    """With files of several ranks: ``{"recorded": [ranks], "analyzed": {pool: rank},
+    "num_events_analyzed": n}`` (:func:`one_rank_per_pool`; ``num_events`` counts every rank's);
+    empty for one rank."""
     end_missing: str | None = None
     """Why the events stop before the run's end (a recording cut off, interrupted or closed on an
     error; :func:`~kvscope.analysis.incidents.end_missing`), None when they do not: the verdict is
@@ -136,7 +137,7 @@ def rank_note(ranks: dict) -> str:
             by_rank.setdefault(rank, []).append(pool)
     read = "; ".join(f"rank {r}: {', '.join(sorted(p))}" for r, p in sorted(by_rank.items()))
     return (f"ranks {', '.join(map(str, ranks['recorded']))} recorded; each rank holds a replica of its pools, "
-            f"so each pool is read from one rank ({read}) and counts are that rank's")
+            f"so each pool is read from one rank ({read}): {ranks['num_events_analyzed']} events analyzed")
 
 
 def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:
@@ -145,8 +146,10 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     read one rank per pool (:func:`one_rank_per_pool`)."""
     cfg = config or DetectorConfig()
     ranks: dict = {}
+    num_read = len(events)
     if isinstance(events, pd.DataFrame) and "rank" in events and events["rank"].nunique() > 1:
         events, ranks = one_rank_per_pool(events)
+        ranks["num_events_analyzed"] = len(events)
     ev = as_columns(events)
     meta = header_meta(ev)
     configs = pool_configs(ev)
@@ -173,7 +176,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += find_engine_fatal(ev, debt, findings, cfg)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
-        exhaustion_arrays=ex, meta=meta, num_events=len(ev), config=cfg, ranks=ranks,
+        exhaustion_arrays=ex, meta=meta, num_events=num_read, config=cfg, ranks=ranks,
         end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 

@@ -36,8 +36,9 @@ def test_two_ranks_read_as_one_with_one_engine_failure_and_the_leads_of_one_cloc
     assert [f.kind.value for f in one.findings].count("engine_fatal") == 1
     assert _facts(both) == _facts(one)
     assert both.verdict() == one.verdict() and both.to_dict()["verdict"] == one.to_dict()["verdict"]
-    assert both.num_events == one.num_events
-    assert both.ranks == {"recorded": [0, 1], "analyzed": {"none": 0, "target": 0, "draft": 0}}
+    assert both.num_events == 2 * one.num_events  # every rank's events were read...
+    assert both.ranks == {"recorded": [0, 1], "analyzed": {"none": 0, "target": 0, "draft": 0},
+                          "num_events_analyzed": one.num_events}  # ...one rank's analyzed
     assert not one.ranks and "ranks" not in one.to_dict()
 
 

@@ -163,6 +163,8 @@ def test_ranks_of_one_run_merge_when_analyzed(tmp_path, fake_clock, capsys):
     assert code == 0
     doc = json.loads(out)
     assert doc["num_events"] == 24 and [f["rank"] for f in doc["input"]["files"]] == [0, 1]
+    # The ranks replicate their pools: each pool is analyzed from one rank.
+    assert doc["ranks"]["recorded"] == [0, 1] and doc["ranks"]["num_events_analyzed"] == 12
 
 
 def test_html_report_to_a_directory_is_refused_before_reading_when_analyzed(tmp_path, fake_clock, capsys):
