@@ -171,8 +171,11 @@ def exhaustion_arrays(
             # holds the queue back (what the target has room for is not admitted then).
             gate_risk, gate_open = admit_gate_at_risk(f["gate"], qi, cap, alloc_it, free_it, cfg)
             admits = (admits & gate_open) | (~certain & ~guarded & gate_risk)
-        queue = ~certain & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
-                            | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
+        # An enforcing admission policy reserves each admitted request's need and defers what the
+        # pool cannot back, so what the queue (or the next arrival) would owe is never admitted:
+        # no risk from a projection then, only from debt already owed or the usage trend.
+        queue = ~certain & ~guarded & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
+                                       | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         resume = np.zeros(len(ends), dtype=bool)
         past_ceiling = np.full(len(ends), -np.inf)
         burst = rolling_max(f["new_by_run"], cfg.burst_window_iterations)
@@ -184,7 +187,7 @@ def exhaustion_arrays(
             resume &= ~certain & ~guarded
             by_pass &= ~certain & ~guarded & ~resume
         # No queue to project from (closed loop): one more request like the recent ones.
-        arrival = ~certain & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
+        arrival = ~certain & ~guarded & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
             f["arrival_samples"][qi] >= cfg.arrival_min_samples)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -215,6 +218,7 @@ def exhaustion_arrays(
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
             "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass,
             "freed_blocks": window_freed(debt, f, w),
+            "guarded": guarded,
         }
     return out
 
@@ -236,7 +240,9 @@ def exhaustion_frame(
     projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
     minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
     blocks), is_binding (this pool would run out before the target pushes back: its headroom is
-    below the target's by more than ``risk_margin_fraction`` of its capacity).
+    below the target's by more than ``risk_margin_fraction`` of its capacity), guarded (an admission
+    policy was enforcing: it defers what the pool cannot back, so neither a projection nor the usage
+    trend is a risk then, only debt owed).
 
     Args:
         arrays: :func:`exhaustion_arrays` of the same inputs, when already computed.
@@ -311,9 +317,11 @@ def estimate_time_to_exhaustion(
         admits = g["target_admits_queue"].astype(bool)
         resume = basis == 5
         with np.errstate(invalid="ignore"):
+            # Under an enforcing admission policy every admitted request's growth is reserved, so
+            # growth fills the pool up to what is backed: the trend is no risk then, only debt is.
             risk = (basis == 2) | (basis == 4) | resume | (basis == 6) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
                                                            & (g["utilization"] >= cfg.risk_min_utilization)
-                                                           & g["is_binding"])
+                                                           & g["is_binding"] & ~g["guarded"])
         ceiling = float(configs.loc[role, "max_util_for_resume"])
         it = g["iteration"]
         for s, e in runs(in_debt | risk, it, cfg.merge_gap_iterations):

@@ -521,12 +521,14 @@ class StreamingAnalyzer(LiveFindings):
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it, burst)
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
-            queue = not certain and ((not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits
-                                     or qnow > margin)
+            # An enforcing admission policy defers what the pool cannot back: no projection risk
+            # then (the batch rule, exhaustion_arrays, says why).
+            queue = not certain and not self._guarded and (
+                (not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits or qnow > margin)
             # Read only when the basis can be "arrival" (no other use): skipped otherwise.
-            arr_med, arr_max = (arrival_debt(self, p) if not certain and not queue
+            arr_med, arr_max = (arrival_debt(self, p) if not certain and not queue and not self._guarded
                                 and arrival_debt_bound(self, p) > self.cfg.min_debt_blocks else (-math.inf, -math.inf))
-            arrival = not certain and not queue and arr_max > self.cfg.min_debt_blocks
+            arrival = not certain and not self._guarded and not queue and arr_max > self.cfg.min_debt_blocks
             admits = admits or (arrival and not self._guarded and gate_open and arr_med > margin
                                 and len(self._recent_admissions) >= self.cfg.arrival_min_samples)
             if resume or by_pass:
@@ -552,8 +554,8 @@ class StreamingAnalyzer(LiveFindings):
                         / self._configs[p]["tokens_per_block"]
                 binding = room < tgt_room - self.cfg.risk_margin_fraction * cap
                 risk = basis in ("queue", "arrival", "resume", "pass") or (
-                    basis == "trend" and eta <= self.cfg.risk_horizon_s and util >= self.cfg.risk_min_utilization
-                    and binding)
+                    basis == "trend" and not self._guarded and eta <= self.cfg.risk_horizon_s
+                    and util >= self.cfg.risk_min_utilization and binding)
                 if not (certain or risk):
                     self._tte_break[p] = it
                 if certain or risk:

@@ -214,6 +214,10 @@ def test_requests_the_policy_defers_are_reported_as_remediation_deferrals_not_st
     # The enforcing policy defers what the draft pool cannot back: what the target would admit on
     # its own is no longer heading for the raise, so nothing is critical on this healthy run...
     assert [f.summary for f in analysis.findings if f.severity == Severity.CRITICAL] == []
+    # ...and no "at risk" from what the queue or the next arrival would owe: the policy defers
+    # those, so warning of them would page on the remediation at work.
+    assert [f.summary for f in analysis.findings if f.kind == FindingKind.TIME_TO_EXHAUSTION
+            and f.evidence["basis"] in ("queue", "arrival")] == []
     # ...and the streaming analyzer says the same
     from kvscope.analysis.streaming import StreamingAnalyzer
     from kvscope.recording.reader import frame_to_rows
