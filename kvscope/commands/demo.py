@@ -33,14 +33,16 @@ scheduler already admitted (so the analyzer names it well ahead). The scenario's
 GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
 first resume instead."""
 REMEDIATED = "kvscope remediation on, reuse on"
+CAP = "max_sim_seconds=150"
 RUNS: tuple[tuple[str, list[str]], ...] = (
-    ("unpaired, reuse on (today's default)", [ENGINE]),
-    (REMEDIATED, [ENGINE, "max_sim_seconds=150"]),
-    ("paired draft (upstream joint reuse)", [ENGINE, "draft_mode=paired", "max_sim_seconds=150"]),
-    ("block reuse off (today's workaround)", [ENGINE, "enable_block_reuse=false", "max_sim_seconds=150"]),
+    ("unpaired, reuse on (today's default)", [ENGINE, CAP]),
+    (REMEDIATED, [ENGINE, CAP]),
+    ("paired draft (upstream joint reuse)", [ENGINE, "draft_mode=paired", CAP]),
+    ("block reuse off (today's workaround)", [ENGINE, "enable_block_reuse=false", CAP]),
 )
-"""The healthy runs stop after 150 simulated seconds: several times past the unpaired crash (about
-40 s in), enough to show the same traffic survives, short enough for a demo."""
+"""Every run stops after 150 simulated seconds: several times past the unpaired crash (about 40 s
+in), enough to show the same traffic survives, short enough for a demo, and the same span for each
+run so their counts compare (a ``--set`` that keeps the stock run alive must not give it more time)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,13 +100,19 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    extra = list(args.overrides)
+    for _label, overrides in RUNS:  # a bad knob is refused before anything runs or is printed
+        replay_mod.resolve(SCENARIO)[0].with_overrides(overrides + extra)
+    # The labels describe the stock runs; knobs given on top are said with each, since they may
+    # change what a label claims (reuse, pairing).
+    given = f" [--set {' '.join(extra)}]" if extra else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results = []
     for i, (label, overrides) in enumerate(RUNS):
         if not args.json:
-            print(f"[{i + 1}/{len(RUNS)}] replaying {SCENARIO}: {label} ...", flush=True)
+            print(f"[{i + 1}/{len(RUNS)}] replaying {SCENARIO}: {label}{given} ...", flush=True)
         res = _replay(label, overrides + list(args.overrides), out / f"{SCENARIO}-{i}.parquet")
         results.append(res)
         if not args.json:
@@ -123,15 +131,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        _print_side_by_side(results[0], results[1])
+        _print_side_by_side(results[0], results[1], given)
         print(f"\nreports: {report} (stock) and {remediated_report} (remediation on)   events: {out}/   "
               f"({summary['wall_seconds']} s)")
         print("next: kvscope analyze", results[0]["events"], "--html", str(out / "analysis.html"))
     return 0
 
 
-def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any]) -> None:
-    """The same traffic, same engine, block reuse on: stock vs remediation on."""
+def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any], given: str = "") -> None:
+    """The same traffic, same engine, block reuse on (unless ``given`` knobs say otherwise): stock vs
+    remediation on."""
     rem = fixed["remediation"] or {}
     rows = (
         ("engine", "FATAL" if stock["engine_fatal"] else "healthy", "FATAL" if fixed["engine_fatal"] else "healthy"),
@@ -145,7 +154,8 @@ def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any]) -> None:
         ("failures contained / reservations leaked", "-",
          f"{rem.get('requests_contained', 0)} / {rem.get('reservations_leaked', 0)}"),
     )
-    print(f"\n{'same traffic, block reuse on':<42}{'stock':>12}{'kvscope on':>14}")
+    print(f"\n{('same traffic' + given) if given else 'same traffic, block reuse on':<42}{'stock':>12}"
+          f"{'kvscope on':>14}")
     for name, a, b in rows:
         print(f"  {name:<40}{a!s:>12}{b!s:>14}")
 

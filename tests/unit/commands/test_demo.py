@@ -32,3 +32,18 @@ def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_
     keys = remediated["remediation"]
     assert keys["requests_contained"] == 0 and keys["reservations_leaked"] == 0 and keys["deferrals"] > 0
     assert (tmp_path / "report-remediated.html").stat().st_size > 10_000
+
+
+def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_every_run(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "bogus=1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stdout == "" and "unknown knob 'bogus'" in bad.stderr
+    proc = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "enable_block_reuse=false",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    starts = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(starts) == 4 and all(line.endswith("[--set enable_block_reuse=false] ...") for line in starts)
+    assert "same traffic [--set enable_block_reuse=false]" in proc.stdout
+    # Every run gets the same simulated span, so the stock column is not the only one left running.
+    served = next(line for line in proc.stdout.splitlines() if "simulated seconds served" in line).split()
+    assert served[-2:] == ["150", "150"]
