@@ -250,8 +250,11 @@ def _draw_progress(executor: Any) -> None:
 def _print_summary(data: dict[str, Any]) -> None:
     status = ("FATAL: " + str(data["fatal_message"]) if data["engine_fatal"]
               else "STALLED: " + str(data["stall_message"]) if data.get("engine_stalled") else "healthy")
+    if status == "healthy" and data.get("requests_errored"):
+        # The engine served on, but not every request: say so where the verdict is read.
+        status += f" (the engine served on; {data['requests_errored']} requests ended with an error response)"
     print(f"replay {data['source']}: {status}")
-    for key in ("requests_total", "requests_completed", "requests_failed", "requests_rejected",
+    for key in ("requests_total", "requests_completed", "requests_failed", "requests_errored", "requests_rejected",
                 "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",
                 "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",
                 "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",

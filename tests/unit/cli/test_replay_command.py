@@ -62,3 +62,14 @@ def test_a_trace_of_an_unknown_format_is_refused_as_such_before_anything_is_prin
     out = capsys.readouterr()
     assert out.out == ""
     assert "unknown trace format 'conversation.txt'" in out.err and "scenario" not in out.err
+
+
+def test_text_summary_says_when_a_healthy_engine_ended_requests_with_an_error(capsys):
+    assert main(["replay", "--scenario", "shared-prefix", "--remediation", "joint-admission", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine_fatal"] is False and data["requests_errored"] > 0  # the precondition
+    assert main(["replay", "--scenario", "shared-prefix", "--remediation", "joint-admission"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"replay shared-prefix: healthy (the engine served on; {data['requests_errored']} "
+                        "requests ended with an error response)")
+    assert f"  {'requests_errored':<22} {data['requests_errored']}" in lines
