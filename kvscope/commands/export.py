@@ -16,12 +16,14 @@ summary; the live stream and the analyzer child have modules of their own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -164,11 +166,18 @@ def export_files(
     reads the file first: its findings become log records and its draft debt, time to exhaustion
     and alarm level become gauges along the event timeline (one value per metric snapshot).
     """
+    from kvscope.commands._inputs import load_checked
+
     total: dict[str, Any] = {}
     files = []
+    warnings: list[str] = []
     done = 0
     for path in paths:
-        df = read_file(path)
+        # Partial input as `kvscope analyze` takes it: what is readable is exported, what is not is
+        # said (one line per file, on stderr from run()) and makes the export exit 1.
+        df, facts = load_checked([path], read_file)
+        if facts.warning():
+            warnings.append(f"{path}: {facts.warning()}")
         header = df.attrs["kvscope"]["files"][0]["header"] or {}
         anchor = WallClockAnchor.from_dict(header["anchor"])
         meta = header.get("meta") or {}
@@ -204,10 +213,12 @@ def export_files(
                 "rank": int(meta.get("rank", anchor.rank)),
                 "events": s["events"],
                 "dropped_total": s["dropped_total"],
+                "complete": facts.complete,
             }
         )
         _add(total, s)
     total["files"] = files
+    total["input_warnings"] = warnings
     total["endpoint"] = config.endpoint
     total["protocol"] = config.protocol
     total["exported_total"] = sum(
@@ -395,7 +406,45 @@ def _sched_idle() -> None:
             return
 
 
+class _ExporterLog(logging.Handler):
+    """Keeps the OpenTelemetry SDK's own log lines (a retry or a failed export per signal and batch,
+    many for one unreachable collector) out of the terminal: counted, and the first one kept, so
+    the command's one warning line can say what the exporter met."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if self.first is None:
+            try:
+                self.first = record.getMessage().splitlines()[0][:300]
+            except Exception:  # a record that cannot format: counted all the same
+                self.first = record.msg if isinstance(record.msg, str) else repr(record.msg)
+
+
+@contextlib.contextmanager
+def _exporter_log() -> Iterator[_ExporterLog]:
+    sdk = logging.getLogger("opentelemetry")
+    handler = _ExporterLog()
+    saved = sdk.propagate
+    sdk.addHandler(handler)
+    sdk.propagate = False
+    try:
+        yield handler
+    finally:
+        sdk.removeHandler(handler)
+        sdk.propagate = saved
+
+
 def run(args: argparse.Namespace) -> int:
+    with _exporter_log() as sdk_log:
+        return _run(args, sdk_log)
+
+
+def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
     config = OtlpConfig.from_env(
         endpoint=args.otlp_endpoint, protocol=args.protocol, timeout_s=args.timeout
     )
@@ -455,9 +504,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         code = 1
+    for warning in s.get("input_warnings") or ():
+        print(f"kvscope export: warning: {warning}", file=sys.stderr)
+        code = 1
     if s["dropped_total"]:
+        said = (f"; the exporter said {sdk_log.count} time(s), first: {sdk_log.first}" if sdk_log.first else "")
         print(
-            f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow)",
+            f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow){said}",
             file=sys.stderr,
         )
         code = 1

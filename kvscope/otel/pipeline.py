@@ -263,6 +263,30 @@ class BoundedLogProcessor(LogRecordProcessor):
         return self.queue.force_flush(timeout_millis / 1000)
 
 
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` is not ``host:port`` or ``http(s)://host[:port][/path]``, or None. Checked up
+    front: an endpoint no exporter can reach would otherwise drop everything and look like a down
+    collector."""
+    scheme, sep, rest = endpoint.partition("://")
+    if sep:
+        if scheme not in ("http", "https"):
+            return f"scheme {scheme!r}: expected http:// or https://"
+        hostport = rest.split("/", 1)[0]
+        if not hostport:
+            return "no host after the scheme"
+        if ":" in hostport.rsplit("]", 1)[-1]:
+            port = hostport.rsplit(":", 1)[1]
+            if not (port.isdigit() and 0 < int(port) < 65536):
+                return f"port {port!r} is not a port number"
+        return None
+    host, colon, port = endpoint.rpartition(":")
+    if not colon or not host:
+        return "expected host:port (e.g. localhost:4317) or http(s)://host:port"
+    if not (port.isdigit() and 0 < int(port) < 65536):
+        return f"port {port!r} is not a port number"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class OtlpConfig:
     """Where and how to send OTLP. :meth:`from_env` reads the standard variables."""
@@ -282,6 +306,9 @@ class OtlpConfig:
             )
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        why = endpoint_problem(self.endpoint)
+        if why:
+            raise ValueError(f"OTLP endpoint {self.endpoint!r}: {why}")
 
     @classmethod
     def from_env(

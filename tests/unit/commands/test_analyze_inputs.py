@@ -180,3 +180,27 @@ def test_export_refuses_one_file_twice_and_directories_before_exporting(tmp_path
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
         assert "given twice" in err or "is a directory" in err
+
+
+def test_export_takes_partial_input_as_analyze_does_and_says_so_in_one_line_per_problem(tmp_path, fake_clock,
+                                                                                         capsys):
+    path = record(tmp_path / "cut.jsonl", fake_clock, n=40)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])  # cut mid-line, no end record
+    code = main(["export", str(path), "--otlp-endpoint", "http://127.0.0.1:9", "--timeout", "0.1", "--json"])
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert code == 1 and summary["files"][0]["complete"] is False and summary["events"] > 0
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"kvscope export: warning: {path}: partial input: recording not complete")
+    # The collector is down too: kvscope's own line says so, with what the exporter met, and the
+    # SDK's retry messages do not reach the terminal.
+    assert len(lines) == 2 and "item(s) dropped (collector down or too slow); the exporter said" in lines[1]
+
+
+def test_export_refuses_an_endpoint_no_exporter_could_reach(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "ok.parquet", fake_clock)
+    for endpoint in ("notaurl", "ftp://collector:4317", "http://collector:99999"):
+        code = main(["export", str(path), "--otlp-endpoint", endpoint])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and repr(endpoint) in err
