@@ -71,6 +71,11 @@ class ControllerSwitch:
             ctl.set_policy(name)
 
     def stats(self) -> dict[str, Any]:
+        """The controller's counters; once the replay ended, those it ended with (detaching resets
+        the controller: off, nothing reserved), as :attr:`mode_in_effect` does."""
+        final = getattr(self.session, "final_stats", None)
+        if final:
+            return dict(final)
         ctl = self.controller
         return ctl.stats().to_dict() if ctl is not None else {}
 

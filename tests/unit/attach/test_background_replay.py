@@ -40,6 +40,10 @@ def test_remediation_on_from_the_start_finishes_without_the_fatal_error_and_the_
     dash.wait(60)
     assert dash.view.fatal is None and dash.view.counts["reservations"] > 0
     assert max(dash.view.reserved_blocks().values()) >= 0 and r.switch.mode == "on"
+    # After the end the switch reports what the run ended with, as the replay's summary does.
+    stats = r.switch.stats()
+    assert stats["mode"] == "on" and stats["enforcing"] is True
+    assert stats["requests_deferred"] > 0 and stats["reservations_made"] > 0
 
 
 def test_a_second_replay_is_refused_while_one_runs_and_stop_ends_it_as_stopped():
