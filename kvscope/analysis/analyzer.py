@@ -89,15 +89,15 @@ class Analysis:
 
     def to_dict(self) -> dict:
         """The ``kvscope analyze --json`` object."""
-        return {
+        return {  # the verdict first, as the text and HTML reports lead with it
+            "verdict": _plain(self.verdict()),
+            "counts": counts(self.findings),
             "num_events": self.num_events,
             "scenario": self.meta.get("scenario"),
             "engine": self.meta.get("engine"),
             "pools": {p: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],
-            "counts": counts(self.findings),
-            "verdict": _plain(self.verdict()),
             **({"ranks": self.ranks} if self.ranks else {}),
         }
 

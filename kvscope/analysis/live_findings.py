@@ -395,7 +395,8 @@ class LiveFindings:
             summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
                                best["kind"] if best else None, opened),
             evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
-                      "pool_state": dict(zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)),
+                      "pool_state": {k: (v if v >= 0 else None) for k, v in zip(
+                          ("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)},
                       "lead_iterations": best["named_lead_iterations"] if best else None,
                       "lead_kind": best["kind"] if best else None, "open_alarm": opened},
         ))

@@ -280,13 +280,14 @@ def find_engine_fatal(
             req = int(m.group(1))
         role = _pool_name(int(ev.pool[p]))
         t = ts[p] / 1e9
-        state = {"capacity_blocks": row["capacity_blocks"], "free_blocks": row["free_blocks"],
-                 "evictable_blocks": row["evictable_blocks"], "reserved_blocks": row["reserved_blocks"]}
+        # The event file's -1 is "not recorded": unknown (None) in the evidence, never a count.
+        state = {k: (row[k] if row[k] >= 0 else None)
+                 for k in ("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks")}
         f = debt.full.get(role)
         if f is not None:
             state["debt_blocks"] = debt.at(role, "debt", p)
             state["need_blocks"] = debt.at(role, "need", p)
-            if state["capacity_blocks"] < 0:
+            if state["capacity_blocks"] is None:
                 state["capacity_blocks"] = debt.at(role, "capacity", p)
                 state["available_blocks"] = debt.at(role, "available", p)
         leads = fatal_leads(prior, req, t, int(it[p]))

@@ -94,7 +94,9 @@ def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, 
     """An engine failure: request, pool, what it asked, the engine's whole message, the earliest
     finding that named the request (or that none did), and the alarm open on the pool when it
     started earlier (:func:`~kvscope.analysis.incidents.open_alarm`)."""
-    text = (f"engine failed on request {request} in the {pool} pool (asked {asked_tokens} tokens): {message or ''}"
+    # A resize asks for a capacity; a refused resume asks for none (its message says what failed).
+    asked = f" (asked {asked_tokens} tokens)" if asked_tokens > 0 else ""
+    text = (f"engine failed on request {request} in the {pool} pool{asked}: {message or ''}"
             + (f" — first named {named_lead} iterations earlier by {lead_kind}" if named_lead is not None
                else " — no earlier finding named this request"))
     if open_alarm is not None and (named_lead is None or open_alarm["lead_iterations"] > named_lead):

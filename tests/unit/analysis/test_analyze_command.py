@@ -28,6 +28,7 @@ def test_json_prints_one_object_with_findings_when_events_crash(tmp_path):
     res = _kvscope(str(path), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
+    assert list(out)[:2] == ["verdict", "counts"]  # the object leads with the verdict, as the reports do
     assert out["scenario"] == "hand-built"
     kinds = [f["kind"] for f in out["findings"]]
     # criticals first, each severity in time order

@@ -43,6 +43,9 @@ earlier" when that came before the request was named), and the verdict's ``open_
 it was before the failure (``qwen-hybrid-mtp``: warning; its episode turned critical in the failure's
 own iteration); checked: nothing else changed. Regenerated for one additive key: time-to-exhaustion
 evidence ``num_requests`` (requests queued or in prefill during the episode, named or over the cap).
+Regenerated for unknowns shown as unknown: the engine_fatal ``pool_state`` says null where the event
+file recorded -1 ("not recorded"), and its summary drops "(asked 0 tokens)" for a refused resume
+(it asks no capacity); patched in place: nothing else in these objects changed.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
