@@ -6,8 +6,9 @@ This is the batch entry point the CLI, the HTML report and notebooks call; the s
 
 from __future__ import annotations
 
+import datetime
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,14 +68,22 @@ class Analysis:
     error; :func:`~kvscope.analysis.incidents.end_missing`), None when they do not: the verdict is
     then 'incomplete' rather than healthy."""
 
+    wall_clock: Callable[[float], str] | None = None
+    """Event time (s) -> wall-clock text, for a recording on a real clock (:func:`wall_clock_of`);
+    None on the engine model's simulated one."""
+
     def verdict(self) -> dict[str, Any]:
         """:func:`~kvscope.analysis.incidents.verdict` of these findings, with this run's clock,
-        merge gap and input."""
-        return verdict(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
+        merge gap and input; ``wall_time`` when the recording's clock is real."""
+        v = verdict(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
+        if self.wall_clock is not None and v.get("t_s") is not None:
+            v["wall_time"] = self.wall_clock(float(v["t_s"]))
+        return v
 
     def headline(self) -> str:
         """:func:`~kvscope.analysis.incidents.headline` of these findings (see :meth:`verdict`)."""
-        return headline(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
+        return headline(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing,
+                        wall_clock=self.wall_clock)
 
     @property
     def exhaustion(self) -> pd.DataFrame:
@@ -129,6 +138,28 @@ def one_rank_per_pool(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return kept, {"recorded": sorted(int(r) for r in events["rank"].unique()), "analyzed": analyzed}
 
 
+def wall_clock_of(attrs: dict, rank: int | None = None) -> Callable[[float], str] | None:
+    """Event time (s) -> ``YYYY-MM-DD HH:MM:SS UTC`` through the file's wall-clock anchor (an epoch
+    time taken with one reading of the recording's clock), for a recording on a real clock; None for
+    the simulated clock of a replay (its times are the run's own) or a file without an anchor.
+    ``rank``: the file of that rank (the one analyzed), else the first."""
+    files = attrs.get("kvscope", {}).get("files", [])
+    anchors = [((f.get("header") or {}).get("anchor") or {}) for f in files]
+    anchors = [a for a in anchors if rank is None or a.get("rank") == rank] or anchors
+    if not anchors:
+        return None
+    a = anchors[0]
+    if a.get("clock", "simulated") == "simulated" or a.get("epoch_ns") is None or a.get("monotonic_ns") is None:
+        return None
+    offset_ns = int(a["epoch_ns"]) - int(a["monotonic_ns"])
+
+    def wall(t_s: float) -> str:
+        when = datetime.datetime.fromtimestamp((t_s * 1e9 + offset_ns) / 1e9, tz=datetime.timezone.utc)
+        return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    return wall
+
+
 def rank_note(ranks: dict) -> str:
     """One line on which rank each pool was read from (:func:`one_rank_per_pool`)."""
     by_rank: dict[int, list[str]] = {}
@@ -177,6 +208,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=num_read, config=cfg, ranks=ranks,
+        wall_clock=wall_clock_of(ev.attrs, ranks["analyzed"].get("none") if ranks else None),
         end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 

@@ -291,12 +291,15 @@ def end_missing(files: Sequence[dict[str, Any]]) -> str | None:
 
 
 def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,
-             open_within_iterations: int | None = None, *, end_missing: str | None = None) -> str:
+             open_within_iterations: int | None = None, *, end_missing: str | None = None,
+             wall_clock: Callable[[float], str] | None = None) -> str:
     """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
     <whole message>; first warned ... before`` (and, when it started earlier than anything naming
     the request, the alarm open on the failing pool), ``ENGINE STALLED since ...`` or
-    ``healthy: ...``."""
+    ``healthy: ...``. ``wall_clock`` (event time -> wall-clock text) adds the wall-clock time of a
+    recording on a real clock, whose event times count from an arbitrary origin (the host's boot)."""
     v = verdict(findings, time_of, open_within_iterations, end_missing=end_missing)
+    at = (lambda t: f"t={t:.1f} s, {wall_clock(t)}") if wall_clock is not None else (lambda t: f"t={t:.1f} s")
     if v["status"] == "incomplete":
         worst = v["worst_severity"]
         return (f"OUTCOME UNKNOWN: no engine failure in the events read, but {v['message']}"
@@ -305,10 +308,10 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
         worst = v["worst_severity"]
         return ("HEALTHY: no engine failure" + (f"; worst finding {worst}" if worst else "; no findings"))
     if v["status"] == "engine_stalled":
-        return f"ENGINE STALLED since t={v['t_s']:.1f} s (iteration {v['iteration']}): {v['message']}"
+        return f"ENGINE STALLED since {at(v['t_s'])} (iteration {v['iteration']}): {v['message']}"
     req = "unknown request" if v["request_id"] is None else f"request {v['request_id']}"
     pool = f"{v['pool']} pool" if v["pool"] else "unknown pool"
-    out = f"ENGINE FATAL at t={v['t_s']:.1f} s (iteration {v['iteration']}), {req}, {pool}: {v['message']}"
+    out = f"ENGINE FATAL at {at(v['t_s'])} (iteration {v['iteration']}), {req}, {pool}: {v['message']}"
     for key, word in (("first_warning", "warned"), ("first_critical", "critical")):
         w = v.get(key)
         if w:

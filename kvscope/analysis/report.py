@@ -94,14 +94,15 @@ def _verdict_html(analysis: Analysis) -> str:
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
                 f"<div>{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "")
                 + ".</div></div>")
+    wall = f", {html.escape(v['wall_time'])}" if v.get("wall_time") else ""
     if v["status"] == "engine_stalled":
-        return (f"<div class='verdict fatal'><h2>ENGINE STALLED since t={v['t_s']:.1f} s (iteration "
+        return (f"<div class='verdict fatal'><h2>ENGINE STALLED since t={v['t_s']:.1f} s{wall} (iteration "
                 f"{_unknown(v['iteration'])}): it schedules nothing while requests are live</h2>"
                 f"<pre>{html.escape(str(v['message']))}</pre></div>")
     req = v["request_id"]
     req_txt = f"request {req}" if req is not None else "<span class='unknown'>unknown request</span>"
     pool_txt = f"{html.escape(v['pool'])} pool" if v["pool"] else "<span class='unknown'>unknown pool</span>"
-    parts = [f"<div class='verdict fatal'><h2>ENGINE FATAL at t={v['t_s']:.1f} s (iteration {_unknown(v['iteration'])}), "
+    parts = [f"<div class='verdict fatal'><h2>ENGINE FATAL at t={v['t_s']:.1f} s{wall} (iteration {_unknown(v['iteration'])}), "
              f"{req_txt}, {pool_txt}</h2>",
              f"<pre>{html.escape(str(v['message'] or 'no message recorded'))}</pre>"]
     shown: set[str] = set()

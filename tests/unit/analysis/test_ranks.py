@@ -52,3 +52,20 @@ def test_a_pool_only_a_later_rank_recorded_is_read_from_that_rank():
     assert [f[:3] + f[4:5] for f in _facts(both)] == [f[:3] + f[4:5] for f in _facts(one)]
     assert [f.kind.value for f in both.findings].count("engine_fatal") == 1
     assert [f.pools for f in both.findings] == [f.pools for f in one.findings]
+
+
+def test_a_recording_on_a_real_clock_gives_the_failure_its_wall_clock_time():
+    import copy
+    import datetime
+
+    frame = read_frame(DATA / "glm5-dsa.parquet")
+    assert "UTC" not in analyze(frame).headline()  # a replay's simulated clock is the run's own
+    real = frame.copy()
+    real.attrs = copy.deepcopy(frame.attrs)
+    anchor = real.attrs["kvscope"]["files"][0]["header"]["anchor"]
+    anchor.update(clock="monotonic", monotonic_ns=5_000_000_000, epoch_ns=1_796_208_000_000_000_000)
+    a = analyze(real)
+    t = a.verdict()["t_s"]
+    expected = datetime.datetime.fromtimestamp(1_796_208_000 + t - 5.0, tz=datetime.timezone.utc)
+    assert a.verdict()["wall_time"] == expected.strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert a.headline().startswith(f"ENGINE FATAL at t={t:.1f} s, {a.verdict()['wall_time']} (iteration ")
