@@ -304,6 +304,9 @@ def coerce_knob(name: str, kind: type, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     text = raw.strip()
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return _coerce_enum(name, kind, text)  # its own message lists the values
+    words = {bool: "true or false", int: "an integer", float: "a number"}
     try:
         if kind is bool:
             lowered = text.lower()
@@ -311,15 +314,13 @@ def coerce_knob(name: str, kind: type, raw: Any) -> Any:
                 return True
             if lowered in ("0", "false", "no", "off"):
                 return False
-            raise ValueError("expected true/false")
+            raise ValueError
         if kind is int:
             return _parse_int(text)
         if kind is float:
             return float(text)
-        if issubclass(kind, Enum):
-            return _coerce_enum(name, kind, text)
-    except ValueError as exc:
-        raise ValueError(f"knob {name!r} expects {kind.__name__}, got {raw!r} ({exc})") from None
+    except ValueError:
+        raise ValueError(f"knob {name!r} expects {kind.__name__} ({words[kind]}), got {raw!r}") from None
     return text
 
 
@@ -337,8 +338,14 @@ def _coerce_enum(name: str, enum_cls: type[Enum], value: Any) -> Enum:
     try:
         return enum_cls(value)
     except ValueError:
-        valid = ", ".join(m.value for m in enum_cls)  # type: ignore[attr-defined]
-        raise ValueError(f"knob {name!r} must be one of: {valid}; got {value!r}") from None
+        pass
+    if isinstance(value, str):  # values are lower case; PAIRED means paired
+        try:
+            return enum_cls(value.lower())
+        except ValueError:
+            pass
+    valid = ", ".join(m.value for m in enum_cls)  # type: ignore[attr-defined]
+    raise ValueError(f"knob {name!r} must be one of: {valid}; got {value!r}")
 
 
 def _split_pair(pair: str) -> tuple[str, str]:

@@ -74,12 +74,21 @@ def test_set_rejects_unknown_key_when_misspelt():
 
 
 def test_set_rejects_value_when_not_the_knob_type():
-    with pytest.raises(ValueError, match=r"knob 'max_batch_size' expects int, got 'many'"):
+    with pytest.raises(ValueError, match=r"^knob 'max_batch_size' expects int \(an integer\), got 'many'$"):
         GLM5_DSA.with_overrides(["max_batch_size=many"])
+    with pytest.raises(ValueError, match=r"^knob 'seed' expects int \(an integer\), got 'abc'$"):  # no parser detail
+        GLM5_DSA.with_overrides(["seed=abc"])
     with pytest.raises(ValueError, match=r"knob 'draft_mode' must be one of: unpaired, paired"):
         GLM5_DSA.with_overrides(["draft_mode=joint"])
     with pytest.raises(ValueError, match="--set expects key=value"):
         GLM5_DSA.with_overrides(["seed"])
+
+
+def test_an_enum_knob_takes_its_value_in_any_case():
+    from kvscope.engine_model.config import DraftMode
+
+    config = GLM5_DSA.with_overrides(["engine_version=main-00746ef", "draft_mode=PAIRED"])
+    assert config.draft_mode is DraftMode.PAIRED
 
 
 def test_validation_states_rule_when_value_out_of_range():
