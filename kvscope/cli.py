@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvscope",
         description="Observe and remediate the KV cache of LLM inference engines.",
     )
+    from kvscope import __version__
+
+    parser.add_argument("--version", action="version", version=f"kvscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

@@ -32,3 +32,10 @@ def test_unknown_command_exits_nonzero_with_one_error_line_when_called():
     proc = run_cli("frobnicate")
     assert proc.returncode != 0
     assert "invalid choice" in proc.stderr
+
+
+def test_version_prints_the_installed_version_when_asked():
+    from importlib.metadata import version
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"kvscope {version('kvscope')}"
