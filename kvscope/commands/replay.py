@@ -106,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.scenario and not args.trace:
         raise ValueError("give --scenario NAME or --trace PATH (see --help)")
     source = args.scenario or args.trace
+    if getattr(args, "sizing_from", None) and (getattr(args, "sizing", None) or "").strip().lower() != "auto":
+        # Read only to size from a recording: given with another plan (or none) it would be ignored.
+        raise ValueError("--sizing-from EVENTS is read only with --sizing auto")
     if args.events:
         _check_events_path(args.events)
     if args.trace and not os.path.isfile(args.trace):

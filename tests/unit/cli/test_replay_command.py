@@ -73,3 +73,11 @@ def test_text_summary_says_when_a_healthy_engine_ended_requests_with_an_error(ca
     assert lines[0] == (f"replay shared-prefix: healthy (the engine served on; {data['requests_errored']} "
                         "requests ended with an error response)")
     assert f"  {'requests_errored':<22} {data['requests_errored']}" in lines
+
+
+def test_sizing_from_without_sizing_auto_is_refused_not_ignored(capsys):
+    events = "tests/unit/analysis/data/oversize.parquet"
+    for extra in ([], ["--sizing", "4x"]):
+        assert main(["replay", "--scenario", "oversize", "--sizing-from", events, *extra, "--json"]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and "--sizing-from EVENTS is read only with --sizing auto" in out.err
