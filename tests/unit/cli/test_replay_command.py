@@ -76,7 +76,9 @@ def test_text_summary_says_when_a_healthy_engine_ended_requests_with_an_error(ca
 
 
 def test_sizing_from_without_sizing_auto_is_refused_not_ignored(capsys):
-    events = "tests/unit/analysis/data/oversize.parquet"
+    from pathlib import Path
+
+    events = str(Path(__file__).parents[1] / "analysis" / "data" / "oversize.parquet")
     for extra in ([], ["--sizing", "4x"]):
         assert main(["replay", "--scenario", "oversize", "--sizing-from", events, *extra, "--json"]) == 2
         out = capsys.readouterr()
