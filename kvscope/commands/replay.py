@@ -250,6 +250,20 @@ def _draw_progress(executor: Any) -> None:
     sys.stderr.flush()
 
 
+def _text(key: str, value: Any) -> str:
+    """A summary value as text (``--json`` has the values themselves): shares as percentages,
+    mappings as ``name value`` pairs, nothing as ``-``."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        if not value:
+            return "-"
+        if key == "peak_utilization":
+            return ", ".join(f"{k} {v:.1%}" for k, v in value.items())
+        return ", ".join(f"{k}: {_text(k, v)}" for k, v in value.items())
+    return str(value)
+
+
 def _print_summary(data: dict[str, Any]) -> None:
     status = ("FATAL: " + str(data["fatal_message"]) if data["engine_fatal"]
               else "STALLED: " + str(data["stall_message"]) if data.get("engine_stalled") else "healthy")
@@ -262,6 +276,6 @@ def _print_summary(data: dict[str, Any]) -> None:
                 "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",
                 "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",
                 "deferrals"):
-        print(f"  {key:<22} {data[key]}")
+        print(f"  {key:<22} {_text(key, data[key])}")
         if key == "requests_rejected" and data.get("requests_cancelled"):
             print(f"  {'requests_cancelled':<22} {data['requests_cancelled']}")

@@ -83,3 +83,12 @@ def test_sizing_from_without_sizing_auto_is_refused_not_ignored(capsys):
         assert main(["replay", "--scenario", "oversize", "--sizing-from", events, *extra, "--json"]) == 2
         out = capsys.readouterr()
         assert out.out == "" and "--sizing-from EVENTS is read only with --sizing auto" in out.err
+
+
+def test_text_summary_shows_values_not_python_reprs(capsys):
+    assert main(["replay", "--scenario", "oversize"]) == 0
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert lines["peak_utilization"].startswith("target ") and lines["peak_utilization"].endswith("%")
+    assert lines["sizing"] == "-" and lines["remediation"] == "mode: off, policy: -"
+    assert lines["rejected_by_reason"] == "prompt_len > max_seq_len: 1"
+    assert not any(c in text for text in lines.values() for c in "{}'") and "None" not in lines.values()
