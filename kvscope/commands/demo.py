@@ -24,6 +24,7 @@ from kvscope import replay as replay_mod
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.engines.model import instrument_replay
+from kvscope.recording.files import check_writable
 from kvscope.remedy import RemediatedSession
 
 SCENARIO = "glm5-dsa"
@@ -107,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
     # change what a label claims (reuse, pairing).
     given = f" [--set {' '.join(extra)}]" if extra else ""
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder")
+    check_writable(out / "report.html")  # the folder, made and probed before any run (one line if not)
     t0 = time.perf_counter()
     results = []
     for i, (label, overrides) in enumerate(RUNS):

@@ -38,6 +38,12 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "bogus=1", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stdout == "" and "unknown knob 'bogus'" in bad.stderr
+    (tmp_path / "a-file").write_text("")
+    for out, why in ((tmp_path / "a-file", "is a file, not a folder"), ("/proc/nope", "cannot create folder")):
+        bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--out", str(out)],
+                             capture_output=True, text=True, timeout=600)
+        assert bad.returncode == 2 and bad.stdout == "" and why in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Errno" not in bad.stderr
     proc = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "enable_block_reuse=false",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
