@@ -371,7 +371,12 @@ def estimate_time_to_exhaustion(
                     "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
                     "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
                     "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
-                    "projected_debt_blocks": row["projected_debt_blocks"],
+                    # what the opening summary quotes: the largest of the three projections (the
+                    # streaming analyzer's value too)
+                    "projected_debt_blocks": float(max(row["projected_debt_blocks"], row["projected_now_debt_blocks"],
+                                                       row["projected_queue_now_debt_blocks"])),
+                    # the most the pool owed during the episode ("certain" is true when it ever owed)
+                    "peak_debt_blocks": _nanmax(g["debt_blocks"][s : e + 1]),
                     "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
                     "named_at": [[r, i] for r, i in named],
                     "num_requests": num_named,  # queued or in prefill during it (request_ids: the first)

@@ -218,6 +218,8 @@ class LiveFindings:
                 ep.opening = tte_summary(p, f.evidence["basis"], eta, eta_it, it, f.evidence["utilization"],
                                          f.evidence["available_blocks"], ep.opening_what)
             ev["certain"] = ev["certain"] or certain
+            if not math.isnan(d) and (math.isnan(ev["peak_debt_blocks"]) or d > ev["peak_debt_blocks"]):
+                ev["peak_debt_blocks"] = d
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
             if basis == "resume":
                 ev["resume_ceiling"] = True
@@ -244,7 +246,7 @@ class LiveFindings:
                       "past_ceiling_blocks": past if basis == "resume" else None,
                       "critical_at_iteration": it if crit else None,
                       "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
-                      "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj,
+                      "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj, "peak_debt_blocks": d,
                       "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
                       "named_at": [[r, i] for r, i in order], "num_requests": num_named, "end_basis": basis,
                       "end_utilization": util,

@@ -45,7 +45,10 @@ own iteration); checked: nothing else changed. Regenerated for one additive key:
 evidence ``num_requests`` (requests queued or in prefill during the episode, named or over the cap).
 Regenerated for unknowns shown as unknown: the engine_fatal ``pool_state`` says null where the event
 file recorded -1 ("not recorded"), and its summary drops "(asked 0 tokens)" for a refused resume
-(it asks no capacity); patched in place: nothing else in these objects changed.
+(it asks no capacity); patched in place: nothing else in these objects changed. Patched in place for
+the time-to-exhaustion evidence: ``projected_debt_blocks`` is the projection the opening summary
+quotes (the largest of the three; the streaming analyzer's value), and the new ``peak_debt_blocks``
+is the most the pool owed during the episode.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -176,7 +176,8 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
             assert (got["lead_iterations"], got["lead_kind"]) == (f.evidence["lead_iterations"], f.evidence["lead_kind"])
 
 
-_END = ("end_basis", "end_utilization", "end_available_blocks", "peak_utilization", "estimated_at_iteration")
+_END = ("end_basis", "end_utilization", "end_available_blocks", "peak_utilization", "estimated_at_iteration",
+        "projected_debt_blocks", "peak_debt_blocks")
 
 
 def _assert_tte_read_alike(live, batch):
