@@ -36,6 +36,8 @@ class Run:
     """A built-in scenario name, or ``trace:FILE`` under the traces directory."""
     sets: tuple[str, ...] = ()
     tuned: bool = False
+    remediation: str = ""
+    """``kvscope replay --remediation`` (a mode or a policy); empty: stock."""
 
 
 def _traces_dir() -> Path:
@@ -78,6 +80,28 @@ FULL: list[Run] = [
     *_variants("trace:synthetic_trace.jsonl", (0,), ((), ("max_requests=1500",)), prefix="mooncake-synthetic"),
 ]
 
+
+def _remedied(source: str, seeds, mode: str, sets: tuple[str, ...] = (), tag: str = "") -> list[Run]:
+    return [Run(f"{source}[remediation={mode}{',' + tag if tag else ''},seed={seed}]", source,
+                (*sets, f"seed={seed}"), remediation=mode) for seed in seeds]
+
+
+# Remediation at work: healthy runs where the pools run full by design (the policy defers what the
+# draft pool cannot back). A finding there must not page; seed 0 of glm5-dsa is the run the
+# enforcing-policy rule was read against, the others are held out.
+FULL += [
+    Run("glm5-dsa[remediation=on,seed=0]", "glm5-dsa", ("seed=0",), tuned=True, remediation="on"),
+    *_remedied("glm5-dsa", (1, 2), "on"),
+    *_remedied("glm5-dsa", (3,), "auto"),
+    *_remedied("glm5-dsa", (9,), "on", ("engine_version=main-00746ef", "requests_in_flight=48"), "main,48 in flight"),
+    *_remedied("glm5-dsa", (10,), "worst-case", ("max_requests=400",), "400 req"),
+    *_remedied("shared-prefix", (0, 1), "on"),
+    *_remedied("shared-prefix", (11,), "joint-admission", ("engine_version=main-00746ef",), "main"),
+    *_remedied("qwen-hybrid-mtp", (0, 1), "on"),
+    *_remedied("near-miss", (12,), "on", ("engine_version=main-00746ef",), "main"),
+    *_remedied("mooncake-conversation", (0,), "on"),
+]
+
 SHORT: list[Run] = [
     Run("glm5-dsa[64 req]", "glm5-dsa", ("max_requests=64",), tuned=True),
     Run("glm5-dsa[reuse-off,400 req,main]", "glm5-dsa",
@@ -101,6 +125,8 @@ SHORT: list[Run] = [
     Run("shared-prefix[seed=4,main]", "shared-prefix", ("seed=4", "engine_version=main-00746ef")),
     Run("mooncake-conversation[300 req,seed=0,main]", "mooncake-conversation",
         ("max_requests=300", "seed=0", "engine_version=main-00746ef")),
+    # Remediation on: the draft pool runs full while the policy defers; nothing may page.
+    Run("glm5-dsa[remediation=on,400 req,seed=1]", "glm5-dsa", ("max_requests=400", "seed=1"), remediation="on"),
 ]
 
 
@@ -133,6 +159,8 @@ def replay(run: Run, out_dir: Path, *, reuse: bool = False, timeout_s: float = 1
         cmd += ["--scenario", run.source]
     for s in run.sets:
         cmd += ["--set", s]
+    if run.remediation:
+        cmd += ["--remediation", run.remediation]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:  # reported as not scored, never the whole corpus lost
@@ -143,8 +171,11 @@ def replay(run: Run, out_dir: Path, *, reuse: bool = False, timeout_s: float = 1
     return json.loads(res.stdout), path
 
 
-def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, float]]:
-    """The engine's own record: the replay summary and its ENGINE_FAILED / REQUEST_ARRIVED rows."""
+def label(run: Run, summary: dict, path: Path, *, out_dir: Path | None = None,
+          timeout_s: float = 1800.0) -> tuple[RunLabel, dict[int, float]]:
+    """The engine's own record: the replay summary and its ENGINE_FAILED / REQUEST_ARRIVED rows. A
+    healthy ``auto`` run whose remediation a finding switched on is compared with its stock twin
+    (replayed, or read from ``out_dir`` where the corpus left it): ``averted_at_iteration``."""
     ev = read_frame(path)
     kind = ev["kind"].cat.codes.to_numpy()
     it = ev["iteration"].to_numpy()
@@ -152,8 +183,11 @@ def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, floa
     sched = kind == EVENT_KINDS.index(EventKind.ITERATION_SCHEDULED)
     times = dict(zip(it[sched].tolist(), ts[sched].tolist()))
     if not summary["engine_fatal"]:
+        averted = None
+        if run.remediation == "auto" and out_dir is not None:
+            averted = _averted_at(run, ev, kind, it, out_dir, timeout_s)
         return RunLabel(run.name, False, float(summary["sim_seconds"]), held_out=not run.tuned,
-                        stalled=bool(summary.get("engine_stalled", False))), times
+                        stalled=bool(summary.get("engine_stalled", False)), averted_at_iteration=averted), times
     fpos = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.ENGINE_FAILED))
     req = summary.get("fatal_request_id")
     arrival = None
@@ -166,6 +200,22 @@ def label(run: Run, summary: dict, path: Path) -> tuple[RunLabel, dict[int, floa
     return RunLabel(run.name, True, float(summary["sim_seconds"]), fatal_iteration=int(it[p]),
                     fatal_t_s=float(ts[p]), fatal_request=None if req is None else int(req), fatal_pool=pool,
                     failing_arrival_iteration=arrival, held_out=not run.tuned), times
+
+
+def _averted_at(run: Run, ev, kind, it, out_dir: Path, timeout_s: float) -> int | None:
+    """The iteration a finding switched ``auto`` remediation on, when the stock twin crashed after
+    it (else None: the switch averted nothing the labels can show)."""
+    changed = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.REMEDIATION_MODE_CHANGED))
+    reasons = ev["reason"].to_numpy()
+    trig = [int(it[p]) for p in changed if "trigger=" in str(reasons[p]) and "enforcing=1" in str(reasons[p])]
+    if not trig:
+        return None
+    twin = Run(run.name.replace(f"remediation={run.remediation}", "stock twin"), run.source, run.sets)
+    summary, _path = replay(twin, out_dir, reuse=True, timeout_s=timeout_s)
+    if not summary["engine_fatal"]:
+        return None
+    twin_label, _ = label(twin, summary, _path)
+    return trig[0] if (twin_label.fatal_iteration or -1) >= trig[0] else None
 
 
 def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool = False,
@@ -182,7 +232,7 @@ def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool 
             if skipped is not None:
                 skipped.append(run.name)
             return None
-        lab, times = label(run, summary, path)
+        lab, times = label(run, summary, path, out_dir=out_dir, timeout_s=timeout_s)
         return score_run(lab, analyze_files(path).findings, times)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -221,13 +271,15 @@ def main() -> int:
         for s in scores:
             lab = s.label
             what = (f"CRASH it {lab.fatal_iteration} req {lab.fatal_request} {lab.fatal_pool}" if lab.crashed
-                    else f"{'STALLED' if lab.stalled else 'healthy'} {lab.sim_seconds:.0f} s")
+                    else f"{'STALLED' if lab.stalled else 'healthy'} {lab.sim_seconds:.0f} s"
+                    + (f", averted at it {lab.averted_at_iteration}" if lab.averted_at_iteration is not None else ""))
             ow = s.first_warning.get("overall")
             oc = s.first_critical.get("overall")
             hc = s.healthy_counts.get("overall")
             print(f"  {lab.name:<58} {what:<34} "
                   + (f"warn lead {ow['lead_iterations'] if ow else '-'} it, crit lead {oc['lead_iterations'] if oc else '-'} it"
-                     if lab.crashed else f"{hc['critical']} critical, {hc['warning']} warnings"))
+                     if lab.crashed else f"{hc['critical']} critical, {hc['warning']} warnings"
+                     + (" after the switch" if lab.averted_at_iteration is not None else "")))
     return 0
 
 

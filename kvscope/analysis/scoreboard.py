@@ -53,6 +53,12 @@ class RunLabel:
     stalled: bool = False
     """The engine stopped scheduling with requests live (replay summary ``engine_stalled``): not
     healthy, so its findings are not false alarms; not a crash either."""
+    averted_at_iteration: int | None = None
+    """A healthy run whose remediation (``auto``) a finding switched on at this iteration, and whose
+    stock twin (the same traffic and knobs, no remediation; identical up to the switch) crashed
+    after it: the findings opened before the switch are the alarm that averted the crash, so they
+    are neither false alarms nor healthy-run noise. The findings after it are scored as any
+    healthy run's."""
 
     @property
     def draft_capacity_crash(self) -> bool:
@@ -78,6 +84,8 @@ def score_run(label: RunLabel, findings: Sequence[Finding], iteration_times: dic
             after it started (its ``named_at``); when missing the finding's start time is used.
     """
     scored = [f for f in findings if f.kind.value in _SCORED_KINDS and f.severity.rank >= Severity.WARNING.rank]
+    if not label.crashed and label.averted_at_iteration is not None:
+        scored = [f for f in scored if f.iteration_start >= label.averted_at_iteration]
     if not label.crashed:
         counts: dict[str, dict[str, int]] = {k: {"critical": 0, "warning": 0} for k in (*_SCORED_KINDS, OVERALL)}
         for f in scored:

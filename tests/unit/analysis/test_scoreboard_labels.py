@@ -25,3 +25,18 @@ def test_a_stalled_run_is_counted_apart_and_its_stall_is_no_false_critical():
     # the same critical on a run labelled healthy is a false alarm
     board = scoreboard([score_run(RunLabel("healthy2", False, 3600.0), [stall]), healthy])
     assert board["detectors"]["overall"]["false_critical_runs"] == ["healthy2"]
+
+
+def test_the_alarm_that_switched_auto_remediation_on_is_no_false_critical_but_later_findings_count():
+    alarm = _finding(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 292)
+    later = _finding(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 5000)
+    averted = score_run(RunLabel("auto", False, 3600.0, averted_at_iteration=293), [alarm, later])
+    assert averted.healthy_counts["overall"] == {"critical": 0, "warning": 1}
+    board = scoreboard([averted])
+    assert board["detectors"]["overall"]["false_critical_runs"] == []
+    # a critical after the switch is a false alarm like any healthy run's, and without a twin's
+    # crash (no averted_at_iteration) so is the one before it
+    after = score_run(RunLabel("auto2", False, 3600.0, averted_at_iteration=293),
+                      [_finding(FindingKind.ADMISSION_GAP, Severity.CRITICAL, 400)])
+    plain = score_run(RunLabel("auto3", False, 3600.0), [alarm])
+    assert scoreboard([after, plain])["detectors"]["overall"]["false_critical_runs"] == ["auto2", "auto3"]
