@@ -16,9 +16,10 @@ Readings (``NVIDIA/TensorRT-LLM``; details and the inferences in ``SOURCES.md``,
   N". Its scheduler has no recompute pause, page preemption or prefix-aware skip, raises its deadlock
   error on the first pass that schedules nothing while generation waits, and checks the chunk unit
   after ``prepare_context`` (a first chunk it then skips keeps its prepared target cache). The
-  commit of those stored copies is not given by the index: matched by features and by the report's
-  facts (message without suffix, ``draft_mgr=`` log line, a build that crashed with block reuse on,
-  i.e. without joint reuse).
+  index lists no commit for them; reading the file at a commit finds the manager copy at 218ea16
+  (the scheduler copy's is still unknown). Neither is tied to the tag: both are matched by
+  features and by the report's facts (message without suffix, ``draft_mgr=`` log line, a build
+  that crashed with block reuse on, i.e. without joint reuse).
 - ``1.3.0rc27`` (hybrid report; commit not given): no stored copy can be tied to it. Taken as the
   0004396 reading (joint reuse present, manager under ``pyexecutor/kv_cache/``, draft tokens on the
   last chunk only, no scheduler-side mirror admission, no diagnostic suffix), because #18093 merged
@@ -124,7 +125,8 @@ _NEW_MODULE = "tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2"
 RC25 = EngineBuild(
     version="1.3.0rc25", build="v1.3.0rc25 785c948",
     scheduler_source="scheduler/scheduler_v2.py, stored copy of 46,253 chars (commit inferred: rc25 era)",
-    kv_manager_source="pyexecutor/kv_cache_manager_v2.py, stored copy of 140,614 chars (commit inferred)",
+    kv_manager_source="pyexecutor/kv_cache_manager_v2.py, stored copy of 140,614 chars (commit 218ea16; rc25 era "
+                      "by features)",
     kv_manager_module=_OLD_MODULE, scheduler_admits_mirror=False, draft_pool_diagnostic=False,
     draft_len_on_every_chunk=True, joint_reuse=False, missing_gen_mirror=MissingGenMirror.RAISE_MISSING,
     context_mirror_unchecked=True, has_cache_tier_below_gpu=False, recompute_pause=False,
