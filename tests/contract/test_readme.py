@@ -97,6 +97,8 @@ def test_every_command_line_shown_uses_options_the_command_has_when_checked():
     for tokens in commands:
         if tokens[0] == "kvscope-instrument":
             key, args = "kvscope-instrument", ["-m", "kvscope.engines.launcher", "--help"]
+        elif tokens[1].startswith("-"):  # an option of kvscope itself (kvscope --version)
+            key, args = "kvscope", ["-m", "kvscope", "--help"]
         else:
             key, args = tokens[1], ["-m", "kvscope", tokens[1], "--help"]
         if key not in helps:
