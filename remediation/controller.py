@@ -359,6 +359,11 @@ class Controller:
         if new_mode is Mode.OFF and not self._shared and not self.pass_hooks:
             self._installed = False
             self.port.set_admission_policy(None)
+        elif new_mode is not Mode.OFF and not self._installed:
+            # Two records applied in one pass (the starting "off", then a switch made before the
+            # first pass): the off uninstalled the gate, so the mode that follows puts it back.
+            self._installed = True
+            self.port.set_admission_policy(self)
 
     def _fold_totals(self) -> None:
         p, t = self._policy, self._totals

@@ -119,3 +119,15 @@ def test_set_policy_starts_a_fresh_ledger_from_the_running_requests():
     ctl.set_policy("worst-case")
     ctl.begin_pass(make_view(1, started=[make_request(1, first=False, position=4)]))
     assert ctl.policy_name == "worst-case" and ctl.stats().reserved_blocks == {"draft": 9}
+
+
+def test_switched_on_before_the_first_pass_of_an_engine_started_off_it_stays_installed_and_enforces():
+    # The starting "off" and the switch to "on" are both applied at the first pass: the off must
+    # not leave the gate uninstalled while the controller says it enforces.
+    port = FakePort()
+    ctl = attach(port, mode="off")
+    ctl.set_mode("on")
+    assert _fill(ctl, 0) == [Verdict.ADMIT] * 4 + [Verdict.DEFER] * 2
+    assert ctl.mode == "on" and ctl.enforcing and port.policy is ctl
+    modes = [parse_kv(e.reason)["mode"] for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED]
+    assert modes == ["off", "on"]
