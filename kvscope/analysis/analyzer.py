@@ -43,6 +43,7 @@ from kvscope.analysis.request_detectors import (
     find_reuse_loss,
     find_stalled_requests,
 )
+from kvscope.events import EventKind, parse_kv
 
 
 @dataclass(slots=True)
@@ -71,6 +72,9 @@ class Analysis:
     wall_clock: Callable[[float], str] | None = None
     """Event time (s) -> wall-clock text, for a recording on a real clock (:func:`wall_clock_of`);
     None on the engine model's simulated one."""
+    remediation_triggered: dict | None = None
+    """``{"iteration", "t_s", "trigger"}`` of the first REMEDIATION_MODE_CHANGED that a finding
+    triggered (``--remediation auto``), None when none did (:func:`first_trigger`)."""
 
     def verdict(self) -> dict[str, Any]:
         """:func:`~kvscope.analysis.incidents.verdict` of these findings, with this run's clock,
@@ -78,12 +82,21 @@ class Analysis:
         v = verdict(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing)
         if self.wall_clock is not None and v.get("t_s") is not None:
             v["wall_time"] = self.wall_clock(float(v["t_s"]))
+        if self.remediation_triggered is not None:
+            v["remediation_triggered"] = dict(self.remediation_triggered)
         return v
 
     def headline(self) -> str:
-        """:func:`~kvscope.analysis.incidents.headline` of these findings (see :meth:`verdict`)."""
-        return headline(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing,
+        """:func:`~kvscope.analysis.incidents.headline` of these findings (see :meth:`verdict`); it
+        says when a finding switched auto remediation on (a healthy run's critical is then the
+        alarm it acted on)."""
+        text = headline(self.findings, self.time_of, self.config.merge_gap_iterations, end_missing=self.end_missing,
                         wall_clock=self.wall_clock)
+        trig = self.remediation_triggered
+        if trig is not None:
+            text += (f"; remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
+                     f"{trig['trigger']}")
+        return text
 
     @property
     def exhaustion(self) -> pd.DataFrame:
@@ -160,6 +173,17 @@ def wall_clock_of(attrs: dict, rank: int | None = None) -> Callable[[float], str
     return wall
 
 
+def first_trigger(ev: EventColumns) -> dict | None:
+    """The first REMEDIATION_MODE_CHANGED that switched enforcement on at a finding's trigger."""
+    pos = ev.positions(EventKind.REMEDIATION_MODE_CHANGED)
+    for p, reason in zip(pos, ev.reason_at(pos)):
+        kv = parse_kv(reason)
+        if kv.get("trigger") and kv.get("enforcing"):
+            return {"iteration": int(ev.iteration[p]), "t_s": float(ev.ts_ns[p]) / 1e9,
+                    "trigger": str(kv["trigger"]).replace("_", " ")}
+    return None
+
+
 def rank_note(ranks: dict) -> str:
     """One line on which rank each pool was read from (:func:`one_rank_per_pool`)."""
     by_rank: dict[int, list[str]] = {}
@@ -209,6 +233,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=num_read, config=cfg, ranks=ranks,
         wall_clock=wall_clock_of(ev.attrs, ranks["analyzed"].get("none") if ranks else None),
+        remediation_triggered=first_trigger(ev),
         end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 

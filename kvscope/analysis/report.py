@@ -91,9 +91,13 @@ def _verdict_html(analysis: Analysis) -> str:
                 f"{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "") + ".</div></div>")
     if v["status"] == "healthy":
         worst = v.get("worst_severity")
+        trig = v.get("remediation_triggered")
+        acted = (f"<div>Remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
+                 f"{html.escape(trig['trigger'])}: the findings before it are the alarm it acted on.</div>"
+                 if trig else "")
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
                 f"<div>{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "")
-                + ".</div></div>")
+                + f".</div>{acted}</div>")
     wall = f", {html.escape(v['wall_time'])}" if v.get("wall_time") else ""
     if v["status"] == "engine_stalled":
         return (f"<div class='verdict fatal'><h2>ENGINE STALLED since t={v['t_s']:.1f} s{wall} (iteration "

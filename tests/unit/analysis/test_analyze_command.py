@@ -73,3 +73,19 @@ def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
     assert lines[0].startswith(f"{crash}: ENGINE FATAL") and lines[1].startswith(f"{healthy}: HEALTHY")
     assert f"== {crash}" in lines and f"== {healthy}" in lines
     assert lines.index(f"== {healthy}") > lines.index(f"== {crash}") + 2  # the first run's findings in between
+
+
+def test_a_healthy_auto_run_says_which_finding_switched_remediation_on(tmp_path):
+    events = tmp_path / "auto.parquet"
+    res = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "qwen-hybrid-mtp", "--remediation",
+                          "auto", "--events", str(events), "--json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-1000:]
+    assert json.loads(res.stdout)["engine_fatal"] is False
+    res = _kvscope(str(events), "--json", "--html", str(tmp_path / "r.html"))
+    verdict = json.loads(res.stdout)["verdict"]
+    trig = verdict["remediation_triggered"]
+    assert verdict["status"] == "healthy" and trig["trigger"].endswith("finding") and trig["iteration"] >= 0
+    text = _kvscope(str(events)).stdout.splitlines()[0]
+    assert text.endswith(f"; remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
+                         f"{trig['trigger']}")
+    assert "Remediation (auto) switched on at iteration" in (tmp_path / "r.html").read_text()
