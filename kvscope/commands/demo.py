@@ -102,10 +102,15 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     extra = list(args.overrides)
-    for _label, overrides in RUNS:  # a bad knob is refused before anything runs or is printed
-        replay_mod.resolve(SCENARIO)[0].with_overrides(overrides + extra)
-    # The labels describe the stock runs; knobs given on top are said with each, since they may
-    # change what a label claims (reuse, pairing).
+    labels = []
+    for i, (label, overrides) in enumerate(RUNS):  # a bad knob is refused before anything runs or is printed
+        try:
+            config = replay_mod.resolve(SCENARIO)[0].with_overrides(overrides + extra)
+        except ValueError as e:
+            raise ValueError(f"--set {' '.join(extra)}: the demo's run {i + 1} ({label}) cannot take it: {e}") from None
+        labels.append(label if not extra else _described(config, label == REMEDIATED))
+    # The labels describe the stock runs; with knobs given on top, each run is described by what it
+    # runs (the knobs may change what a stock label claims: reuse, pairing), and the knobs are said.
     given = f" [--set {' '.join(extra)}]" if extra else ""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for i, (label, overrides) in enumerate(RUNS):
         if not args.json:
-            print(f"[{i + 1}/{len(RUNS)}] replaying {SCENARIO}: {label}{given} ...", flush=True)
+            print(f"[{i + 1}/{len(RUNS)}] replaying {SCENARIO}: {labels[i]}{given} ...", flush=True)
         res = _replay(label, overrides + list(args.overrides), out / f"{SCENARIO}-{i}.parquet")
         results.append(res)
         if not args.json:
@@ -139,6 +144,15 @@ def run(args: argparse.Namespace) -> int:
               f"({summary['wall_seconds']} s)")
         print("next: kvscope analyze", results[0]["events"], "--html", str(out / "analysis.html"))
     return 0
+
+
+def _described(config: Any, remediated: bool) -> str:
+    """A run described by the configuration it runs (labels for runs with knobs given)."""
+    from kvscope.engine_model.config import DraftMode
+
+    draft = "paired draft" if config.draft_mode is DraftMode.PAIRED else "unpaired"
+    return (f"{draft}, reuse {'on' if config.enable_block_reuse else 'off'}"
+            + (", kvscope remediation on" if remediated else ""))
 
 
 def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any], given: str = "") -> None:

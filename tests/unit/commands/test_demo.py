@@ -38,6 +38,10 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "bogus=1", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stdout == "" and "unknown knob 'bogus'" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "engine_version=1.3.0rc25", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "the demo's run 3 (paired draft (upstream joint reuse)) cannot take it" in bad.stderr
     (tmp_path / "a-file").write_text("")
     for out, why in ((tmp_path / "a-file", "is a file, not a folder"), ("/proc/nope", "cannot create folder")):
         bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--out", str(out)],
@@ -49,6 +53,9 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     assert proc.returncode == 0, proc.stderr[-2000:]
     starts = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert len(starts) == 4 and all(line.endswith("[--set enable_block_reuse=false] ...") for line in starts)
+    # each run is described by what it runs: no "reuse on" under a knob that turned it off
+    assert all(", reuse off" in line and "reuse on" not in line for line in starts)
+    assert starts[1].startswith("[2/4] replaying glm5-dsa: unpaired, reuse off, kvscope remediation on")
     assert "same traffic [--set enable_block_reuse=false]" in proc.stdout
     # Every run gets the same simulated span, so the stock column is not the only one left running.
     served = next(line for line in proc.stdout.splitlines() if "simulated seconds served" in line).split()
