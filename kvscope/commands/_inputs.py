@@ -98,7 +98,7 @@ def check_input_paths(paths: Sequence[str]) -> None:
     check_distinct_paths(list(paths))
 
 
-def load_checked(paths: Sequence[str], load: Any) -> tuple[pd.DataFrame, InputFacts]:
+def load_checked(paths: Sequence[str], load: Any, *, work: str = "analyzed") -> tuple[pd.DataFrame, InputFacts]:
     """Load ``paths`` with ``load`` (a ``load_events``-like callable) under the policy above.
 
     Raises:
@@ -116,7 +116,7 @@ def load_checked(paths: Sequence[str], load: Any) -> tuple[pd.DataFrame, InputFa
         if not f.get("readable", True) or f.get("header") is None:
             first = next((p for p in problems if p.path == f["path"]), None)
             why = str(first) if first is not None else f"{f['path']}: unreadable"
-            raise InputRefused(f"{why}; nothing analyzed")
+            raise InputRefused(f"{why}; nothing {work}")
     facts = InputFacts(
         files=files,
         rows_dropped=sum(int(f.get("rows_dropped") or 0) for f in files),

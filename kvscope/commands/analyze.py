@@ -111,11 +111,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{p[0]}: {a.headline()}")
     for p, _e, _f, a in loaded:
         print(f"\n== {p[0]}")
-        _print_text(a, args)
+        _print_text(a, args, report=False)
+    if args.html:
+        print(f"report: {args.html}")  # one report for all the runs compared
     return status
 
 
-def _print_text(analysis, args: argparse.Namespace) -> None:
+def _print_text(analysis, args: argparse.Namespace, *, report: bool = True) -> None:
     leads = lead_times(analysis.findings)
     print(analysis.headline())
     c = counts(analysis.findings)
@@ -123,6 +125,11 @@ def _print_text(analysis, args: argparse.Namespace) -> None:
     print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))
     if analysis.ranks:
         print(rank_note(analysis.ranks))
+    if analysis.wall_clock is not None and len(analysis.debt.ts_ns):
+        # A real clock's seconds count from the host's boot: anchor them once to the wall clock.
+        t0 = float(analysis.debt.ts_ns[0]) / 1e9
+        print(f"times below: the recording's monotonic clock (s since the host booted); t={t0:.3f} s is "
+              f"{analysis.wall_clock(t0)}")
     for i, f in enumerate(analysis.findings):
         lead = leads.get(i)
         lead_txt = ""
@@ -130,5 +137,5 @@ def _print_text(analysis, args: argparse.Namespace) -> None:
             lead_txt = f"  [{lead['lead_iterations']} iterations / {lead['lead_s']:.3f} s before the failure]"
         print(f"{f.t_start_s:10.3f}s it {f.iteration_start:>6}  {f.severity.value:8} {f.kind.value:20} "
               f"{f.summary}{lead_txt}")
-    if args.html:
+    if args.html and report:
         print(f"report: {args.html}")

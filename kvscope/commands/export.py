@@ -175,7 +175,7 @@ def export_files(
     for path in paths:
         # Partial input as `kvscope analyze` takes it: what is readable is exported, what is not is
         # said (one line per file, on stderr from run()) and makes the export exit 1.
-        df, facts = load_checked([path], read_file)
+        df, facts = load_checked([path], read_file, work="exported")
         if facts.warning():
             warnings.append(f"{path}: {facts.warning()}")
         header = df.attrs["kvscope"]["files"][0]["header"] or {}

@@ -69,6 +69,11 @@ def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
     crash, healthy = str(data / "glm5-dsa.parquet"), str(data / "glm5-dsa-rc27-reuse-off.parquet")
     res = _kvscope(crash, healthy, "--compare")
     assert res.returncode == 0, res.stderr
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with_html = _kvscope(crash, healthy, "--compare", "--html", f"{tmp}/r.html").stdout.splitlines()
+    assert [line for line in with_html if line.startswith("report:")] == [f"report: {tmp}/r.html"]  # one report
     lines = res.stdout.splitlines()
     assert lines[0].startswith(f"{crash}: ENGINE FATAL") and lines[1].startswith(f"{healthy}: HEALTHY")
     assert f"== {crash}" in lines and f"== {healthy}" in lines

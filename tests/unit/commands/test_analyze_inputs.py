@@ -204,3 +204,19 @@ def test_export_refuses_an_endpoint_no_exporter_could_reach(tmp_path, fake_clock
         code = main(["export", str(path), "--otlp-endpoint", endpoint])
         out, err = capsys.readouterr()
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and repr(endpoint) in err
+
+
+def test_a_recording_on_the_monotonic_clock_anchors_its_times_to_the_wall_clock_once(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "real.parquet", fake_clock)  # the Recorder's default clock: monotonic
+    code, out, _ = analyze(capsys, path)
+    lines = out.splitlines()
+    assert code == 0 and sum(line.startswith("times below: the recording's monotonic clock") for line in lines) == 1
+    assert lines[2].endswith(" UTC")
+
+
+def test_export_of_a_file_unreadable_as_a_whole_says_nothing_was_exported(tmp_path, fake_clock, capsys):
+    path = record(tmp_path / "t.parquet", fake_clock)
+    path.write_bytes(path.read_bytes()[:200])
+    code = main(["export", str(path), "--otlp-endpoint", "http://127.0.0.1:9"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.strip().endswith("; nothing exported") and len(err.strip().splitlines()) == 1
