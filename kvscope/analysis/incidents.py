@@ -20,6 +20,7 @@ from typing import Any
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
+from kvscope.analysis.wording import seconds
 from kvscope.events import PoolRole
 
 
@@ -316,11 +317,11 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
         w = v.get(key)
         if w:
             out += (f"; first {word} about {req} {w['lead_iterations']} iterations "
-                    f"({w['lead_s']:.1f} s) before ({w['kind']})")
+                    f"({seconds(w['lead_s'])} s) before ({w['kind']})")
         elif key == "first_warning":
             out += f"; no earlier finding named {req}"
     o = flagged_earlier(v)
     if o:
         out += (f"{', but' if v.get('first_warning') is None else ';'} the {pool} had a {o['kind']} {o['severity']} open from "
-                f"{o['lead_iterations']} iterations ({o['lead_s']:.1f} s) before")
+                f"{o['lead_iterations']} iterations ({seconds(o['lead_s'])} s) before")
     return out

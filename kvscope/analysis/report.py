@@ -21,6 +21,7 @@ import numpy as np
 from kvscope.analysis.analyzer import Analysis, rank_note
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.incidents import counts, flagged_earlier
+from kvscope.analysis.wording import seconds
 
 
 class HtmlFigure(Protocol):
@@ -123,7 +124,7 @@ def _verdict_html(analysis: Analysis) -> str:
         w = v.get(key)
         if w:
             parts.append(f"<div><b>{word} that named {req_txt}</b>: {html.escape(w['kind'])} at iteration "
-                         f"{w['iteration']}, <b>{w['lead_iterations']} iterations / {w['lead_s']:.1f} s before the "
+                         f"{w['iteration']}, <b>{w['lead_iterations']} iterations / {seconds(w['lead_s'])} s before the "
                          f"failure</b>. {what(w['summary'])}</div>")
         else:
             parts.append(f"<div><b>{word}</b>: no earlier finding named {req_txt}.</div>")
@@ -131,7 +132,7 @@ def _verdict_html(analysis: Analysis) -> str:
     if o:
         parts.append(f"<div><b>Open on the {pool_txt} at the failure</b>: {html.escape(o['kind'])} "
                      f"<span class='{html.escape(o['severity'])}'>{html.escape(o['severity'])}</span> from iteration "
-                     f"{o['iteration']}, <b>{o['lead_iterations']} iterations / {o['lead_s']:.1f} s before the "
+                     f"{o['iteration']}, <b>{o['lead_iterations']} iterations / {seconds(o['lead_s'])} s before the "
                      f"failure</b>. {what(o['summary'])}</div>")
     parts.append("</div>")
     return "\n".join(parts)
@@ -218,10 +219,10 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
             what = (f"<span class='critical'>ENGINE FATAL</span> at t={v['t_s']:.1f} s, request "
                     f"{_unknown(v['request_id'])}, {html.escape(str(v['pool']))} pool")
             w, o = v.get("first_warning"), flagged_earlier(v)
-            lead = f"{w['lead_iterations']} it / {w['lead_s']:.1f} s ({html.escape(w['kind'])})" if w else "none"
+            lead = f"{w['lead_iterations']} it / {seconds(w['lead_s'])} s ({html.escape(w['kind'])})" if w else "none"
             if o:
                 lead += (f"; {html.escape(str(v['pool']))} pool flagged {o['lead_iterations']} it / "
-                         f"{o['lead_s']:.1f} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
+                         f"{seconds(o['lead_s'])} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
         elif v["status"] == "engine_stalled":
             what, lead = (f"<span class='critical'>ENGINE STALLED</span> since t={v['t_s']:.1f} s", "–")
         elif v["status"] == "incomplete":

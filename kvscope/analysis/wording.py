@@ -8,6 +8,12 @@ from __future__ import annotations
 import math
 
 
+def seconds(value: float) -> str:
+    """A lead or a span in seconds for a sentence: one decimal, or three below a second (a lead of
+    0.037 s is not "0.0 s")."""
+    return f"{value:.1f}" if abs(value) >= 1 or value == 0 else f"{value:.3f}"
+
+
 def debt_text(debt: float, cover: float, window: int) -> str:
     """The ``debt`` basis: certain beyond :func:`~kvscope.analysis.ceiling.debt_cover`, close within it."""
     if debt > cover:
@@ -114,5 +120,5 @@ def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: s
                              "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
 
 
-__all__ = ["debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text",
+__all__ = ["debt_text", "seconds", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text",
            "risk_text", "tte_summary"]

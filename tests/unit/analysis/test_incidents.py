@@ -311,3 +311,9 @@ def test_streaming_and_batch_agree_on_remediation_deferrals():
 
     assert key(sa.findings) == key(batch.findings)
     assert len(key(batch.findings)) == 3
+
+
+def test_a_lead_under_a_second_is_not_rounded_to_zero_in_words():
+    from kvscope.analysis.wording import seconds
+
+    assert [seconds(x) for x in (0.0, 0.037, 0.4, 1.0, 12.94)] == ["0.0", "0.037", "0.400", "1.0", "12.9"]
