@@ -92,3 +92,15 @@ def test_text_summary_shows_values_not_python_reprs(capsys):
     assert lines["sizing"] == "-" and lines["remediation"] == "mode: off, policy: -"
     assert lines["rejected_by_reason"] == "prompt_len > max_seq_len: 1"
     assert not any(c in text for text in lines.values() for c in "{}'") and "None" not in lines.values()
+
+
+def test_sizing_from_a_recording_of_other_traffic_says_so(tmp_path, capsys):
+    events = tmp_path / "oversize.parquet"
+    assert main(["replay", "--scenario", "oversize", "--events", str(events), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["replay", "--scenario", "oversize", "--sizing", "auto", "--sizing-from", str(events), "--json"]) == 0
+    assert capsys.readouterr().err == ""  # the same traffic: nothing to say
+    assert main(["replay", "--scenario", "near-miss", "--set", "max_requests=4", "--sizing", "auto",
+                 "--sizing-from", str(events), "--json"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recorded 'oversize', this replay is 'near-miss'" in err[0]
