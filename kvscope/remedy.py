@@ -311,10 +311,13 @@ def observe_for_sizing(source: str, overrides: list[str], *, probe_requests: int
 def observed_from_events(paths: Any) -> tuple[float, float]:
     """Peak draft and target tokens in use in a recorded run (its POOL_SNAPSHOT rows: capacity -
     free - evictable, times tokens per block from POOL_CONFIGURED). A run that crashed on the draft
-    pool still tells the ratio the traffic needed up to the crash."""
+    pool still tells the ratio the traffic needed up to the crash. ``paths``: event files, or their
+    frame when the caller has read it already."""
+    import pandas as pd
+
     from kvscope.recording import read_frame
 
-    frame = read_frame(paths)
+    frame = paths if isinstance(paths, pd.DataFrame) else read_frame(paths)
     configured = frame[frame["kind"] == "pool_configured"]
     tokens_per_block = {str(p): int(t) for p, t in zip(configured["pool"], configured["num_tokens"])}
     snaps = frame[frame["kind"] == "pool_snapshot"]

@@ -129,9 +129,13 @@ def run(args: argparse.Namespace) -> int:
         observed = None
         if args.sizing.strip().lower() == "auto":
             if getattr(args, "sizing_from", None):
-                _warn_if_other_traffic(args.sizing_from, source)
-            observed = (remedy.observed_from_events(args.sizing_from) if getattr(args, "sizing_from", None)
-                        else remedy.observe_for_sizing(source, overrides))
+                from kvscope.recording import read_frame
+
+                recorded = read_frame(args.sizing_from)  # read once: its header, then its snapshots
+                _warn_if_other_traffic(recorded, args.sizing_from[0], source)
+                observed = remedy.observed_from_events(recorded)
+            else:
+                observed = remedy.observe_for_sizing(source, overrides)
         _, plan = remedy.sized_config(config, args.sizing, observed=observed)
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
     session = None
@@ -187,16 +191,14 @@ def _recording_facts(instrument: Any, path: str | None) -> dict[str, Any] | None
             "sink_errors": int(pump.sink_errors), "why": why or None}
 
 
-def _warn_if_other_traffic(paths: list[str], source: str) -> None:
+def _warn_if_other_traffic(frame: Any, path: str, source: str) -> None:
     """One line on stderr when the recording sizing a replay was made of other traffic (its file
     header names another scenario or trace): the plan is then another workload's, which may be the
     intent (sizing for production traffic recorded elsewhere) but is never silent."""
-    from kvscope.recording import read_frame
-
-    header = read_frame(paths).attrs.get("kvscope", {}).get("files", [{}])[0].get("header") or {}
+    header = frame.attrs.get("kvscope", {}).get("files", [{}])[0].get("header") or {}
     recorded = (header.get("meta") or {}).get("scenario")
     if recorded and str(recorded) != str(source):
-        print(f"kvscope replay: warning: --sizing-from {paths[0]} recorded {recorded!r}, this replay is "
+        print(f"kvscope replay: warning: --sizing-from {path} recorded {recorded!r}, this replay is "
               f"{source!r}: the pools are sized for the traffic recorded there", file=sys.stderr)
 
 
