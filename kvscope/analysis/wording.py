@@ -120,5 +120,4 @@ def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: s
                              "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
 
 
-__all__ = ["debt_text", "seconds", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text",
-           "risk_text", "tte_summary"]
+__all__ = ["debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text", "risk_text", "seconds", "tte_summary"]
