@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from kvscope.analysis import analyze_files
+from kvscope.analysis.analyzer import first_trigger
+from kvscope.analysis.columns import as_columns
 from kvscope.analysis.scoreboard import RunLabel, format_scoreboard, score_run, scoreboard
 from kvscope.events import EVENT_KINDS, EventKind
 from kvscope.recording import read_frame
@@ -185,7 +187,7 @@ def label(run: Run, summary: dict, path: Path, *, out_dir: Path | None = None,
     if not summary["engine_fatal"]:
         averted = None
         if run.remediation == "auto" and out_dir is not None:
-            averted = _averted_at(run, ev, kind, it, out_dir, timeout_s)
+            averted = _averted_at(run, ev, out_dir, timeout_s)
         return RunLabel(run.name, False, float(summary["sim_seconds"]), held_out=not run.tuned,
                         stalled=bool(summary.get("engine_stalled", False)), averted_at_iteration=averted), times
     fpos = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.ENGINE_FAILED))
@@ -202,20 +204,18 @@ def label(run: Run, summary: dict, path: Path, *, out_dir: Path | None = None,
                     failing_arrival_iteration=arrival, held_out=not run.tuned), times
 
 
-def _averted_at(run: Run, ev, kind, it, out_dir: Path, timeout_s: float) -> int | None:
+def _averted_at(run: Run, ev, out_dir: Path, timeout_s: float) -> int | None:
     """The iteration a finding switched ``auto`` remediation on, when the stock twin crashed after
     it (else None: the switch averted nothing the labels can show)."""
-    changed = np.flatnonzero(kind == EVENT_KINDS.index(EventKind.REMEDIATION_MODE_CHANGED))
-    reasons = ev["reason"].to_numpy()
-    trig = [int(it[p]) for p in changed if "trigger=" in str(reasons[p]) and "enforcing=1" in str(reasons[p])]
-    if not trig:
+    trigger = first_trigger(as_columns(ev))  # the analyzer's own reading of the switch
+    if trigger is None:
         return None
     twin = Run(run.name.replace(f"remediation={run.remediation}", "stock twin"), run.source, run.sets)
     summary, _path = replay(twin, out_dir, reuse=True, timeout_s=timeout_s)
     if not summary["engine_fatal"]:
         return None
     twin_label, _ = label(twin, summary, _path)
-    return trig[0] if (twin_label.fatal_iteration or -1) >= trig[0] else None
+    return trigger["iteration"] if (twin_label.fatal_iteration or -1) >= trigger["iteration"] else None
 
 
 def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool = False,

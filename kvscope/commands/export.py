@@ -176,8 +176,9 @@ def export_files(
         # Partial input as `kvscope analyze` takes it: what is readable is exported, what is not is
         # said (one line per file, on stderr from run()) and makes the export exit 1.
         df, facts = load_checked([path], read_file, work="exported")
-        if facts.warning():
-            warnings.append(f"{path}: {facts.warning()}")
+        warning = facts.warning()
+        if warning:
+            warnings.append(f"{path}: {warning}")
         header = df.attrs["kvscope"]["files"][0]["header"] or {}
         anchor = WallClockAnchor.from_dict(header["anchor"])
         meta = header.get("meta") or {}
