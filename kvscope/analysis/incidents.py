@@ -20,7 +20,7 @@ from typing import Any
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.wording import seconds
+from kvscope.analysis.wording import alarm_open_text, seconds
 from kvscope.events import PoolRole
 
 
@@ -177,7 +177,10 @@ def open_alarm(findings: Sequence[Finding], pool: str | None, t: float, it: int,
     A pool-wide episode names the requests waiting during it up to ``max_named_requests``, so a
     long one may never name the failing request, which arrived late: the verdict still says that
     its pool had been flagged, and for how long. Keys: kind, severity, t_s, iteration, lead_s,
-    lead_iterations, iteration_end, summary. (``pool``, ``t``, ``it``: the failure's.)"""
+    lead_iterations, iteration_end, summary, critical_lead_iterations / critical_lead_s (how long
+    before the failure it was critical: an episode that opens as a warning may turn critical only
+    just before; None when it was not critical before the failure). (``pool``, ``t``, ``it``: the
+    failure's.)"""
     best = None
     for f in findings:
         if (f.kind in (FindingKind.ENGINE_FATAL, FindingKind.REUSE_LOSS) or f.kind not in ALARM_KINDS
@@ -193,10 +196,15 @@ def open_alarm(findings: Sequence[Finding], pool: str | None, t: float, it: int,
     crit_at = best.evidence.get("critical_at_iteration")
     if sev == Severity.CRITICAL.value and crit_at is not None and not in_time(best.kind, int(crit_at), it):
         sev = Severity.WARNING.value  # it turned critical on the state the failure left
+    crit_it, crit_t = ((int(crit_at), float(best.evidence.get("critical_at_s", best.t_start_s))) if crit_at is not None
+                       else (best.iteration_start, best.t_start_s))
+    critical = sev == Severity.CRITICAL.value
     return {"kind": best.kind.value, "severity": sev, "t_s": best.t_start_s,
             "iteration": best.iteration_start, "lead_iterations": it - best.iteration_start,
             "lead_s": t - best.t_start_s, "iteration_end": best.iteration_end,
-            "summary": best.summary}
+            "summary": best.summary,
+            "critical_lead_iterations": it - crit_it if critical else None,
+            "critical_lead_s": t - crit_t if critical else None}
 
 
 def flagged_earlier(v: dict[str, Any]) -> dict | None:
@@ -322,6 +330,5 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
             out += f"; no earlier finding named {req}"
     o = flagged_earlier(v)
     if o:
-        out += (f"{', but' if v.get('first_warning') is None else ';'} the {pool} had a {o['kind']} {o['severity']} open from "
-                f"{o['lead_iterations']} iterations ({seconds(o['lead_s'])} s) before")
+        out += f"{', but' if v.get('first_warning') is None else ';'} the {pool} had a {alarm_open_text(o, 'before', True)}"
     return out

@@ -20,8 +20,8 @@ import numpy as np
 
 from kvscope.analysis.analyzer import Analysis, rank_note
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
-from kvscope.analysis.incidents import counts, flagged_earlier
-from kvscope.analysis.wording import seconds
+from kvscope.analysis.incidents import counts, flagged_earlier, in_time
+from kvscope.analysis.wording import alarm_open_text, seconds
 
 
 class HtmlFigure(Protocol):
@@ -30,7 +30,9 @@ class HtmlFigure(Protocol):
 
 def lead_times(findings: Sequence[Finding]) -> dict[int, dict[str, Any]]:
     """For each alarm finding (by index) that precedes an engine failure: the lead time to the
-    first failure after it, in seconds and iterations, and whether it named the failing request."""
+    first failure after it, in seconds and iterations, and whether it named the failing request;
+    ``critical_lead_iterations`` / ``critical_lead_s`` when it opened below critical and turned
+    critical later, before that failure (else None)."""
     fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
     out: dict[int, dict[str, Any]] = {}
     for i, f in enumerate(findings):
@@ -42,11 +44,16 @@ def lead_times(findings: Sequence[Finding]) -> dict[int, dict[str, Any]]:
         named = {int(r): int(it) for r, it in f.evidence.get("named_at", [])}
         failing = [r for r in nxt.request_ids if r in f.request_ids or r in named]
         named_it = named.get(failing[0], f.iteration_start) if failing else None
+        crit_at = f.evidence.get("critical_at_iteration")
+        later = (crit_at is not None and f.severity == Severity.CRITICAL and crit_at != f.iteration_start
+                 and in_time(f.kind, int(crit_at), nxt.iteration_start))
         out[i] = {
             "lead_s": nxt.t_start_s - f.t_start_s,
             "lead_iterations": (nxt.iteration_start - f.iteration_start) if f.iteration_start >= 0 else None,
             "names_failing_request": bool(failing),
             "named_lead_iterations": (nxt.iteration_start - named_it) if failing and named_it >= 0 else None,
+            "critical_lead_iterations": nxt.iteration_start - int(crit_at) if later else None,
+            "critical_lead_s": nxt.t_start_s - float(f.evidence.get("critical_at_s", f.t_start_s)) if later else None,
         }
     return out
 
@@ -130,10 +137,15 @@ def _verdict_html(analysis: Analysis) -> str:
             parts.append(f"<div><b>{word}</b>: no earlier finding named {req_txt}.</div>")
     o = v.get("open_alarm")
     if o:
+        crit = o.get("critical_lead_iterations")
+        later = crit is not None and crit < o["lead_iterations"]
+        sev = "warning" if later else o["severity"]  # it opened as a warning and turned critical later
+        crit_txt = (f"; <span class='critical'>critical</span> from iteration {v['iteration'] - crit}, <b>{crit} "
+                    f"iterations / {seconds(o['critical_lead_s'])} s before the failure</b>" if later else "")
         parts.append(f"<div><b>Open on the {pool_txt} at the failure</b>: {html.escape(o['kind'])} "
-                     f"<span class='{html.escape(o['severity'])}'>{html.escape(o['severity'])}</span> from iteration "
+                     f"<span class='{html.escape(sev)}'>{html.escape(sev)}</span> from iteration "
                      f"{o['iteration']}, <b>{o['lead_iterations']} iterations / {seconds(o['lead_s'])} s before the "
-                     f"failure</b>. {what(o['summary'])}</div>")
+                     f"failure</b>{crit_txt}. {what(o['summary'])}</div>")
     parts.append("</div>")
     return "\n".join(parts)
 
@@ -156,7 +168,9 @@ def _finding_row(f: Finding, lead: dict | None) -> str:
         it_txt = f"{lead['lead_iterations']} it / " if lead["lead_iterations"] is not None else ""
         lead_txt = f"{it_txt}{lead['lead_s']:.3f} s before the failure" + (
             f" (names the failing request {lead['named_lead_iterations']} it before)"
-            if lead["named_lead_iterations"] is not None else "")
+            if lead["named_lead_iterations"] is not None else "") + (
+            f"; critical {lead['critical_lead_iterations']} it / {lead['critical_lead_s']:.3f} s before"
+            if lead.get("critical_lead_iterations") is not None else "")
     else:
         lead_txt = ""
     ids = ", ".join(str(r) for r in f.request_ids[:20]) + (f" … ({len(f.request_ids)})" if len(f.request_ids) > 20 else "")
@@ -221,8 +235,7 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
             w, o = v.get("first_warning"), flagged_earlier(v)
             lead = f"{w['lead_iterations']} it / {seconds(w['lead_s'])} s ({html.escape(w['kind'])})" if w else "none"
             if o:
-                lead += (f"; {html.escape(str(v['pool']))} pool flagged {o['lead_iterations']} it / "
-                         f"{seconds(o['lead_s'])} s before ({html.escape(o['kind'])} {html.escape(o['severity'])})")
+                lead += f"; {html.escape(str(v['pool']))} pool had a {html.escape(alarm_open_text(o, 'before', True))}"
         elif v["status"] == "engine_stalled":
             what, lead = (f"<span class='critical'>ENGINE STALLED</span> since t={v['t_s']:.1f} s", "–")
         elif v["status"] == "incomplete":

@@ -106,9 +106,23 @@ def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, 
             + (f" — first named {named_lead} iterations earlier by {lead_kind}" if named_lead is not None
                else " — no earlier finding named this request"))
     if open_alarm is not None and (named_lead is None or open_alarm["lead_iterations"] > named_lead):
-        text += (f"; the {pool} pool had a {open_alarm['kind']} {open_alarm['severity']} open from "
-                 f"{open_alarm['lead_iterations']} iterations earlier")
+        text += f"; the {pool} pool had a {alarm_open_text(open_alarm, 'earlier', False)}"
     return text + "."
+
+
+def alarm_open_text(alarm: dict, word: str, with_seconds: bool) -> str:
+    """The alarm open on a pool at a failure (:func:`~kvscope.analysis.incidents.open_alarm`):
+    ``time_to_exhaustion critical open from 42 iterations <word>``. An episode that opened as a
+    warning and turned critical later says both, so a critical 3 iterations ahead never reads as
+    one 280 ahead."""
+    def span(iterations: int, secs: float | None) -> str:
+        return f"{iterations} iterations" + (f" ({seconds(secs)} s)" if with_seconds and secs is not None else "")
+
+    crit = alarm.get("critical_lead_iterations")
+    if crit is not None and crit < alarm["lead_iterations"]:
+        return (f"{alarm['kind']} warning open from {span(alarm['lead_iterations'], alarm['lead_s'])} {word}, "
+                f"critical from {span(crit, alarm.get('critical_lead_s'))} {word}")
+    return f"{alarm['kind']} {alarm['severity']} open from {span(alarm['lead_iterations'], alarm['lead_s'])} {word}"
 
 
 def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: str, capacity: int, rejected: bool,
@@ -120,4 +134,4 @@ def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: s
                              "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
 
 
-__all__ = ["debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text", "risk_text", "seconds", "tte_summary"]
+__all__ = ["alarm_open_text", "debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text", "risk_text", "seconds", "tte_summary"]

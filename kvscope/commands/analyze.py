@@ -134,7 +134,10 @@ def _print_text(analysis, args: argparse.Namespace, *, report: bool = True) -> N
         lead = leads.get(i)
         lead_txt = ""
         if lead and lead["lead_iterations"] is not None:
-            lead_txt = f"  [{lead['lead_iterations']} iterations / {lead['lead_s']:.3f} s before the failure]"
+            crit = lead.get("critical_lead_iterations")
+            lead_txt = (f"  [{lead['lead_iterations']} iterations / {lead['lead_s']:.3f} s before the failure"
+                        + (f"; critical {crit} iterations / {lead['critical_lead_s']:.3f} s before" if crit is not None
+                           else "") + "]")
         print(f"{f.t_start_s:10.3f}s it {f.iteration_start:>6}  {f.severity.value:8} {f.kind.value:20} "
               f"{f.summary}{lead_txt}")
     if args.html and report:

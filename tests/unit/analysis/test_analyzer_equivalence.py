@@ -48,7 +48,12 @@ file recorded -1 ("not recorded"), and its summary drops "(asked 0 tokens)" for 
 (it asks no capacity); patched in place: nothing else in these objects changed. Patched in place for
 the time-to-exhaustion evidence: ``projected_debt_blocks`` is the projection the opening summary
 quotes (the largest of the three; the streaming analyzer's value), and the new ``peak_debt_blocks``
-is the most the pool owed during the episode.
+is the most the pool owed during the episode. Patched in place for an alarm that turned critical
+after it opened: ``open_alarm`` (verdict and engine_fatal evidence) gains ``critical_lead_iterations``
+/ ``critical_lead_s``, and the engine_fatal summary says "warning open from N iterations earlier,
+critical from M" where it said "critical open from N" (``glm5-dsa``: 158 / 33;
+``qwen-hybrid-mtp-mamba``: 80 / 40); checked: dropping the two keys and those two summaries gives the
+previous objects exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -204,6 +204,46 @@ def test_the_open_alarm_is_as_severe_as_it_was_before_the_failure_and_the_fatal_
                                                                                "admission_gap.")
 
 
+def test_an_alarm_that_turned_critical_late_is_never_read_as_critical_from_its_start():
+    # Held-out sweep 7, the conversation trace on the hybrid model: the episode opened as a warning
+    # 280 iterations before the failure and turned critical 3 before. Every place that gives its
+    # lead must say both, not "critical open from 280".
+    from dataclasses import replace
+
+    from kvscope.analysis.report import _verdict_html, lead_times
+    from kvscope.analysis.wording import fatal_text
+
+    tte = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 48, 328, "draft")
+    tte = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 325, "critical_at_s": 325 * 0.25})
+    findings = [tte, _fatal(328)]
+    o = open_alarm(findings, "draft", 328 * 0.25, 328, 10)
+    assert (o["severity"], o["lead_iterations"], o["critical_lead_iterations"]) == ("critical", 280, 3)
+    assert abs(o["critical_lead_s"] - 0.75) < 1e-9
+    assert headline(findings).endswith(
+        "the draft pool had a time_to_exhaustion warning open from 280 iterations (70.0 s) before, "
+        "critical from 3 iterations (0.750 s) before")
+    msg = "RuntimeError: Failed to resume draft KV cache for request 99"
+    assert fatal_text(99, "draft", 0, msg, None, None, o).endswith(
+        "time_to_exhaustion warning open from 280 iterations earlier, critical from 3 iterations earlier.")
+    lead = lead_times(findings)[0]
+    assert (lead["lead_iterations"], lead["critical_lead_iterations"]) == (280, 3)
+
+    class _A:  # what _verdict_html reads of an Analysis
+        def verdict(self):
+            return verdict(findings)
+
+    head = _verdict_html(_A())
+    assert "<span class='warning'>warning</span> from iteration 48" in head
+    assert "critical</span> from iteration 325, <b>3 iterations / 0.750 s before the failure</b>" in head
+    # critical from its start, or never critical: one lead, as before
+    early = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 48, "critical_at_s": 12.0})
+    assert open_alarm([early, _fatal(328)], "draft", 82.0, 328, 10)["critical_lead_iterations"] == 280
+    assert "critical open from 280 iterations (70.0 s) before" in headline([early, _fatal(328)])
+    assert lead_times([early, _fatal(328)])[0]["critical_lead_iterations"] is None
+    warn = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.WARNING, 48, 328, "draft")
+    assert open_alarm([warn, _fatal(328)], "draft", 82.0, 328, 10)["critical_lead_iterations"] is None
+
+
 def test_a_recording_without_its_end_is_incomplete_not_healthy_unless_it_shows_the_failure():
     cut = "the recording is not complete: r1.jsonl (cut off)"
     quiet = [_alarm(FindingKind.STALLED_RESERVATION, Severity.WARNING, 10, 20, "target")]
