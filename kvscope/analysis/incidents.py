@@ -108,6 +108,38 @@ def stall_incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorCo
     )
 
 
+EXPORTED_ALARM_KINDS: frozenset[FindingKind] = frozenset({
+    FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION, FindingKind.NEVER_FITTING,
+    FindingKind.STALLED_RESERVATION})
+"""The kinds behind the exported alarm level (``kvscope.analysis.alarm_level``): a pool heading for
+the failure. An engine failure or stall has its own metrics and alerts."""
+
+
+def alarm_intervals(findings: Sequence[Finding], pool: str) -> list[tuple[float, float, int]]:
+    """(start s, end s, level) of every warning (1) or critical (2) finding of an
+    :data:`EXPORTED_ALARM_KINDS` kind about ``pool``; a time-to-exhaustion episode that opened as a
+    warning is 1 until its ``critical_at_s`` and 2 after. The exported ``alarm_level`` gauge is the
+    highest level in force: the file export (every metric interval) and the live one (every batch)
+    both read it from here."""
+    out = []
+    for f in findings:
+        if pool not in f.pools or f.kind not in EXPORTED_ALARM_KINDS or f.severity == Severity.INFO:
+            continue
+        crit_at = f.evidence.get("critical_at_s")
+        if f.severity == Severity.CRITICAL and crit_at is not None and crit_at > f.t_start_s:
+            out += [(f.t_start_s, float(crit_at), 1), (float(crit_at), f.t_end_s, 2)]
+        else:
+            out.append((f.t_start_s, f.t_end_s, 2 if f.severity == Severity.CRITICAL else 1))
+    return out
+
+
+def alarm_level(intervals: Sequence[tuple[float, float, int]], since: float | None, now: float) -> int:
+    """The highest level of :func:`alarm_intervals` in force at some time in ``[since, now]``
+    (at ``now`` alone when ``since`` is None); 0: none."""
+    lo = now if since is None else since
+    return max((lv for a, b, lv in intervals if a <= now and b >= lo), default=0)
+
+
 def counts(findings: Sequence[Finding]) -> dict[str, Any]:
     """``{"by_kind": {kind: n}, "by_severity": {severity: n}, "by_kind_severity": {kind: {sev: n}}}``
     (every kind and severity present, zeros included)."""

@@ -27,7 +27,7 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.engine_stall import TRACKED_KINDS as _ENGINE_STALL_KINDS
 from kvscope.analysis.engine_stall import EngineStallTracker
 from kvscope.analysis.findings import Finding, Severity, order_findings
-from kvscope.analysis.incidents import stall_groups, stall_incident
+from kvscope.analysis.incidents import alarm_intervals, alarm_level, stall_groups, stall_incident
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
 from kvscope.analysis.live_projections import (
     arrival_debt,
@@ -142,6 +142,9 @@ class StreamingAnalyzer(LiveFindings):
         self._init_stalls()
         self._engine_stalls = EngineStallTracker(self.cfg)
         self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
+        self._levels: dict[str, int] = {}  # alarm_level's answers for the current state
+        self._levels_key: tuple | None = None
+        self._levels_since = -math.inf
 
     # ---- public API ------------------------------------------------------------------------
     @property
@@ -157,6 +160,20 @@ class StreamingAnalyzer(LiveFindings):
     def time_to_exhaustion_s(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Latest time-to-exhaustion estimate in seconds (inf: no exhaustion in sight)."""
         return self._eta.get(str(getattr(pool, "value", pool)), (math.inf, math.inf, ""))[0]
+
+    def alarm_level(self, pool: str = PoolRole.DRAFT.value) -> int:
+        """The highest alarm level on ``pool`` (:func:`~kvscope.analysis.incidents.alarm_intervals`:
+        0 none, 1 warning, 2 critical) in force since the previous call (since the stream began on
+        the first): what the live export sets the ``alarm_level`` gauge to after each batch, as the
+        file export does every metric interval. Calls between two feeds agree."""
+        p = str(getattr(pool, "value", pool))
+        key = (self._last_t, self._last_it, len(self._findings), self.dropped_findings)
+        if self._levels_key != key:
+            findings = self.findings
+            since, self._levels_since = self._levels_since, self._last_t
+            self._levels = {q: alarm_level(alarm_intervals(findings, q), since, self._last_t) for q in _KV}
+            self._levels_key = key
+        return self._levels.get(p, 0)
 
     def gauges(self) -> dict[str, dict[str, float]]:
         return {p: {"debt_blocks": self._debt(p), "projected_debt_blocks": self._projected(p),

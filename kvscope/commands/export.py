@@ -333,13 +333,12 @@ def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:
     return TimelineBridge(sink, timeline_of(run_analyzer(frame)))
 
 
-_ALARM_KINDS_EXPORTED = ("admission_gap", "time_to_exhaustion", "never_fitting", "stalled_reservation")
-
-
 def timeline_of(analysis: Any, pools: Sequence[str] = ("target", "draft")) -> AnalysisTimeline:
     """An :class:`~kvscope.analysis.Analysis` as an export timeline: the debt at every consistent
     point, the time to exhaustion per iteration end, and each warning/critical finding about a pool
     as an alarm interval (a time-to-exhaustion episode is a warning until ``critical_at_s``)."""
+    from kvscope.analysis.incidents import alarm_intervals
+
     series = analysis.debt.series
     ex = analysis.exhaustion
     out = {}
@@ -348,16 +347,7 @@ def timeline_of(analysis: Any, pools: Sequence[str] = ("target", "draft")) -> An
         e = ex[ex["pool"] == pool] if not ex.empty else ex
         if d.empty:
             continue
-        alarms = []
-        for f in analysis.findings:
-            if pool not in f.pools or f.kind.value not in _ALARM_KINDS_EXPORTED or f.severity.value == "info":
-                continue
-            a, b = int(f.t_start_s * 1e9), int(f.t_end_s * 1e9)
-            crit_at = f.evidence.get("critical_at_s")
-            if f.severity.value == "critical" and crit_at is not None and crit_at > f.t_start_s:
-                alarms += [(a, int(crit_at * 1e9), 1), (int(crit_at * 1e9), b, 2)]
-            else:
-                alarms.append((a, b, 2 if f.severity.value == "critical" else 1))
+        alarms = [(int(a * 1e9), int(b * 1e9), lv) for a, b, lv in alarm_intervals(analysis.findings, pool)]
         out[pool] = PoolTimeline(
             debt_ts_ns=d["ts_ns"].to_numpy(np.int64), debt_blocks=d["debt_blocks"].to_numpy(float),
             eta_ts_ns=e["ts_ns"].to_numpy(np.int64) if len(e) else np.zeros(0, np.int64),

@@ -9,7 +9,8 @@ are passed in by a composition root (plain arrays and finding objects), or the a
 through the small protocol below, which
 ``kvscope.analysis.streaming.StreamingAnalyzer`` satisfies. Per translated batch the bridge feeds
 the rows, logs each newly raised finding (a log record at the finding's start time) and sets the
-``kvscope.analysis.draft_debt`` / ``kvscope.analysis.time_to_exhaustion`` gauges per pool.
+``kvscope.analysis.draft_debt`` / ``kvscope.analysis.time_to_exhaustion`` /
+``kvscope.analysis.alarm_level`` gauges per pool, by the same rules as the file export.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class StreamingDetector(Protocol):
     def draft_debt_blocks(self, pool: str) -> float: ...
 
     def time_to_exhaustion_s(self, pool: str) -> float: ...
+
+    def alarm_level(self, pool: str) -> int: ...
 
 
 class AnalyzerBridge:
@@ -65,7 +68,12 @@ class AnalyzerBridge:
             debt = self.analyzer.draft_debt_blocks(pool)
             if not math.isnan(debt):
                 gauges.set_draft_debt(pool, debt)  # negative = headroom
-            eta = self.analyzer.time_to_exhaustion_s(pool)
+            # As the file export sets them (TimelineBridge): the most severe alarm in force, and a
+            # time to exhaustion only while a finding says the pool is at risk -- an estimate is
+            # always computed, and exported unconditionally it paged on healthy pools.
+            level = self.analyzer.alarm_level(pool)
+            gauges.set_alarm_level(pool, level)
+            eta = self.analyzer.time_to_exhaustion_s(pool) if level else math.inf
             gauges.set_time_to_exhaustion(pool, eta if math.isfinite(eta) else None)
 
     def _emit(self, findings: list) -> None:

@@ -264,3 +264,39 @@ def test_reuse_loss_lasts_until_the_last_request_that_lost_reuse_ends_in_both_an
     ends = {who: next(f.t_end_s for f in fs if f.kind == FindingKind.REUSE_LOSS)
             for who, fs in (("batch", batch.findings), ("streaming", sa.findings))}
     assert ends == {"batch": end_2, "streaming": end_2} and events[-1].ts_ns / 1e9 > end_2
+
+
+@pytest.mark.parametrize("name", ["glm5-dsa", "qwen-hybrid-mtp", "glm5-dsa-reuse-off"])
+def test_live_alarm_level_is_the_batch_analyzers_at_every_batch(name):
+    """The live export's ``alarm_level`` gauge (set after each batch the follower receives) reads
+    the level the file export reads off the batch analyzer's findings for the same span of events,
+    batch after batch: one rule for both paths. The stream evaluates an iteration when the next
+    one begins, so a batch that ends inside an iteration reads the alarms up to the iteration
+    before it at least, and never one the batch analyzer does not have by the batch's last event."""
+    from pathlib import Path
+
+    from kvscope.analysis import analyze_files
+    from kvscope.analysis.incidents import alarm_intervals, alarm_level
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+
+    path = Path(__file__).parent / "data" / f"{name}.parquet"
+    rows = list(frame_to_rows(read_file(path)))
+    batch = analyze_files(path)
+    intervals = {p: alarm_intervals(batch.findings, p) for p in ("target", "draft")}
+    sa = StreamingAnalyzer()
+    since = -math.inf
+    ended_t = -math.inf  # the last event time of the iterations the stream has seen end
+    levels = []
+    for i in range(0, len(rows), 97):
+        chunk = rows[i:i + 97]
+        sa.feed(chunk)
+        now, last_it = chunk[-1][0] / 1e9, chunk[-1][1]
+        ended_t = max([ended_t] + [r[0] / 1e9 for r in rows[:i + len(chunk)] if r[1] < last_it][-1:])
+        for pool in ("target", "draft"):
+            got = sa.alarm_level(pool)
+            assert alarm_level(intervals[pool], since, ended_t) <= got <= alarm_level(intervals[pool], since, now), \
+                (name, pool, now)
+            levels.append(got)
+        since = now
+    assert max(levels) == 2 or name == "glm5-dsa-reuse-off"  # the crashes go critical before the end
