@@ -220,13 +220,23 @@ def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing
     """``remediation``, ``sizing``, ``reservations_leaked`` (reservations held for requests no longer in
     the engine), ``requests_contained``,
     ``rejected_by_reason`` (every rejection: the engine's at arrival and remediation's never-fitting
-    ones) and ``deferrals`` (requests remediation deferred at least once)."""
+    ones) and ``deferrals`` (requests remediation deferred at least once).
+
+    ``remediation.mode`` / ``policy`` are the controller's at the end of the run (``stats``), which a
+    switch through the control channel or the ``auto`` trigger may have changed; ``mode`` and
+    ``policy`` given here are what the run started with (``started_mode`` / ``started_policy``)."""
     stats = dict(stats or {})
+    started_mode, started_policy = mode, policy
+    # The controller's state, not the caller's: an operator's switch must show in the summary.
+    mode = str(stats.get("mode") or mode)
+    policy = str(stats.get("policy") or policy)
     by_reason: dict[str, int] = dict(getattr(summary, "rejection_reasons", {}) or {})
     for reason, n in (stats.get("rejected_by_reason") or {}).items():
         by_reason[reason] = by_reason.get(reason, 0) + int(n)
     return {
         "remediation": {"mode": mode, "policy": policy if mode != "off" else None,
+                        "started_mode": started_mode,
+                        "started_policy": started_policy if started_mode != "off" else None,
                         **{k: stats[k] for k in ("enforcing", "auto_triggered", "deferral_decisions", "rejected",
                                                  "contained", "reservations_made", "reservations_released",
                                                  "shadow_would_defer", "shadow_would_reject", "mode_changes",

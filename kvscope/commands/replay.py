@@ -293,6 +293,11 @@ def _print_summary(data: dict[str, Any]) -> None:
                 "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",
                 "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",
                 "deferrals"):
-        print(f"  {key:<22} {_text(key, data[key])}")
+        value = data[key]
+        if key == "remediation" and isinstance(value, dict) and (
+                value.get("started_mode"), value.get("started_policy")) == (value.get("mode"), value.get("policy")):
+            # Where it started is news only when a switch during the run changed it.
+            value = {k: v for k, v in value.items() if k not in ("started_mode", "started_policy")}
+        print(f"  {key:<22} {_text(key, value)}")
         if key == "requests_rejected" and data.get("requests_cancelled"):
             print(f"  {'requests_cancelled':<22} {data['requests_cancelled']}")
