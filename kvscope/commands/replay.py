@@ -21,6 +21,9 @@ usage: a recorded run given with ``--sizing-from EVENTS``, else a probe replay w
 out of the way), a draft byte share (``0.09``) or
 a draft-to-target token ratio (``4x``). ``KVSCOPE_REMEDIATION_CHANNEL=PATH`` (and ``KVSCOPE_RANK``) attach
 remediation to a shared control file even when off, so several ranks switch on the same iteration.
+Under ``kvscope-instrument`` the instrumentation records the replay and owns remediation (its own
+``KVSCOPE_REMEDIATION`` / ``KVSCOPE_REMEDIATION_CHANNEL``): ``--events`` and ``--remediation`` are
+refused there, and the summary reports the instrumentation's controller.
 ``--json`` always carries ``remediation``, ``sizing``,
 ``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
 """
@@ -138,16 +141,31 @@ def run(args: argparse.Namespace) -> int:
                 observed = remedy.observe_for_sizing(source, overrides)
         _, plan = remedy.sized_config(config, args.sizing, observed=observed)
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
-    session = None
+    session: Any = None
     channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
-    if mode != "off" or channel_path:
+    hosted, hosted_ctl = remedy.hosted_controller()
+    if hosted:
+        # Under kvscope-instrument the instrumentation records this engine and owns its remediation
+        # (it read KVSCOPE_REMEDIATION and KVSCOPE_REMEDIATION_CHANNEL at start): a second session
+        # here would instrument the model twice.
+        if args.events:
+            raise ValueError("the engine model is already instrumented in this process (kvscope-instrument); "
+                             "its events go to that instrumentation's files, so --events cannot be honoured")
+        if mode != "off":
+            raise ValueError("under kvscope-instrument remediation is attached by the instrumentation: set "
+                             "KVSCOPE_REMEDIATION=MODE[:POLICY] (and KVSCOPE_REMEDIATION_CHANNEL) instead of "
+                             "--remediation")
+        session = remedy.HostedRemediation(hosted_ctl)
+        mode, policy = session.mode, session.policy
+        instrument: Any = session
+    elif mode != "off" or channel_path:
         # With a control channel (several ranks replaying alike) remediation stays attached while off,
         # so a change published there applies at its iteration.
         channel = remedy.FileControlChannel(channel_path) if channel_path else None
         rank = int(os.environ.get("KVSCOPE_RANK", "0") or 0)
         session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source,
                                            channel=channel, rank=rank)
-        instrument: Any = session
+        instrument = session
     else:
         instrument = _instrumentation(args.events, source) if args.events else None
     show_progress = (not args.json) and sys.stderr.isatty()
