@@ -293,7 +293,7 @@ def summary_keys(stats: Mapping[str, Any] | None, summary: Any = None, *, sizing
                         **{k: stats[k] for k in ("enforcing", "auto_triggered", "deferral_decisions", "rejected",
                                                  "contained", "reservations_made", "reservations_released",
                                                  "shadow_would_defer", "shadow_would_reject", "mode_changes",
-                                                 "late_changes", "policy_errors") if k in stats}},
+                                                 "late_changes", "policy_errors", "control_errors") if k in stats}},
         "sizing": sizing.to_dict() if sizing is not None else None,
         "reservations_leaked": len(stats["leaked_request_ids"]) if "leaked_request_ids" in stats
         else int(stats.get("live_reservations", 0)),

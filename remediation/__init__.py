@@ -9,7 +9,12 @@ running engine through an :class:`kvscope.port.AdmissionPort` and never patches 
     ctl.set_mode("shadow"); ctl.stats()
 """
 
-from remediation.channel import ControlRecord, FileControlChannel, LocalControlChannel
+from remediation.channel import (
+    ControlRecord,
+    ControlRecordError,
+    FileControlChannel,
+    LocalControlChannel,
+)
 from remediation.controller import MODES, Controller, Mode, RemediationStats, attach, list_policies
 from remediation.ledger import Reservation, ReservationLedger
 from remediation.policies import (
@@ -26,6 +31,7 @@ __all__ = [
     "MODES",
     "POLICIES",
     "ControlRecord",
+    "ControlRecordError",
     "Controller",
     "DraftReservePolicy",
     "FileControlChannel",

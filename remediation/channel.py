@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +34,49 @@ class ControlRecord:
     """Policy name to switch to (None: keep the current one)."""
     at_iteration: int = -1
     """Scheduler iteration at which every rank applies it (-1: at the next pass)."""
+
+
+class ControlRecordError(ValueError):
+    """A control record that can never be applied (malformed file, unknown mode or policy).
+
+    Args:
+        code: one word for the event's reason (``bad_json``, ``missing_seq``, ``unknown_mode`` ...).
+        detail: one sentence for the operator.
+        seq: the record's seq when it had a readable one.
+    """
+
+    def __init__(self, code: str, detail: str, *, seq: int | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.seq = seq
+        self.version: object = None
+        """Which version of the channel's content it is about (a file's stamp): reported once each."""
+
+
+def record_from_dict(data: object) -> ControlRecord:
+    """A :class:`ControlRecord` from a decoded control file. Raises :class:`ControlRecordError`
+    naming the field that is missing or of the wrong type (mode and policy names are the
+    controller's to check)."""
+    if not isinstance(data, dict):
+        raise ControlRecordError("not_an_object", f"expected a JSON object, got {type(data).__name__}")
+    seq = data.get("seq")
+    if "seq" not in data:
+        raise ControlRecordError("missing_seq", 'no "seq" (each record needs a number above the last one, '
+                                 "e.g. {\"seq\": 1, \"mode\": \"on\"})")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise ControlRecordError("bad_seq", f'"seq" must be an integer >= 1, got {seq!r}')
+    mode = data.get("mode")
+    if not isinstance(mode, str):
+        raise ControlRecordError("missing_mode" if mode is None else "bad_mode",
+                                 f'"mode" must be a mode name, got {mode!r}', seq=seq)
+    policy = data.get("policy")
+    if policy is not None and not isinstance(policy, str):
+        raise ControlRecordError("bad_policy", f'"policy" must be a policy name, got {policy!r}', seq=seq)
+    at = data.get("at_iteration", -1)
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise ControlRecordError("bad_at_iteration", f'"at_iteration" must be an integer, got {at!r}', seq=seq)
+    return ControlRecord(seq, mode, policy, at)
 
 
 class ControlChannel(Protocol):
@@ -59,14 +103,22 @@ class LocalControlChannel:
 class FileControlChannel:
     """A JSON file every rank reads (written atomically: temp file + rename).
 
+    A file that does not decode is taken for one being written in place (torn) and read again at the
+    next pass, quietly, until it has stayed unchanged for ``settle_s``: then it is broken, and
+    :meth:`poll` raises :class:`ControlRecordError` until it changes. A decoded file that is not a
+    record (no ``seq``, a field of the wrong type) raises at once: a torn JSON object never decodes.
+
     Args:
         path: the control file (created on first publish; its directory must exist).
+        settle_s: how long an undecodable file may stay unchanged before it is reported.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, settle_s: float = 1.0) -> None:
         self.path = Path(path)
-        self._stamp: tuple[int, int] | None = None
+        self.settle_s = settle_s
+        self._stamp: tuple[int, int, int] | None = None
         self._record: ControlRecord | None = None
+        self._error: ControlRecordError | None = None
 
     def publish(self, record: ControlRecord) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kvscope-control-")
@@ -75,21 +127,52 @@ class FileControlChannel:
         os.replace(tmp, self.path)
 
     def poll(self) -> ControlRecord | None:
+        """The latest good record (None: nothing published yet).
+
+        Raises:
+            ControlRecordError: while the file holds a version that can never be applied (the same
+                error, ``version`` = the file's stamp, at every poll until the file changes).
+        """
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return self._record
-        stamp = (st.st_mtime_ns, st.st_ino)
-        if stamp != self._stamp:
-            try:
-                data = json.loads(self.path.read_text())
-                self._record = ControlRecord(int(data["seq"]), str(data["mode"]), data.get("policy"),
-                                             int(data.get("at_iteration", -1)))
-                self._stamp = stamp
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # a torn or foreign file: keep the last good record, read again next pass
+        stamp = (st.st_mtime_ns, st.st_ino, st.st_size)
+        if stamp == self._stamp:
+            if self._error is not None:
+                raise self._error.with_traceback(None)
+            return self._record
+        try:
+            text = self.path.read_text()
+        except (OSError, UnicodeDecodeError):
+            return self._record  # being replaced, or mid-write: read again next pass
+        if not text.strip():
+            return self._record  # truncated by a writer about to write it: nothing published
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            if time.time_ns() - st.st_mtime_ns < self.settle_s * 1e9:
+                return self._record  # a torn write, most likely: read again next pass
+            self._stamp, self._error = stamp, ControlRecordError("bad_json", f"not valid JSON ({e})")
+            self._error.version = stamp
+            raise self._error.with_traceback(None) from None
+        self._stamp = stamp
+        try:
+            self._record, self._error = record_from_dict(data), None
+        except ControlRecordError as e:
+            e.version = stamp
+            self._error = e
+            raise
         return self._record
 
     def next_seq(self) -> int:
-        current = self.poll()
+        """The seq for the next record: one above the file's (or above a broken file's own seq)."""
+        try:
+            current = self.poll()
+        except ControlRecordError as e:
+            if e.seq is not None:
+                return e.seq + 1
+            # Unreadable: the seq the ranks last applied is lost with it. Seconds since the epoch are
+            # above any seq counted from 1, so the record is not taken for an old one.
+            return max(int(time.time()), (self._record.seq + 1) if self._record is not None else 1)
         return (current.seq + 1) if current is not None else 1

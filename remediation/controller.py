@@ -22,7 +22,9 @@ Every change (from Python, from the channel, or the auto trigger) is applied at 
 scheduling pass -- with a shared :mod:`~remediation.channel` at the same iteration on every rank --
 and recorded as REMEDIATION_MODE_CHANGED. Switching on accounts for the requests already running
 (the policy adopts them at that pass); switching off or to another policy releases every
-reservation.
+reservation. A record that can never be applied (a malformed control file, an unknown mode or
+policy) changes nothing: it is logged once, recorded as REMEDIATION_MODE_CHANGED with
+``refused=<what>`` and the mode unchanged, and counted (``stats().control_errors``).
 
 Threading: the engine thread calls the gate (``begin_pass``/``decide``/``release``); ``set_mode``,
 ``set_policy`` and ``trigger`` may be called from any thread (they publish a record; the engine
@@ -31,6 +33,7 @@ thread applies it).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -39,10 +42,17 @@ from typing import Any
 
 from kvscope.events import EventKind, PoolRole, format_kv
 from kvscope.port import AdmissionDecision, AdmissionPort, AdmissionRequest, PassView, Verdict
-from remediation.channel import ControlChannel, ControlRecord, LocalControlChannel
+from remediation.channel import (
+    ControlChannel,
+    ControlRecord,
+    ControlRecordError,
+    LocalControlChannel,
+)
 from remediation.containment import FailureContainment
 from remediation.policies import DEFAULT_POLICY, POLICIES, ReservingPolicy, create_policy
 from remediation.reporting import Reporter
+
+log = logging.getLogger(__name__)
 
 
 class Mode(str, Enum):
@@ -83,6 +93,8 @@ class RemediationStats:
     late_changes: int
     """Changes a rank read after their iteration had passed (applied at once; 0 with enough lead)."""
     policy_errors: int
+    control_errors: int = 0
+    """Control records refused (malformed, unknown mode or policy); each was logged and recorded."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +166,8 @@ class Controller:
         """Called with the iteration at the start of every pass (e.g. a composition layer feeding a
         streaming analyzer in step with the engine). Exceptions are counted, never raised."""
         self.num_hook_errors = 0
+        self.num_control_errors = 0
+        self._refused_version: object = None
         # The initial mode is this rank's own starting point, applied at its first pass; it is not
         # published, so it never overrides a change already waiting on a shared channel.
         self._initial: ControlRecord | None = ControlRecord(0, Mode(mode).value, policy, -1)
@@ -224,7 +238,8 @@ class Controller:
             reservations_released=totals.reservations_released + p.stats.reservations_released,
             shadow_would_defer=self.num_shadow_defer, shadow_would_reject=self.num_shadow_reject,
             mode_changes=self.num_mode_changes, late_changes=self.num_late_changes,
-            policy_errors=counters.get("policy_errors", 0) + self.num_hook_errors)
+            policy_errors=counters.get("policy_errors", 0) + self.num_hook_errors,
+            control_errors=self.num_control_errors)
 
     def detach(self) -> None:
         """Stock admission back now (call between iterations): reservations released, gate removed."""
@@ -246,13 +261,25 @@ class Controller:
                 hook(view.iteration)
             except Exception:
                 self.num_hook_errors += 1
-        record = self.channel.poll()
+        try:
+            record = self.channel.poll()
+        except ControlRecordError as e:
+            record = None
+            if e.version is None or e.version != self._refused_version:
+                self._refused_version = e.version
+                if e.seq is not None:
+                    self._seen_seq = max(self._seen_seq, e.seq)
+                self._refuse(e.code, e.detail, e.seq, view.iteration)
         if record is not None and record.seq > self._seen_seq:
             self._seen_seq = record.seq
-            self._pending = record
-            if 0 <= record.at_iteration < view.iteration:
-                # Read after its iteration had passed on this rank: applied now, a pass late.
-                self.num_late_changes += 1
+            problem = _check_record(record)
+            if problem is not None:
+                self._refuse(*problem, record.seq, view.iteration)
+            else:
+                self._pending = record
+                if 0 <= record.at_iteration < view.iteration:
+                    # Read after its iteration had passed on this rank: applied now, a pass late.
+                    self.num_late_changes += 1
         pending = self._pending
         if pending is not None and (pending.at_iteration < 0 or view.iteration >= pending.at_iteration):
             # The first pass at or after the change's iteration (the engine model's decode
@@ -305,8 +332,12 @@ class Controller:
     def _publish(self, mode: Mode | None, policy: str | None, *, at_iteration: int | None,
                  triggered: str = "") -> None:
         with self._lock:
-            latest = self.channel.poll()
-            seq = max(self._seen_seq, latest.seq if latest is not None else 0) + 1
+            try:
+                latest = self.channel.poll()
+                latest_seq = latest.seq if latest is not None else 0
+            except ControlRecordError as e:  # a broken record there: the engine thread reports it
+                latest_seq = e.seq or 0
+            seq = max(self._seen_seq, latest_seq) + 1
             base = self._pending or self._initial
             base_mode = mode.value if mode is not None else (
                 base.mode.partition("+")[0] if base is not None else self._mode.value)
@@ -365,6 +396,22 @@ class Controller:
             self._installed = True
             self.port.set_admission_policy(self)
 
+    def _refuse(self, code: str, detail: str, seq: int | None, iteration: int) -> None:
+        """A control record that can never be applied: said once (log line and event), counted; the
+        mode and policy in effect stay."""
+        self.num_control_errors += 1
+        where = f"control file {self.channel.path}" if hasattr(self.channel, "path") else "control channel"
+        record = f"record seq={seq}" if seq is not None else "record"
+        stays = self._mode.value + (f" (policy {self._policy_name})" if self._mode is not Mode.OFF else "")
+        log.warning("kvscope remediation: %s: %s refused: %s; remediation stays %s", where, record, detail, stays)
+        current = self._mode.value
+        fields: dict[str, Any] = {"mode": current, "policy": self._policy_name, "previous": current,
+                                  "previous_policy": self._policy_name, "enforcing": self.enforcing,
+                                  "refused": code}
+        if seq is not None:
+            fields["seq"] = seq
+        self.reporter.report(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, 0, iteration, format_kv(fields))
+
     def _fold_totals(self) -> None:
         p, t = self._policy, self._totals
         t.reservations_made += p.stats.reservations_made
@@ -374,6 +421,16 @@ class Controller:
             t.requests_deferred += p.stats.requests_deferred
             for reason, n in (p.stats.rejected_by_reason or {}).items():
                 t.rejected_by_reason[reason] = t.rejected_by_reason.get(reason, 0) + n
+
+
+def _check_record(record: ControlRecord) -> tuple[str, str] | None:
+    """(code, sentence) when ``record`` names a mode or policy that does not exist, else None."""
+    mode = record.mode.partition("+triggered:")[0]
+    if mode not in MODES:
+        return "unknown_mode", f"unknown mode {mode!r} (modes: {', '.join(MODES)})"
+    if record.policy is not None and record.policy not in POLICIES:
+        return "unknown_policy", f"unknown admission policy {record.policy!r} (policies: {', '.join(POLICIES)})"
+    return None
 
 
 def _discard(_event: Any) -> None:

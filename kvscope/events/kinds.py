@@ -88,7 +88,9 @@ class EventKind(str, Enum):
     """Remediation turned one request's resize/resume failure into that request's error."""
     REMEDIATION_MODE_CHANGED = "remediation_mode_changed"
     """Remediation's mode or policy changed at this iteration; reason = ``mode=... policy=...
-    previous=...`` (format_kv); num_blocks = reservations released by the change."""
+    previous=...`` (format_kv); num_blocks = reservations released by the change. With
+    ``refused=<what>`` (and ``seq=N`` when readable) a control record was refused instead: nothing
+    changed, ``mode`` and ``policy`` are those still in effect."""
     REMEDIATION_SHADOWED = "remediation_shadowed"
     """Shadow mode: what remediation would have done to this request (reason: ``would defer ...``
     or ``would reject ...``; pool and num_blocks as the deferral or rejection would carry). The

@@ -180,7 +180,9 @@ class LiveView:
         if counted is not None:
             self.counts[counted] += 1
         if kind == "remediation_mode_changed":
-            self.mode_changes.append((t, f"remediation {parse_kv(str(reason)).get('mode', '?')}"))
+            fields = parse_kv(str(reason))  # a refused control record changed nothing (kvscope.ui.pools.mode_label)
+            self.mode_changes.append((t, "remediation control refused" if "refused" in fields
+                                      else f"remediation {fields.get('mode', '?')}"))
         if kind == "engine_failed":
             self.fatal = FatalError(t, rid, str(reason))
         if rid < 0:

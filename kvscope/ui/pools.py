@@ -117,10 +117,18 @@ def with_reservations(pools: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame
 
 
 def mode_changes(events: pd.DataFrame) -> list[tuple[float, str]]:
-    """``(t_s, "remediation <mode>")`` for every ``remediation_mode_changed`` event of a frame."""
+    """``(t_s, "remediation <mode>")`` for every ``remediation_mode_changed`` event of a frame
+    (``"remediation control refused"`` for a refused control record: nothing changed there)."""
     rows = events[events["kind"].astype(str) == "remediation_mode_changed"]
-    return [(ts / 1e9, f"remediation {parse_kv(str(reason)).get('mode', '?')}")
-            for ts, reason in zip(rows["ts_ns"].to_numpy(np.int64), rows["reason"])]
+    return [(ts / 1e9, mode_label(str(reason))) for ts, reason in zip(rows["ts_ns"].to_numpy(np.int64), rows["reason"])]
+
+
+def mode_label(reason: str) -> str:
+    """A ``remediation_mode_changed`` reason as a chart marker's text."""
+    fields = parse_kv(reason)
+    if "refused" in fields:
+        return "remediation control refused"
+    return f"remediation {fields.get('mode', '?')}"
 
 
 def fatal_mark(events_or_findings: pd.DataFrame) -> tuple[float, str] | None:
