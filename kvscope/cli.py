@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-COMMANDS: tuple[str, ...] = ("demo", "replay", "analyze", "export", "check", "selfcheck")
+COMMANDS: tuple[str, ...] = ("demo", "replay", "analyze", "export", "remediation", "check", "selfcheck")
 """Command modules under ``kvscope.commands``, in help order."""
 
 

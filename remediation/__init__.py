@@ -15,7 +15,15 @@ from remediation.channel import (
     FileControlChannel,
     LocalControlChannel,
 )
-from remediation.controller import MODES, Controller, Mode, RemediationStats, attach, list_policies
+from remediation.controller import (
+    MODES,
+    Controller,
+    Mode,
+    RemediationStats,
+    attach,
+    check_record,
+    list_policies,
+)
 from remediation.ledger import Reservation, ReservationLedger
 from remediation.policies import (
     DEFAULT_POLICY,
@@ -43,6 +51,7 @@ __all__ = [
     "ReservationLedger",
     "WorstCasePolicy",
     "attach",
+    "check_record",
     "create_policy",
     "list_policies",
 ]

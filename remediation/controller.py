@@ -272,7 +272,7 @@ class Controller:
                 self._refuse(e.code, e.detail, e.seq, view.iteration)
         if record is not None and record.seq > self._seen_seq:
             self._seen_seq = record.seq
-            problem = _check_record(record)
+            problem = check_record(record)
             if problem is not None:
                 self._refuse(*problem, record.seq, view.iteration)
             else:
@@ -423,7 +423,7 @@ class Controller:
                 t.rejected_by_reason[reason] = t.rejected_by_reason.get(reason, 0) + n
 
 
-def _check_record(record: ControlRecord) -> tuple[str, str] | None:
+def check_record(record: ControlRecord) -> tuple[str, str] | None:
     """(code, sentence) when ``record`` names a mode or policy that does not exist, else None."""
     mode = record.mode.partition("+triggered:")[0]
     if mode not in MODES:
