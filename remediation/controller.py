@@ -36,8 +36,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Any
 
 from kvscope.events import EventKind, PoolRole, format_kv
@@ -49,65 +47,13 @@ from remediation.channel import (
     LocalControlChannel,
 )
 from remediation.containment import FailureContainment
+from remediation.modes import MODES, Mode, RemediationStats, _Totals, check_record
 from remediation.policies import DEFAULT_POLICY, POLICIES, ReservingPolicy, create_policy
 from remediation.reporting import Reporter
 
 log = logging.getLogger(__name__)
 
-
-class Mode(str, Enum):
-    OFF = "off"
-    SHADOW = "shadow"
-    ON = "on"
-    AUTO = "auto"
-
-
-MODES: tuple[str, ...] = tuple(m.value for m in Mode)
-
-
-@dataclass(frozen=True, slots=True)
-class RemediationStats:
-    """What remediation did so far (``Controller.stats()``); all counts since attach."""
-
-    mode: str
-    policy: str
-    enforcing: bool
-    """True when decisions are applied (``on``, or ``auto`` after its trigger)."""
-    auto_triggered: bool
-    iteration: int
-    """Iteration of the last scheduling pass the controller saw."""
-    reserved_blocks: dict[str, int]
-    """Pool -> blocks held by live reservations now (0 when not enforcing)."""
-    live_reservations: int
-    """Requests holding a reservation now (0 at the end of a drained run: nothing leaked)."""
-    deferral_decisions: int
-    requests_deferred: int
-    rejected: int
-    rejected_by_reason: dict[str, int]
-    contained: int
-    reservations_made: int
-    reservations_released: int
-    shadow_would_defer: int
-    shadow_would_reject: int
-    mode_changes: int
-    late_changes: int
-    """Changes a rank read after their iteration had passed (applied at once; 0 with enough lead)."""
-    policy_errors: int
-    control_errors: int = 0
-    """Control records refused (malformed, unknown mode or policy); each was logged and recorded."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(slots=True)
-class _Totals:
-    deferral_decisions: int = 0
-    requests_deferred: int = 0
-    rejected: int = 0
-    rejected_by_reason: dict[str, int] = field(default_factory=dict)
-    reservations_made: int = 0
-    reservations_released: int = 0
+__all__ = ["MODES", "Controller", "Mode", "RemediationStats", "attach", "check_record", "list_policies"]
 
 
 def list_policies() -> dict[str, str]:
@@ -421,16 +367,6 @@ class Controller:
             t.requests_deferred += p.stats.requests_deferred
             for reason, n in (p.stats.rejected_by_reason or {}).items():
                 t.rejected_by_reason[reason] = t.rejected_by_reason.get(reason, 0) + n
-
-
-def check_record(record: ControlRecord) -> tuple[str, str] | None:
-    """(code, sentence) when ``record`` names a mode or policy that does not exist, else None."""
-    mode = record.mode.partition("+triggered:")[0]
-    if mode not in MODES:
-        return "unknown_mode", f"unknown mode {mode!r} (modes: {', '.join(MODES)})"
-    if record.policy is not None and record.policy not in POLICIES:
-        return "unknown_policy", f"unknown admission policy {record.policy!r} (policies: {', '.join(POLICIES)})"
-    return None
 
 
 def _discard(_event: Any) -> None:

@@ -38,7 +38,7 @@ import sys
 import textwrap
 from typing import Any
 
-from kvscope import remedy
+from kvscope import remedy, remedy_hosted
 from kvscope import replay as replay_mod
 from kvscope.engine_model.config import EngineConfig
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
     session: Any = None
     channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
-    hosted, hosted_ctl = remedy.hosted_controller()
+    hosted, hosted_ctl = remedy_hosted.hosted_controller()
     if hosted:
         # Under kvscope-instrument the instrumentation records this engine and owns its remediation
         # (it read KVSCOPE_REMEDIATION and KVSCOPE_REMEDIATION_CHANNEL at start): a second session
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("under kvscope-instrument remediation is attached by the instrumentation: set "
                              "KVSCOPE_REMEDIATION=MODE[:POLICY] (and KVSCOPE_REMEDIATION_CHANNEL) instead of "
                              "--remediation")
-        session = remedy.HostedRemediation(hosted_ctl)
+        session = remedy_hosted.HostedRemediation(hosted_ctl)
         mode, policy = session.mode, session.policy
         instrument: Any = session
     elif mode != "off" or channel_path:
