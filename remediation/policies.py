@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvscope.events import EventKind, KVEvent, PoolRole, blocks_needed
+from kvscope.events import ADOPTED_REASON, EventKind, KVEvent, PoolRole, blocks_needed
 from kvscope.port import AdmissionDecision, AdmissionRequest, PassView, PoolConfig
 from remediation.ledger import Reservation, ReservationLedger
 from remediation.reporting import Reporter
@@ -124,7 +124,7 @@ class ReservingPolicy:
             return _ADMIT  # nothing to gate, or secured earlier (a later chunk, a re-prefill)
         if not request.is_first_chunk:
             # Started before this policy was installed: its blocks are taken already, account them.
-            self._reserve(request, reason="adopted: started before remediation")
+            self._reserve(request, reason=ADOPTED_REASON)
             return _ADMIT
         need: dict[PoolRole, int] = {}
         for pool in self._gated:
@@ -174,7 +174,7 @@ class ReservingPolicy:
         """Account requests that started before this policy was installed (their blocks are taken)."""
         for request in requests:
             if request.request_id not in self.ledger and self._gated:
-                self._reserve(request, reason="adopted: started before remediation")
+                self._reserve(request, reason=ADOPTED_REASON)
 
     def reserved_blocks(self, pool: PoolRole) -> int:
         return self.ledger.total(pool)

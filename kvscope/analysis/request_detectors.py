@@ -20,7 +20,7 @@ from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
 from kvscope.analysis.wording import fatal_text, never_fitting_text
-from kvscope.events import EventKind, PoolRole, is_remediation_reason
+from kvscope.events import EventKind, PoolRole, is_adopted_reason, is_remediation_reason
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
 _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *END_KINDS)
@@ -39,7 +39,8 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
 
     An episode starts at the first ADMISSION_DEFERRED / RESERVATION_MADE after the request's last
     progress (admission, context chunk, resume, end) and lasts until its next progress or the end
-    of the stream.
+    of the stream. A reservation remediation *adopted* (the request was running when it switched
+    on: :func:`~kvscope.events.is_adopted_reason`) is no wait and starts nothing.
     """
     ev = as_columns(events)
     n = len(ev)
@@ -49,6 +50,10 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
     if len(ev.request_positions(*_STALL_KINDS)) == 0:
         return []
     stall = kind_in(kind, _STALL_KINDS)
+    made = ev.positions(EventKind.RESERVATION_MADE)
+    if len(made):
+        adopted = np.fromiter((is_adopted_reason(r) for r in ev.reason_at(made)), dtype=bool, count=len(made))
+        stall[made[adopted]] = False
     prog = kind_in(kind, _PROGRESS_KINDS)
     pos = np.flatnonzero((stall | prog) & (rid >= 0))
     r = rid[pos]

@@ -44,6 +44,7 @@ from kvscope.events import (
     KVEvent,
     PoolRole,
     blocks_needed,
+    is_adopted_reason,
     is_remediation_reason,
     parse_kv,
 )
@@ -62,6 +63,7 @@ _FREED, _REUSED = EventKind.BLOCKS_FREED.value, EventKind.BLOCKS_REUSED.value
 _SUSPENDED, _RESUMED = EventKind.SUSPENDED.value, EventKind.RESUMED.value
 _CONFIGURED, _SNAPSHOT = EventKind.POOL_CONFIGURED.value, EventKind.POOL_SNAPSHOT.value
 _MODE, _FAILED = EventKind.REMEDIATION_MODE_CHANGED.value, EventKind.ENGINE_FAILED.value
+_RESERVED = EventKind.RESERVATION_MADE.value
 
 
 def _div(a: float, b: float) -> float:
@@ -347,7 +349,8 @@ class StreamingAnalyzer(LiveFindings):
                     self._set_queued(req, float(nt))
         elif kind not in _END:
             scope = ()
-        if kind in _STALL:
+        if kind in _STALL and not (kind == _RESERVED and is_adopted_reason(reason or "")):
+            # An adopted reservation (running when remediation switched on) is no wait: as batch.
             s = req.stall
             if s is None:
                 s = (t, it, kind, pool, 0, 0.0, t, False)

@@ -12,8 +12,10 @@ from kvscope.events.kinds import (
     PoolRole,
 )
 from kvscope.events.reasons import (
+    ADOPTED_REASON,
     REMEDIATION_PREFIX,
     format_kv,
+    is_adopted_reason,
     is_remediation_reason,
     parse_kv,
     remediation_reason,
@@ -29,6 +31,7 @@ __all__ = [
     "OUTCOMES",
     "POOL_CODES",
     "POOL_ROLES",
+    "ADOPTED_REASON",
     "REMEDIATION_PREFIX",
     "REQUEST_OUTCOMES",
     "SCHEMA_VERSION",
@@ -40,6 +43,7 @@ __all__ = [
     "WallClockAnchor",
     "blocks_needed",
     "format_kv",
+    "is_adopted_reason",
     "is_remediation_reason",
     "parse_kv",
     "remediation_reason",

@@ -47,3 +47,13 @@ def remediation_reason(reason: str) -> str:
 
 def is_remediation_reason(reason: str) -> bool:
     return reason.startswith(REMEDIATION_PREFIX)
+
+
+ADOPTED_REASON = "adopted: started before remediation"
+"""The RESERVATION_MADE reason for a request that was already running when remediation switched on:
+the policy accounts its blocks; the request never waited for them (the analyzer's stall rule skips
+these reservations)."""
+
+
+def is_adopted_reason(reason: str) -> bool:
+    return reason.startswith(ADOPTED_REASON)
