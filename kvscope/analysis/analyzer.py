@@ -75,6 +75,13 @@ class Analysis:
     remediation_triggered: dict | None = None
     """``{"iteration", "t_s", "trigger"}`` of the first REMEDIATION_MODE_CHANGED that a finding
     triggered (``--remediation auto``), None when none did (:func:`first_trigger`)."""
+    remediation_switched: dict | None = None
+    """``{"iteration", "t_s", "mode", "policy"}`` of the first switch that turned enforcement on in a
+    running engine without a finding's trigger (the operator, through the control channel or
+    ``kvscope remediation set``), None when none did (:func:`first_switch`)."""
+    remediation_refused: dict | None = None
+    """``{"iteration", "t_s", "refused", "count"}``: the first control record the engine refused
+    (the operator's switch did not take) and how many were, None when none was."""
 
     def verdict(self) -> dict[str, Any]:
         """:func:`~kvscope.analysis.incidents.verdict` of these findings, with this run's clock,
@@ -84,6 +91,10 @@ class Analysis:
             v["wall_time"] = self.wall_clock(float(v["t_s"]))
         if self.remediation_triggered is not None:
             v["remediation_triggered"] = dict(self.remediation_triggered)
+        if self.remediation_switched is not None:
+            v["remediation_switched"] = dict(self.remediation_switched)
+        if self.remediation_refused is not None:
+            v["remediation_refused"] = dict(self.remediation_refused)
         return v
 
     def headline(self) -> str:
@@ -96,6 +107,13 @@ class Analysis:
         if trig is not None:
             text += (f"; remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
                      f"{trig['trigger']}")
+        sw = self.remediation_switched
+        if sw is not None:
+            text += f"; remediation switched on in the running engine at iteration {sw['iteration']} ({switch_text(sw)})"
+        ref = self.remediation_refused
+        if ref is not None:
+            text += (f"; {ref['count']} remediation control record(s) refused, the first at iteration "
+                     f"{ref['iteration']} ({ref['refused']}): that switch did not take")
         return text
 
     @property
@@ -184,6 +202,35 @@ def first_trigger(ev: EventColumns) -> dict | None:
     return None
 
 
+def first_switch(ev: EventColumns) -> dict | None:
+    """The first REMEDIATION_MODE_CHANGED that turned enforcement on after the engine's first pass
+    without a finding's trigger: a switch made in the running engine (a record at iteration 0 is
+    the mode it started in)."""
+    pos = ev.positions(EventKind.REMEDIATION_MODE_CHANGED)
+    for p, reason in zip(pos, ev.reason_at(pos)):
+        kv = parse_kv(reason)
+        if kv.get("enforcing") and not kv.get("trigger") and not kv.get("refused") and int(ev.iteration[p]) > 0:
+            return {"iteration": int(ev.iteration[p]), "t_s": float(ev.ts_ns[p]) / 1e9,
+                    "mode": str(kv.get("mode", "")), "policy": str(kv.get("policy", ""))}
+    return None
+
+
+def refused_controls(ev: EventColumns) -> dict | None:
+    """The control records the engine refused (``refused=<what>``): the first, and how many."""
+    pos = ev.positions(EventKind.REMEDIATION_MODE_CHANGED)
+    refused = [(p, kv) for p, kv in ((p, parse_kv(r)) for p, r in zip(pos, ev.reason_at(pos))) if kv.get("refused")]
+    if not refused:
+        return None
+    p, kv = refused[0]
+    return {"iteration": int(ev.iteration[p]), "t_s": float(ev.ts_ns[p]) / 1e9,
+            "refused": str(kv["refused"]).replace("_", " "), "count": len(refused)}
+
+
+def switch_text(sw: dict) -> str:
+    """``mode on, policy draft-reserve`` of :func:`first_switch`."""
+    return f"mode {sw['mode']}" + (f", policy {sw['policy']}" if sw.get("policy") else "")
+
+
 def rank_note(ranks: dict) -> str:
     """One line on which rank each pool was read from (:func:`one_rank_per_pool`)."""
     by_rank: dict[int, list[str]] = {}
@@ -233,7 +280,8 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=num_read, config=cfg, ranks=ranks,
         wall_clock=wall_clock_of(ev.attrs, ranks["analyzed"].get("none") if ranks else None),
-        remediation_triggered=first_trigger(ev),
+        remediation_triggered=first_trigger(ev), remediation_switched=first_switch(ev),
+        remediation_refused=refused_controls(ev),
         end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
     )
 

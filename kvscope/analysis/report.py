@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kvscope.analysis.analyzer import Analysis, rank_note
+from kvscope.analysis.analyzer import Analysis, rank_note, switch_text
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.incidents import counts, flagged_earlier, in_time
 from kvscope.analysis.wording import alarm_open_text, seconds
@@ -91,6 +91,14 @@ def _unknown(v: Any, fmt: str = "{}") -> str:
 
 def _verdict_html(analysis: Analysis) -> str:
     v = analysis.verdict()
+    ref = v.get("remediation_refused")
+    refused = (f"<div class='verdict incomplete'><b>{ref['count']} remediation control record(s) refused</b>, the "
+               f"first at iteration {ref['iteration']} ({html.escape(ref['refused'])}): that switch did not take."
+               "</div>" if ref else "")
+    return _verdict_block(analysis, v) + refused  # the verdict first
+
+
+def _verdict_block(analysis: Analysis, v: dict[str, Any]) -> str:
     if v["status"] == "incomplete":
         worst = v.get("worst_severity")
         return (f"<div class='verdict incomplete'><h2>OUTCOME UNKNOWN: no engine failure in the events read, but "
@@ -103,6 +111,10 @@ def _verdict_html(analysis: Analysis) -> str:
         acted = (f"<div>Remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
                  f"{html.escape(trig['trigger'])}: the findings before it are the alarm it acted on.</div>"
                  if trig else "")
+        sw = v.get("remediation_switched")
+        if sw:
+            acted += (f"<div>Remediation switched on in the running engine at iteration {sw['iteration']} "
+                      f"({html.escape(switch_text(sw))}): the findings before it are what it was switched on for.</div>")
         return (f"<div class='verdict healthy'><h2>HEALTHY: the engine did not fail</h2>"
                 f"<div>{v['num_findings']} findings" + (f", the worst {html.escape(worst)}" if worst else "")
                 + f".</div>{acted}</div>")
