@@ -282,7 +282,9 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         wall_clock=wall_clock_of(ev.attrs, ranks["analyzed"].get("none") if ranks else None),
         remediation_triggered=first_trigger(ev), remediation_switched=first_switch(ev),
         remediation_refused=refused_controls(ev),
-        end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])),
+        end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])) or (
+            None if num_read else "the recording holds no events (an engine that failed during start-up leaves such "
+                                  "a file)"),
     )
 
 

@@ -39,16 +39,21 @@ class InputFacts:
     events_dropped: int
     interrupted: bool
     problems: list[str] = field(default_factory=list)
+    empty: str | None = None
+    """The files read, when they hold no event at all (else None)."""
 
     @property
     def complete(self) -> bool:
         return (not self.rows_dropped and not self.events_dropped and not self.interrupted
-                and not self.problems)
+                and not self.problems and self.empty is None)
 
     def warning(self) -> str | None:
         """One line for stderr when something is missing, else None."""
         if self.complete:
             return None
+        if self.empty is not None and not self.problems:
+            return (f"no events in {self.empty}: the engine recorded nothing (it may have failed before its "
+                    "first scheduler pass)")
         parts = []
         cut = [f["path"] for f in self.files if f["status"] in ("interrupted", "cut off", "error")]
         if cut:
@@ -68,6 +73,7 @@ class InputFacts:
             "rows_dropped": self.rows_dropped,
             "events_dropped": self.events_dropped,
             "files_refused": [],
+            "empty": self.empty is not None,
             "problems": self.problems[:MAX_PROBLEMS_SHOWN],
             "num_problems": len(self.problems),
             "files": [
@@ -123,6 +129,9 @@ def load_checked(paths: Sequence[str], load: Any, *, work: str = "analyzed") -> 
         events_dropped=sum(int(f.get("events_dropped") or 0) for f in files),
         interrupted=any(f.get("status") in ("interrupted", "cut off", "error") for f in files),
         problems=[str(p) for p in problems],
+        # An engine that fails during start-up, after loading kvscope, leaves exactly this: a
+        # header and nothing else. Nothing in it says healthy.
+        empty=", ".join(map(str, paths)) if len(frame) == 0 else None,
     )
     return frame, facts
 

@@ -178,7 +178,7 @@ def export_files(
         df, facts = load_checked([path], read_file, work="exported")
         warning = facts.warning()
         if warning:
-            warnings.append(f"{path}: {warning}")
+            warnings.append(warning if facts.empty else f"{path}: {warning}")  # that one names the file
         header = df.attrs["kvscope"]["files"][0]["header"] or {}
         anchor = WallClockAnchor.from_dict(header["anchor"])
         meta = header.get("meta") or {}

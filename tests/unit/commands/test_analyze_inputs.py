@@ -220,3 +220,26 @@ def test_export_of_a_file_unreadable_as_a_whole_says_nothing_was_exported(tmp_pa
     code = main(["export", str(path), "--otlp-endpoint", "http://127.0.0.1:9"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.strip().endswith("; nothing exported") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_a_recording_with_no_events_is_no_verdict_of_health(tmp_path, fake_clock, suffix, capsys):
+    # An engine that fails during start-up after loading kvscope leaves a header and an end record:
+    # a complete file holding nothing. It is not a healthy run (an on-call walkthrough got HEALTHY,
+    # exit 0, from analyze and export both).
+    path = record(tmp_path / f"zero{suffix}", fake_clock, n=0)
+    code, out, err = analyze(capsys, path, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["num_events"] == 0
+    assert doc["verdict"]["status"] == "incomplete" and "holds no events" in doc["verdict"]["message"]
+    assert doc["input"]["complete"] is False and doc["input"]["empty"] is True
+    assert err.strip() == (f"kvscope analyze: warning: no events in {path}: the engine recorded nothing (it may have "
+                           "failed before its first scheduler pass)")
+    code, out, _ = analyze(capsys, path)
+    assert code == 1 and out.startswith("OUTCOME UNKNOWN: no engine failure in the events read, but the recording "
+                                        "holds no events")
+    code = main(["export", str(path), "--otlp-endpoint", "http://127.0.0.1:9", "--timeout", "0.1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and json.loads(out)["events"] == 0
+    assert err.strip().splitlines()[0] == f"kvscope export: warning: no events in {path}: the engine recorded " \
+                                          "nothing (it may have failed before its first scheduler pass)"
