@@ -56,6 +56,12 @@ FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
 """The follower allocates a few objects per event and keeps few: the default first-generation
 threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
 a quarter of the follower's CPU. Its analyzer child runs with the same ones."""
+WAIT_NOTICE_S = 10.0
+"""``export --follow`` says once that nothing has arrived after this long (a wrong endpoint or an
+engine not publishing would otherwise look like a quiet follower)."""
+DROP_NOTICE_S = 30.0
+"""...and, at most this often, that items are being dropped (a down collector, said while it lasts,
+not only at exit: a follower may run for days)."""
 REPLAY_MAX_BLOCK_S = 10.0
 """A replay waits up to this long for room in a full export queue while the collector answers
 (a file is not an engine: pacing it loses nothing); once an export fails it stops waiting."""
@@ -240,6 +246,7 @@ def follow(
     max_queue_size: int = 2048,
     run_id: str | None = None,
     analyzer_process: bool = True,
+    notify: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Subscribe to a live event stream and export it as it comes (out of the engine's process).
 
@@ -255,8 +262,16 @@ def follow(
     dropped at its high-water mark or this process never received, events published before it
     subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
     when a batch of another run or schema stopped the follow. ``cpu_s`` says what the follow cost
-    in CPU: this process, and the analyzer's child process.
+    in CPU: this process, and the analyzer's child process. ``analysis`` says whether the analyzer
+    ran: a follower that joins a stream after the engine started has missed the pool configuration
+    and the requests already in flight, so it exports the events without findings or analyzer
+    gauges rather than findings that cannot be right (``analysis.off``).
+
+    ``notify`` (default: a log warning) hears, as they happen, what a long-running follower must not
+    keep to itself until it exits: nothing received after :data:`WAIT_NOTICE_S`, a late join, and
+    items dropped (at most every :data:`DROP_NOTICE_S`).
     """
+    say = notify or (lambda m: log.warning("kvscope export --follow: %s", m))
     # composition root: the live stream's reader
     from kvscope.engines.live import LiveSubscriber, StreamRefusedError
 
@@ -279,12 +294,34 @@ def follow(
         bridge = AnalyzerBridge(sink, StreamingAnalyzer())
     last = None
     refused = None
+    off = None if analyze else "not asked for (--no-analyze)"
+    t0 = said_drops_at = time.monotonic()
+    said_waiting = False
+    said_drops = 0
     gc_thresholds = gc.get_threshold()
     gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
     try:
         while not (stop is not None and stop()) and not sub.ended:
             batches = sub.poll_batches(timeout_ms=200)
             now = time.monotonic()
+            if batches and last is None and bridge is not None and sub.missed_at_start:
+                off = (f"joined the stream after the engine started ({sub.missed_at_start} event(s) published "
+                       "before, the pool configuration and the requests already in flight among them): no "
+                       "findings and no analyzer gauges for this run (start the follower before the engine, "
+                       "or run kvscope analyze on the engine's event files)")
+                bridge.detach()
+                if remote is not None:
+                    remote.close()
+                bridge = remote = None
+                say(f"warning: {off}")
+            if not batches and last is None and not said_waiting and now - t0 >= WAIT_NOTICE_S:
+                said_waiting = True
+                say(f"waiting: nothing received from {endpoint} in {WAIT_NOTICE_S:.0f} s (is an engine publishing "
+                    "there, with kvscope-instrument --sinks zmq?)")
+            drops = sum(sink.dropped().values())
+            if drops > said_drops and now - said_drops_at >= DROP_NOTICE_S:
+                say(f"warning: {drops} item(s) dropped so far (collector down or too slow: {config.endpoint})")
+                said_drops, said_drops_at = drops, now
             if batches:
                 last = now
                 tickets: list[int] = []
@@ -308,6 +345,7 @@ def follow(
         sub.close()
     s = sink.summary()
     s["findings"] = bridge.num_findings if bridge is not None else 0
+    s["analysis"] = {"on": off is None, "off": off}
     if remote is not None and remote.failed is not None:
         s["analyzer_failed"] = remote.failed
     s["cpu_s"] = {"follower": round(time.process_time() - cpu0, 3),
@@ -446,6 +484,11 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
             raise ValueError("give event files or --follow, not both")
         if args.nice < 0:
             raise ValueError(f"--nice must be >= 0 (a follower never outranks the engine), got {args.nice}")
+        from kvscope.engines.live import stream_endpoint_problem
+
+        problem = stream_endpoint_problem(args.follow)
+        if problem:
+            raise ValueError(f"--follow {args.follow}: {problem}")
         # This process only (follow() as a library call never touches its caller's priority), and
         # every thread of it: Linux keeps nice and policy per thread, and imports have already
         # started some; threads and children started later inherit.
@@ -455,7 +498,8 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
             _sched_idle()
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
-                   analyzer_process=not args.analyze_inline)
+                   analyzer_process=not args.analyze_inline,
+                   notify=lambda m: print(f"kvscope export: {m}", file=sys.stderr, flush=True))
     else:
         if not args.events:
             raise ValueError("give event files to export, or --follow a live stream")
@@ -498,6 +542,8 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
     for warning in s.get("input_warnings") or ():
         print(f"kvscope export: warning: {warning}", file=sys.stderr)
         code = 1
+    if (s.get("analysis") or {}).get("off") and not args.no_analyze:
+        code = 1  # said when it was noticed: the run's findings and analyzer gauges are missing
     if s["dropped_total"]:
         said = (f"; the exporter said {sdk_log.count} time(s), first: {sdk_log.first}" if sdk_log.first else "")
         print(

@@ -61,7 +61,33 @@ DEFAULT_HIGH_WATER_MARK = DEFAULT_BUFFER_BYTES // MAX_MESSAGE_BYTES
 """Messages queued per subscriber before new ones are dropped (256): the buffer budget in messages
 of at most :data:`MAX_MESSAGE_BYTES`. ``KVSCOPE_ZMQ_HWM`` sets another count."""
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "DEFAULT_HIGH_WATER_MARK", "MAX_MESSAGE_BYTES", "TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "DEFAULT_HIGH_WATER_MARK", "MAX_MESSAGE_BYTES", "TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink", "stream_endpoint_problem"]
+
+
+def stream_endpoint_problem(endpoint: str) -> str | None:
+    """Why a follower cannot subscribe to ``endpoint``, or None: it must be ``tcp://HOST:PORT`` with a
+    host that resolves, or ``ipc://PATH``. Checked up front: ZeroMQ connects in the background, so a
+    file path, a bare ``host:port`` or an unknown host would otherwise fail deep inside it or wait
+    forever for a stream that cannot come."""
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep:
+        return "expected tcp://HOST:PORT or ipc://PATH (the engine's --sinks zmq endpoint)"
+    if scheme == "ipc":
+        return None if rest else "no path after ipc://"
+    if scheme != "tcp":
+        return f"scheme {scheme!r}: expected tcp://HOST:PORT or ipc://PATH"
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host:
+        return "expected tcp://HOST:PORT"
+    if not (port.isdigit() and 0 < int(port) < 65536):
+        return f"port {port!r} is not a port number"
+    import socket
+
+    try:
+        socket.getaddrinfo(host.strip("[]"), int(port))
+    except (OSError, UnicodeError) as e:
+        return f"host {host!r} does not resolve ({e})"
+    return None
 
 
 class ZmqPublisherSink:

@@ -61,6 +61,13 @@ class AnalyzerBridge:
         sink.on_batch = self._on_batch
         sink.on_close = self.close
 
+    def detach(self) -> None:
+        """Stop analyzing: the sink exports on without findings or analyzer gauges."""
+        if self.sink.on_batch == self._on_batch:
+            self.sink.on_batch = None
+        if self.sink.on_close == self.close:
+            self.sink.on_close = None
+
     def _on_batch(self, rows: Sequence[tuple], epoch_offset_ns: int) -> None:
         self._emit(self.analyzer.feed(rows))
         gauges = self.sink.analyzer_gauges

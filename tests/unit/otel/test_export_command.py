@@ -306,3 +306,81 @@ def test_a_follower_that_falls_behind_reports_the_lost_events_exits_1_and_says_w
     assert s["stream"]["gap_events"] == pub.num_dropped_events and follower.returncode == 1, (s["stream"], err)
     assert s["events"] + s["stream"]["gap_events"] == 1 + 200 * 2000
     assert "lost before they reached this process" in err and "--sched normal gives it a share" in err
+
+
+def test_a_follower_that_joins_a_running_engine_says_it_cannot_analyze_and_exports_without_findings(capsys):
+    """Joined after the engine started (the usual case when paged), the follower never saw the pool
+    configuration or the requests in flight: it must say so when it notices, export the events
+    without findings or analyzer gauges, and exit 1 (it said nothing and logged a misleading
+    "no earlier finding named this request" in an on-call walkthrough)."""
+    import threading
+
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.events import EventKind, PoolRole
+
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*")
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    pump = BatchPump(rec, [pub], start=False)
+    record_incident(rec, clock)  # the engine's start and its incident, published to nobody
+    pump.pump_once()
+    assert pub.num_sent_events > 0
+    box: dict = {}
+
+    def follow_cli():
+        box["code"] = main(["export", "--follow", pub.endpoint, "--otlp-endpoint",
+                            f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json", "--analyze-inline"])
+
+    t = threading.Thread(target=follow_cli)
+    t.start()
+    _wait_subscribed(pub)
+    for i in range(3):  # the engine goes on: the follower hears this
+        rec.iteration += 1
+        rec.record(EventKind.REQUEST_ARRIVED, 900 + i, PoolRole.NONE, 0, 100, 0)
+        clock.advance(1_000_000)
+    pump.shutdown()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    o, err = capsys.readouterr()
+    out = json.loads(o)
+    assert out["stream"]["missed_at_start"] == 110 and out["events"] == 3
+    assert out["analysis"]["on"] is False and "joined the stream after the engine started" in out["analysis"]["off"]
+    assert out["findings"] == 0 and box["code"] == 1
+    assert err.count("kvscope export: warning: joined the stream after the engine started (110 event(s)") == 1
+
+
+@pytest.mark.parametrize("endpoint,said", [
+    ("/tmp/events.jsonl", "expected tcp://HOST:PORT or ipc://PATH"),
+    ("127.0.0.1:5557", "expected tcp://HOST:PORT or ipc://PATH"),
+    ("http://127.0.0.1:5557", "scheme 'http'"),
+    ("tcp://no-such-host.invalid:5557", "does not resolve"),
+    ("tcp://127.0.0.1:port", "is not a port number"),
+])
+def test_follow_refuses_what_is_not_a_stream_endpoint_in_one_line(endpoint, said, capsys):
+    code = main(["export", "--follow", endpoint, "--otlp-endpoint", "http://127.0.0.1:9"])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"kvscope export: error: --follow {endpoint}: ") and said in err and "internal" not in err
+
+
+def test_a_follower_hearing_nothing_says_so_instead_of_waiting_silently(monkeypatch):
+    import threading
+
+    import kvscope.commands.export as ex
+    from kvscope.otel import OtlpConfig
+
+    monkeypatch.setattr(ex, "WAIT_NOTICE_S", 0.3)
+    said: list[str] = []
+    stop = threading.Event()
+    cfg = OtlpConfig.from_env(endpoint=f"http://127.0.0.1:{_closed_port()}", protocol="http/protobuf", timeout_s=0.2)
+    t = threading.Thread(target=lambda: ex.follow(f"tcp://127.0.0.1:{_closed_port()}", cfg, stop=stop.is_set,
+                                                  notify=said.append, analyze=False))
+    t.start()
+    import time
+
+    deadline = time.monotonic() + 10
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    t.join(timeout=10)
+    assert len(said) == 1 and said[0].startswith("waiting: nothing received from tcp://127.0.0.1:")
