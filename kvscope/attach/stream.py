@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
+import time
+from collections.abc import Callable
+
 from kvscope.engines.live import LiveSubscriber, StreamRefusedError
-from kvscope.ui.feeds import ERROR, RUNNING, FeedStatus
+from kvscope.ui.feeds import ERROR, FINISHED, RUNNING, SILENT, FeedStatus
+
+DEFAULT_SILENT_AFTER_S = 10.0
+"""Seconds without an event after which the status says the stream went silent. An engine at work
+publishes every pump interval (milliseconds), and the stream has no heartbeat: a SIGKILLed engine
+sends no END and simply stops, so silence is the only sign of its death (an idle engine, with no
+request, is silent too, which the status line says)."""
 
 
 class StreamFeed:
@@ -11,21 +21,37 @@ class StreamFeed:
 
     Args:
         endpoint: the publisher's endpoint, e.g. ``"tcp://127.0.0.1:5557"``.
+        silent_after_s: seconds without an event before :meth:`status` says ``silent`` (> 0).
+        clock: monotonic nanoseconds, for the silence interval (injected in tests).
+        epoch_clock: epoch nanoseconds, for the wall-clock time of the last event received.
     """
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, *, silent_after_s: float = DEFAULT_SILENT_AFTER_S,
+                 clock: Callable[[], int] = time.monotonic_ns,
+                 epoch_clock: Callable[[], int] = time.time_ns) -> None:
+        if not silent_after_s > 0:
+            raise ValueError(f"silent_after_s must be > 0, got {silent_after_s}")
         self.endpoint = endpoint
         self.subscriber = LiveSubscriber(endpoint)
         self.refused: str | None = None
+        self.silent_after_s = silent_after_s
+        self._clock, self._epoch_clock = clock, epoch_clock
+        self._since_ns = clock()
+        """When the last event arrived (or, before the first one, when this feed subscribed)."""
+        self._last_epoch_ns: int | None = None
+        """Wall-clock time the last event arrived; None before the first."""
 
     def poll(self, max_events: int = 200_000) -> list[tuple]:
         if self.refused is not None:
             return []
         try:
-            return self.subscriber.poll_rows(timeout_ms=0, max_batches=max(1, max_events // 64))
+            rows = self.subscriber.poll_rows(timeout_ms=0, max_batches=max(1, max_events // 64))
         except StreamRefusedError as e:  # another run on this endpoint: say so, show nothing of it
             self.refused = str(e)
             return []
+        if rows:
+            self._since_ns, self._last_epoch_ns = self._clock(), self._epoch_clock()
+        return rows
 
     def status(self) -> FeedStatus:
         s = self.subscriber
@@ -33,7 +59,23 @@ class StreamFeed:
             return FeedStatus(ERROR, self.refused)
         lost = s.gap_events
         dropped = f", {lost:,} lost on the way" if lost else ""
-        return FeedStatus(RUNNING, f"subscribed to {self.endpoint}: {s.num_received:,} events{dropped}")
+        counted = f"{s.num_received:,} events{dropped}"
+        if s.ended:
+            return FeedStatus(FINISHED, f"{self.endpoint}: the engine closed its stream (clean end): {counted}")
+        silent_s = (self._clock() - self._since_ns) / 1e9
+        if silent_s >= self.silent_after_s:
+            if self._last_epoch_ns is None:
+                return FeedStatus(SILENT, f"nothing received from {self.endpoint} in {silent_s:.0f} s since "
+                                          "subscribing: is an engine publishing there (--sinks zmq)?")
+            return FeedStatus(SILENT, f"silent for {silent_s:.0f} s: the engine may have died (or has no "
+                                      f"traffic); last event at {_utc(self._last_epoch_ns)}; "
+                                      f"subscribed to {self.endpoint}: {counted}")
+        return FeedStatus(RUNNING, f"subscribed to {self.endpoint}: {counted}")
 
     def close(self) -> None:
         self.subscriber.close()
+
+
+def _utc(epoch_ns: int) -> str:
+    when = datetime.datetime.fromtimestamp(epoch_ns / 1e9, tz=datetime.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")

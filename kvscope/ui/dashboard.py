@@ -30,7 +30,17 @@ from kvscope.ui import pools as pools_fig
 from kvscope.ui import requests as requests_fig
 from kvscope.ui import reuse as reuse_fig
 from kvscope.ui.beacon import ShownBeacon
-from kvscope.ui.feeds import ERROR, FATAL, FINISHED, IDLE, PAUSED_NOTE, Feed, FeedStatus
+from kvscope.ui.feeds import (
+    ERROR,
+    FATAL,
+    FINISHED,
+    IDLE,
+    PAUSED_NOTE,
+    RUNNING,
+    SILENT,
+    Feed,
+    FeedStatus,
+)
 from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView
@@ -38,6 +48,8 @@ from kvscope.ui.live import LiveView
 FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
 FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
            ("fig_reuse", "prefix reuse"))
+ALARMING_STATES = (SILENT, FATAL, ERROR)
+"""States the status line shows in red: something needs the reader's attention."""
 FULL_STATE_EVERY = 10
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
 
@@ -257,7 +269,7 @@ class Dashboard:
             except Exception as exc:  # noqa: BLE001 - shown in the status line; the loop keeps going
                 self.error = f"{type(exc).__name__}: {exc}"
                 status = FeedStatus(ERROR, self.error)
-        if self.view.fatal is not None and status.state in (FINISHED, "running"):
+        if self.view.fatal is not None and status.state in (FINISHED, RUNNING, SILENT):
             status = FeedStatus(FATAL, self.view.fatal.message)
         final = status.state in FINAL_STATES
         if not self.pause.value or force:
@@ -321,7 +333,8 @@ class Dashboard:
         state = status.state
         paused = PAUSED_NOTE if self.pause.value else ""
         mode = f" · remediation {self.switch.mode}" if self.switch is not None else ""
-        self.status.value = (f"<b>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}")
+        color = " style='color:#b91c1c'" if state in ALARMING_STATES else ""
+        self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}")
         if state != self._state:
             self.status.remove_class(f"kvscope-state-{self._state.replace(' ', '-')}")
             self.status.add_class(f"kvscope-state-{state.replace(' ', '-')}")

@@ -18,6 +18,8 @@ from kvscope.events import FIELDS
 from kvscope.recording.sinks import EventBatch
 
 IDLE, RUNNING, FINISHED, FATAL, STOPPED, ERROR = "idle", "running", "finished", "engine fatal", "stopped", "error"
+SILENT = "silent"
+"""A live source that has sent nothing for a while (not final: it may speak again)."""
 PAUSED_NOTE = " · view paused"
 
 
@@ -26,7 +28,7 @@ class FeedStatus:
     """What the status line says about the source."""
 
     state: str
-    """idle | running | finished | engine fatal | stopped | error."""
+    """idle | running | silent | finished | engine fatal | stopped | error."""
     detail: str = ""
     """One line: the scenario, the fatal message, the error."""
 

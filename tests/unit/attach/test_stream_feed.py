@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kvscope.attach import StreamFeed
 from kvscope.engines.live import ZmqPublisherSink
 from kvscope.events import EventKind, PoolRole
 from kvscope.recording import BatchPump, Recorder
+from kvscope.testing import FakeClock
 from kvscope.ui.dashboard import Dashboard
 
 
@@ -36,3 +39,74 @@ def test_dashboard_on_a_live_stream_draws_published_pool_snapshots_and_counts_th
     finally:
         pump.shutdown()
         feed.close()
+
+
+def _publish_until_received(rec, pump, feed, dash, n: int) -> None:
+    deadline = time.monotonic() + 30
+    it = 0
+    while dash.view.counts["events"] < n and time.monotonic() < deadline:
+        it += 1  # keep publishing until the subscription has joined (PUB/SUB slow joiner)
+        rec.iteration = it
+        rec.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=3, capacity_blocks=100,
+                   free_blocks=100 - it, evictable_blocks=0, reserved_blocks=0)
+        pump.pump_once()
+        time.sleep(0.01)
+        dash.refresh()
+    assert dash.view.counts["events"] >= n
+
+
+def test_status_says_silent_with_the_last_event_time_when_the_stream_stops_without_an_end():
+    clock = FakeClock()
+    epoch = FakeClock(start_ns=1_780_000_000 * 10**9)  # 2026-05-28 20:26:40 UTC
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+    feed = StreamFeed(sink.endpoint, silent_after_s=10, clock=clock, epoch_clock=epoch)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [sink], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        clock.advance(9 * 10**9)  # the engine stops publishing (SIGKILL: no END is ever sent)
+        assert dash.refresh().state == "running"
+        clock.advance(2 * 10**9)
+        status = dash.refresh()
+        assert status.state == "silent"
+        assert "silent for 11 s: the engine may have died" in status.detail
+        assert "last event at 2026-05-28 20:26:40 UTC" in status.detail
+        assert "kvscope-state-silent" in dash.status._dom_classes and "silent" in dash.status.value
+        _publish_until_received(rec, pump, feed, dash, dash.view.counts["events"] + 1)
+        assert dash.refresh().state == "running"  # it spoke again: not final
+    finally:
+        pump.shutdown()
+        feed.close()
+
+
+def test_status_says_nothing_arrived_when_no_engine_publishes_on_the_endpoint():
+    clock = FakeClock()
+    feed = StreamFeed("tcp://127.0.0.1:1", silent_after_s=5, clock=clock)
+    try:
+        assert feed.status().state == "running"
+        clock.advance(6 * 10**9)
+        status = feed.status()
+        assert status.state == "silent" and "nothing received from tcp://127.0.0.1:1 in 6 s" in status.detail
+    finally:
+        feed.close()
+
+
+def test_status_says_finished_when_the_engine_closes_its_stream_cleanly():
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+    feed = StreamFeed(sink.endpoint)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [sink], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        pump.shutdown()  # sends END
+        status = dash.wait(timeout_s=10)
+        assert status.state == "finished" and "closed its stream" in status.detail
+    finally:
+        feed.close()
+
+
+def test_silent_after_must_be_positive():
+    with pytest.raises(ValueError, match="silent_after_s must be > 0, got 0"):
+        StreamFeed("tcp://127.0.0.1:1", silent_after_s=0)
