@@ -43,14 +43,17 @@ from kvscope.ui.feeds import (
 )
 from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
-from kvscope.ui.live import LiveView
+from kvscope.ui.live import LiveView, ReportedRemediation
 
 FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
 FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
            ("fig_reuse", "prefix reuse"))
 ALARMING_STATES = (SILENT, FATAL, ERROR)
 """States the status line shows in red: something needs the reader's attention."""
+NOT_REPORTED = "not reported"
+"""What the mode and policy widgets read when no switch is attached and no event named them."""
 FULL_STATE_EVERY = 10
+_UNSHOWN = object()  # the reported remediation widgets show nothing yet
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
 
 
@@ -117,6 +120,7 @@ class Dashboard:
         self._start_when_shown = False
         self._findings_shown: tuple | None = None  # what the findings table shows (see redraw)
         self._state = IDLE
+        self._shown_reported: ReportedRemediation | None | object = _UNSHOWN
         self._build(title)
         if feed is not None:
             self.attach(feed, switch)
@@ -226,9 +230,8 @@ class Dashboard:
         self._syncing = True
         try:
             if switch is None:
-                self.mode.options, self.mode.value, self.mode.disabled = ["off"], "off", True
-                self.mode.tooltips = ["no remediation control on this source"]
-                self.policy.options, self.policy.disabled = ["(none)"], True
+                self._shown_reported = _UNSHOWN
+                self._show_reported(self.view.remediation)
                 return
             self.mode.options = list(switch.modes)
             self.mode.tooltips = [f"remediation {m}" for m in switch.modes]
@@ -237,6 +240,28 @@ class Dashboard:
             self.policy.options = list(switch.policies) or ["(none)"]
             self.policy.value = switch.policy if switch.policy in switch.policies else self.policy.options[0]
             self.policy.disabled = not switch.policies
+        finally:
+            self._syncing = False
+
+    def _show_reported(self, reported: ReportedRemediation | None) -> None:
+        """Without a switch (another process's stream, a file), the mode and policy widgets show,
+        read-only, what the events last reported: never a default that may be false."""
+        if reported == self._shown_reported:
+            return
+        self._shown_reported = reported
+        self._syncing = True
+        try:
+            if reported is None:
+                mode, policy = NOT_REPORTED, NOT_REPORTED
+                tip = ("the events have reported no remediation mode: no remediation attached, or it was "
+                       "set before this view started")
+            else:
+                mode, policy = reported.mode, reported.policy or NOT_REPORTED
+                tip = (f"as the engine reported at t={reported.t_s:.2f} s"
+                       f"{' (enforcing)' if reported.is_enforcing else ''}; read-only: switch it where it runs")
+            self.mode.options, self.mode.value, self.mode.disabled = [mode], mode, True
+            self.mode.tooltips = [tip]
+            self.policy.options, self.policy.value, self.policy.disabled = [policy], policy, True
         finally:
             self._syncing = False
 
@@ -271,6 +296,8 @@ class Dashboard:
                 status = FeedStatus(ERROR, self.error)
         if self.view.fatal is not None and status.state in (FINISHED, RUNNING, SILENT):
             status = FeedStatus(FATAL, self.view.fatal.message)
+        if self.switch is None:
+            self._show_reported(self.view.remediation)
         final = status.state in FINAL_STATES
         if not self.pause.value or force:
             t0 = time.perf_counter()
@@ -332,7 +359,9 @@ class Dashboard:
         state is also a CSS class (``kvscope-state-running`` ...) for tests and styling."""
         state = status.state
         paused = PAUSED_NOTE if self.pause.value else ""
-        mode = f" · remediation {self.switch.mode}" if self.switch is not None else ""
+        reported = self.view.remediation
+        mode = (f" · remediation {self.switch.mode}" if self.switch is not None
+                else f" · remediation {reported.mode} (as reported)" if reported is not None else "")
         color = " style='color:#b91c1c'" if state in ALARMING_STATES else ""
         self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}")
         if state != self._state:

@@ -108,6 +108,21 @@ class FatalError:
         return "engine fatal" + (f" (request {self.request_id})" if self.request_id >= 0 else "")
 
 
+@dataclass(frozen=True, slots=True)
+class ReportedRemediation:
+    """The remediation state the events report (the latest ``remediation_mode_changed``): what the
+    engine runs, whoever switched it, so a dashboard without the switch can still show it."""
+
+    mode: str
+    """off | shadow | on | auto."""
+    policy: str
+    """The admission policy's name ('' when the event names none)."""
+    is_enforcing: bool
+    """The policy gates admission (on, or auto after its trigger)."""
+    t_s: float
+    """Event time of the change (s)."""
+
+
 class LiveView:
     """Bounded live state for the dashboard (single consumer thread).
 
@@ -133,6 +148,8 @@ class LiveView:
         self.fatal: FatalError | None = None
         self.mode_changes: deque[tuple[float, str]] = deque(maxlen=100)
         """Remediation mode changes as ``(t_s, "remediation on")``, the latest 100."""
+        self.remediation: ReportedRemediation | None = None
+        """The latest remediation state the events reported; None before any."""
         self.iteration = -1
         self.t_s = 0.0
         self._pool_rank: dict[str, int] = {}
@@ -180,9 +197,12 @@ class LiveView:
         if counted is not None:
             self.counts[counted] += 1
         if kind == "remediation_mode_changed":
-            fields = parse_kv(str(reason))  # a refused control record changed nothing (kvscope.ui.pools.mode_label)
-            self.mode_changes.append((t, "remediation control refused" if "refused" in fields
-                                      else f"remediation {fields.get('mode', '?')}"))
+            kv = parse_kv(str(reason))  # a refused control record changed nothing (kvscope.ui.pools.mode_label)
+            self.mode_changes.append((t, "remediation control refused" if "refused" in kv
+                                      else f"remediation {kv.get('mode', '?')}"))
+            if "refused" not in kv:
+                self.remediation = ReportedRemediation(str(kv.get("mode", "?")), str(kv.get("policy", "")),
+                                                       bool(kv.get("enforcing", 0)), t)
         if kind == "engine_failed":
             self.fatal = FatalError(t, rid, str(reason))
         if rid < 0:

@@ -103,9 +103,10 @@ def test_mode_and_policy_widgets_drive_the_switch_when_changed():
     assert "remediation on" in dash.status.value
 
 
-def test_switch_is_disabled_when_the_source_has_no_remediation():
+def test_switch_is_disabled_and_says_not_reported_when_the_source_reports_no_remediation():
     dash = Dashboard(ListFeed([]), refresh_s=0)
-    assert dash.mode.disabled and list(dash.mode.options) == ["off"]
+    assert dash.mode.disabled and list(dash.mode.options) == ["not reported"]  # not "off": it is not known
+    assert dash.policy.disabled and dash.policy.value == "not reported"
     assert "kvscope-remediation" in dash.mode._dom_classes
 
 
@@ -116,3 +117,24 @@ def test_attach_closes_the_previous_feed_and_starts_a_fresh_view(crash_recording
     assert dash.view.counts["events"] > 0
     dash.attach(ListFeed([]))
     assert first.closed and dash.view.counts["events"] == 0
+
+
+def _mode_changed(t_s: float, mode: str, policy: str, enforcing: bool) -> tuple:
+    from kvscope.events import EventKind, KVEvent, PoolRole
+
+    reason = f"mode={mode} policy={policy} previous=off previous_policy={policy} enforcing={int(enforcing)}"
+    return KVEvent(int(t_s * 1e9), 3, 0, 1, -1, PoolRole.NONE, EventKind.REMEDIATION_MODE_CHANGED, 0, 0, 0,
+                   -1, -1, -1, -1, reason).as_row()
+
+
+def test_widgets_show_the_reported_remediation_read_only_when_the_source_has_no_switch():
+    dash = Dashboard(ListFeed([[_mode_changed(1.0, "shadow", "draft-aware", False)],
+                               [_mode_changed(2.5, "on", "worst-case", True)]]), refresh_s=0)
+    assert dash.mode.disabled and list(dash.mode.options) == ["shadow"] and dash.mode.value == "shadow"
+    assert dash.policy.disabled and dash.policy.value == "draft-aware"
+    assert "remediation shadow (as reported)" in dash.status.value
+    dash.refresh()
+    assert list(dash.mode.options) == ["on"] and dash.mode.value == "on" and dash.mode.disabled
+    assert dash.policy.value == "worst-case" and dash.policy.disabled
+    assert "t=2.50 s (enforcing)" in dash.mode.tooltips[0]
+    assert "remediation on (as reported)" in dash.status.value
