@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,26 +169,46 @@ def one_rank_per_pool(events: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return kept, {"recorded": sorted(int(r) for r in events["rank"].unique()), "analyzed": analyzed}
 
 
+WALL_CLOCK_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+
+
+def wall_clock_offset_ns(anchor: Mapping[str, Any]) -> int | None:
+    """``epoch_ns - monotonic_ns`` of a wall-clock anchor (a file header's or a live stream's
+    ``WallClockAnchor.to_dict()``): event ``ts_ns`` plus this is epoch time. None for the simulated
+    clock of a replay (its times are the run's own) or an anchor without both readings."""
+    if (anchor.get("clock", "simulated") == "simulated" or anchor.get("epoch_ns") is None
+            or anchor.get("monotonic_ns") is None):
+        return None
+    return int(anchor["epoch_ns"]) - int(anchor["monotonic_ns"])
+
+
+def wall_clock_at(offset_ns: int, fmt: str = WALL_CLOCK_FORMAT) -> Callable[[float], str]:
+    """Event time (s) -> wall-clock text (UTC, ``fmt``) for a clock whose offset to epoch time is
+    ``offset_ns`` (:func:`wall_clock_offset_ns`)."""
+
+    def wall(t_s: float) -> str:
+        when = datetime.datetime.fromtimestamp((t_s * 1e9 + offset_ns) / 1e9, tz=datetime.timezone.utc)
+        return when.strftime(fmt)
+
+    return wall
+
+
 def wall_clock_of(attrs: dict, rank: int | None = None) -> Callable[[float], str] | None:
     """Event time (s) -> ``YYYY-MM-DD HH:MM:SS UTC`` through the file's wall-clock anchor (an epoch
     time taken with one reading of the recording's clock), for a recording on a real clock; None for
     the simulated clock of a replay (its times are the run's own) or a file without an anchor.
     ``rank``: the file of that rank (the one analyzed), else the first."""
+    offset_ns = wall_clock_offset_of(attrs, rank)
+    return None if offset_ns is None else wall_clock_at(offset_ns)
+
+
+def wall_clock_offset_of(attrs: dict, rank: int | None = None) -> int | None:
+    """:func:`wall_clock_offset_ns` of the anchor :func:`wall_clock_of` reads (an event frame's
+    ``attrs``: the file of ``rank``, else the first)."""
     files = attrs.get("kvscope", {}).get("files", [])
     anchors = [((f.get("header") or {}).get("anchor") or {}) for f in files]
     anchors = [a for a in anchors if rank is None or a.get("rank") == rank] or anchors
-    if not anchors:
-        return None
-    a = anchors[0]
-    if a.get("clock", "simulated") == "simulated" or a.get("epoch_ns") is None or a.get("monotonic_ns") is None:
-        return None
-    offset_ns = int(a["epoch_ns"]) - int(a["monotonic_ns"])
-
-    def wall(t_s: float) -> str:
-        when = datetime.datetime.fromtimestamp((t_s * 1e9 + offset_ns) / 1e9, tz=datetime.timezone.utc)
-        return when.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-    return wall
+    return wall_clock_offset_ns(anchors[0]) if anchors else None
 
 
 def first_trigger(ev: EventColumns) -> dict | None:
@@ -301,4 +321,5 @@ def analyze_files(
     return analyze(cols if cols is not None else load_events(paths), config)
 
 
-__all__ = ["Analysis", "analyze", "analyze_files", "iteration_view", "one_rank_per_pool", "pool_series", "rank_note"]
+__all__ = ["WALL_CLOCK_FORMAT", "Analysis", "analyze", "analyze_files", "iteration_view", "one_rank_per_pool", "pool_series",
+           "rank_note", "wall_clock_at", "wall_clock_of", "wall_clock_offset_ns", "wall_clock_offset_of"]

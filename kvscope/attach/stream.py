@@ -6,6 +6,7 @@ import datetime
 import time
 from collections.abc import Callable
 
+from kvscope.analysis.analyzer import wall_clock_offset_ns
 from kvscope.engines.live import LiveSubscriber, StreamRefusedError
 from kvscope.ui.feeds import ERROR, FINISHED, RUNNING, SILENT, FeedStatus
 
@@ -71,6 +72,13 @@ class StreamFeed:
                                       f"traffic); last event at {_utc(self._last_epoch_ns)}; "
                                       f"subscribed to {self.endpoint}: {counted}")
         return FeedStatus(RUNNING, f"subscribed to {self.endpoint}: {counted}")
+
+    @property
+    def wall_clock_offset_ns(self) -> int | None:
+        """Epoch ns minus event ns, from the stream's anchor (None before the first batch, or on a
+        simulated clock)."""
+        anchor = self.subscriber.anchor
+        return None if anchor is None else wall_clock_offset_ns(anchor.to_dict())
 
     def close(self) -> None:
         self.subscriber.close()

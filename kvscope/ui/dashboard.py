@@ -25,11 +25,13 @@ from typing import Any, Protocol, runtime_checkable
 import ipywidgets as w
 import plotly.graph_objects as go
 
+from kvscope.analysis.analyzer import wall_clock_at
 from kvscope.ui import debt as debt_fig
 from kvscope.ui import pools as pools_fig
 from kvscope.ui import requests as requests_fig
 from kvscope.ui import reuse as reuse_fig
 from kvscope.ui.beacon import ShownBeacon
+from kvscope.ui.clock_axes import label_wall_clock
 from kvscope.ui.feeds import (
     ERROR,
     FATAL,
@@ -324,6 +326,8 @@ class Dashboard:
                 v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown),
             "fig_reuse": lambda: reuse_fig.reuse_hit_rate_figure(v.reuse_frame()),
         }
+        offset_ns = self.wall_clock_offset_ns
+        wall = wall_clock_at(offset_ns) if offset_ns is not None else None
         created = False
         for name, _label in FIGURES:
             widget = getattr(self, name)
@@ -334,19 +338,22 @@ class Dashboard:
                 setattr(self, name, widget)
                 self.widget.children = tuple(widget if c is self._slots[name] else c for c in self.widget.children)
                 created = True
-            sync_figure(widget, built[name](), full_state=full_state)
+            fig = built[name]()
+            if offset_ns is not None:
+                label_wall_clock(fig, offset_ns)
+            sync_figure(widget, fig, full_state=full_state)
         # Findings change in place as well as arrive: an episode extends, escalates to critical and
         # rewrites its closing words. Redraw the table when any of that moved, not only the count.
         current = v.analyzer.findings
-        shown = tuple((f.kind, f.severity, f.iteration_start, f.iteration_end, f.summary) for f in current)
+        shown = (offset_ns, *((f.kind, f.severity, f.iteration_start, f.iteration_end, f.summary) for f in current))
         if shown != self._findings_shown:
-            self.findings.value = findings_html(current)
+            self.findings.value = findings_html(current, wall)
             self._findings_shown = shown
         c = v.counts
         reserved = ", ".join(f"{p} {n:,}" for p, n in v.reserved_blocks().items())
         self.counters.value = (
             f"<span class='kvscope-count-events'>{c['events']:,} events</span> · iteration {v.iteration} · "
-            f"t={v.t_s:.2f} s · {v.num_running} in flight · "
+            f"t={v.t_s:.2f} s{f' ({wall(v.t_s)})' if wall is not None else ''} · {v.num_running} in flight · "
             f"<span class='kvscope-count-deferrals'>deferrals {c['deferrals']:,}</span> · "
             f"<span class='kvscope-count-reservations'>reservations {c['reservations']:,}</span> · "
             f"<span class='kvscope-count-reserved'>reserved blocks: {reserved or 'none'}</span> · "
@@ -363,11 +370,21 @@ class Dashboard:
         mode = (f" · remediation {self.switch.mode}" if self.switch is not None
                 else f" · remediation {reported.mode} (as reported)" if reported is not None else "")
         color = " style='color:#b91c1c'" if state in ALARMING_STATES else ""
-        self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}")
+        offset_ns = self.wall_clock_offset_ns
+        latest = (f" · latest event {wall_clock_at(offset_ns)(self.view.t_s)}"
+                  if offset_ns is not None and self.view.counts["events"] else "")
+        self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}"
+                             f"{latest}")
         if state != self._state:
             self.status.remove_class(f"kvscope-state-{self._state.replace(' ', '-')}")
             self.status.add_class(f"kvscope-state-{state.replace(' ', '-')}")
             self._state = state
+
+    @property
+    def wall_clock_offset_ns(self) -> int | None:
+        """The feed's event-clock to epoch offset when it runs on a real clock (``Feed`` may have a
+        ``wall_clock_offset_ns``), else None: a simulated clock's seconds are the run's own."""
+        return getattr(self.feed, "wall_clock_offset_ns", None) if self.feed is not None else None
 
     @property
     def state(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kvscope.analysis.analyzer import wall_clock_offset_of
 from kvscope.events import FIELDS
 from kvscope.recording.sinks import EventBatch
 
@@ -47,6 +48,10 @@ class Feed(Protocol):
 
     def close(self) -> None:
         ...
+
+    # A feed on a real clock also has ``wall_clock_offset_ns: int | None`` (epoch ns minus event ns,
+    # :func:`kvscope.analysis.analyzer.wall_clock_offset_ns`): the dashboard then shows wall-clock
+    # times. Optional, so a feed on a simulated clock (a replay) needs nothing.
 
 
 class QueueSink:
@@ -100,6 +105,8 @@ class FileFeed:
 
         self.paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
         frame = read_frame(self.paths)
+        self.wall_clock_offset_ns = wall_clock_offset_of(frame.attrs)
+        """Epoch ns minus event ns for a recording on a real clock, else None."""
         cols = [frame[c].astype(str).to_numpy() if c in ("pool", "kind", "reason") else frame[c].to_numpy()
                 for c in FIELDS]
         self._rows = list(zip(*(c.tolist() for c in cols)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -110,3 +111,28 @@ def test_status_says_finished_when_the_engine_closes_its_stream_cleanly():
 def test_silent_after_must_be_positive():
     with pytest.raises(ValueError, match="silent_after_s must be > 0, got 0"):
         StreamFeed("tcp://127.0.0.1:1", silent_after_s=0)
+
+
+def test_a_real_clock_stream_shows_wall_clock_times_in_status_counters_and_axes():
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+    feed = StreamFeed(sink.endpoint)
+    rec = Recorder(rank=0)  # the host's monotonic clock, as an engine's
+    pump = BatchPump(rec, [sink], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        for _ in range(5):
+            dash.refresh()  # the figures are created one per refresh
+        anchor = feed.subscriber.anchor
+        assert anchor.clock == "monotonic" and feed.wall_clock_offset_ns == anchor.epoch_ns - anchor.monotonic_ns
+        wall = datetime.datetime.fromtimestamp((dash.view.t_s * 1e9 + feed.wall_clock_offset_ns) / 1e9,
+                                               tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        assert f"latest event {wall}" in dash.status.value
+        assert f"({wall})" in dash.counters.value
+        assert "<th>wall clock</th>" in dash.findings.value
+        ticks = list(dash.fig_pools.layout.xaxis.ticktext)
+        assert ticks and all(len(t) == 8 and t[2] == t[5] == ":" for t in ticks)
+        assert any(ax.title.text == "time (UTC, wall clock)" for ax in dash.fig_pools.select_xaxes())
+    finally:
+        pump.shutdown()
+        feed.close()

@@ -1,0 +1,47 @@
+"""Wall-clock tick labels for figures drawn on a real clock's event time.
+
+A real clock's event seconds count from the host's boot (``83.29k``): nobody can match them with an
+alert or a Grafana panel. The figures keep their x data in event seconds (findings, markers and the
+fatal line share it); only the labels change, to the UTC time of day of round wall-clock instants,
+through the one event-time -> wall-clock rule (:func:`kvscope.analysis.analyzer.wall_clock_at`).
+A replay on the engine model's simulated clock has no wall clock and keeps its seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from kvscope.analysis.analyzer import wall_clock_at
+
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+"""Spacings of the wall-clock ticks: the smallest that puts at most :data:`MAX_TICKS` on the span."""
+MAX_TICKS = 8
+WALL_AXIS_TITLE = "time (UTC, wall clock)"
+
+
+def label_wall_clock(fig: go.Figure, offset_ns: int) -> go.Figure:
+    """Label every x axis of ``fig`` (event-clock seconds) with ``HH:MM:SS`` UTC ticks at round
+    wall-clock instants, and retitle the time axes. Mutates and returns ``fig``; a figure without
+    x data is left alone.
+
+    Args:
+        fig: a figure whose x axes all carry event time in seconds (the dashboard's).
+        offset_ns: epoch ns minus event ns (:func:`~kvscope.analysis.analyzer.wall_clock_offset_ns`).
+    """
+    xs = [np.asarray(t.x, dtype=float) for t in fig.data if getattr(t, "x", None) is not None and len(t.x)]
+    values = np.concatenate(xs) if xs else np.empty(0)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return fig
+    lo, hi = float(values.min()), float(values.max())
+    step = next((s for s in TICK_STEPS_S if (hi - lo) / s <= MAX_TICKS), TICK_STEPS_S[-1])
+    offset_s = offset_ns / 1e9
+    first = math.ceil((lo + offset_s) / step) * step - offset_s  # a round instant of the wall clock
+    ticks = [first + i * step for i in range(int((hi - first) // step) + 1)] or [lo]
+    hms = wall_clock_at(offset_ns, "%H:%M:%S")
+    fig.update_xaxes(tickmode="array", tickvals=ticks, ticktext=[hms(t) for t in ticks])
+    fig.for_each_xaxis(lambda ax: ax.update(title_text=WALL_AXIS_TITLE) if ax.title.text else None)
+    return fig
