@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from kvscope import replay
+from kvscope.analysis.loader import load_events
 from kvscope.attach.replay import BackgroundReplay
 from kvscope.attach.stream import StreamFeed
+from kvscope.commands._inputs import load_checked
 from kvscope.replay.scenarios import TRACES_DIR
 from kvscope.ui.dashboard import Dashboard, RemediationSwitch
 from kvscope.ui.feeds import FileFeed
@@ -97,8 +99,13 @@ def stream_dashboard(endpoint: str, *, refresh_s: float = 0.5, start: bool = Tru
 
 def file_dashboard(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
                    chunk: int = 50_000, refresh_s: float = 0.2, start: bool = True) -> Dashboard:
-    """A dashboard that plays back event files (several ranks merge into one timeline)."""
-    dash = Dashboard(FileFeed(paths, chunk=chunk), refresh_s=refresh_s, title="kvscope: recorded events")
+    """A dashboard that plays back event files (several ranks merge into one timeline), read as
+    ``kvscope analyze`` reads them: a damaged or cut file shows what is readable, and the status line
+    says what is missing (a file unreadable as a whole raises ``InputRefused``)."""
+    names = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    frame, facts = load_checked(names, load_events)
+    dash = Dashboard(FileFeed(names, chunk=chunk, frame=frame, warning=facts.warning()), refresh_s=refresh_s,
+                     title="kvscope: recorded events")
     if start:
         dash.start()
     return dash

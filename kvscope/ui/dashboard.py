@@ -37,6 +37,7 @@ from kvscope.ui.feeds import (
     FATAL,
     FINISHED,
     IDLE,
+    INCOMPLETE,
     PAUSED_NOTE,
     RUNNING,
     SILENT,
@@ -47,10 +48,10 @@ from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView, ReportedRemediation
 
-FINAL_STATES = (FINISHED, FATAL, "stopped", ERROR)
+FINAL_STATES = (FINISHED, INCOMPLETE, FATAL, "stopped", ERROR)
 FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
            ("fig_reuse", "prefix reuse"))
-ALARMING_STATES = (SILENT, FATAL, ERROR)
+ALARMING_STATES = (SILENT, INCOMPLETE, FATAL, ERROR)
 """States the status line shows in red: something needs the reader's attention."""
 NOT_REPORTED = "not reported"
 """What the mode and policy widgets read when no switch is attached and no event named them."""
@@ -296,7 +297,7 @@ class Dashboard:
             except Exception as exc:  # noqa: BLE001 - shown in the status line; the loop keeps going
                 self.error = f"{type(exc).__name__}: {exc}"
                 status = FeedStatus(ERROR, self.error)
-        if self.view.fatal is not None and status.state in (FINISHED, RUNNING, SILENT):
+        if self.view.fatal is not None and status.state in (FINISHED, INCOMPLETE, RUNNING, SILENT):
             status = FeedStatus(FATAL, self.view.fatal.message)
         if self.switch is None:
             self._show_reported(self.view.remediation)

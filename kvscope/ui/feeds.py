@@ -14,11 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import pandas as pd
+
 from kvscope.analysis.analyzer import wall_clock_offset_of
+from kvscope.analysis.incidents import end_missing
 from kvscope.events import FIELDS
 from kvscope.recording.sinks import EventBatch
 
 IDLE, RUNNING, FINISHED, FATAL, STOPPED, ERROR = "idle", "running", "finished", "engine fatal", "stopped", "error"
+INCOMPLETE = "incomplete"
+"""A recording that stops before its run's end (cut off, interrupted, closed on an error), with no
+engine failure in it: its outcome is unknown (what ``kvscope analyze`` calls OUTCOME UNKNOWN)."""
 SILENT = "silent"
 """A live source that has sent nothing for a while (not final: it may speak again)."""
 PAUSED_NOTE = " · view paused"
@@ -29,7 +35,7 @@ class FeedStatus:
     """What the status line says about the source."""
 
     state: str
-    """idle | running | silent | finished | engine fatal | stopped | error."""
+    """idle | running | silent | finished | incomplete | engine fatal | stopped | error."""
     detail: str = ""
     """One line: the scenario, the fatal message, the error."""
 
@@ -97,16 +103,30 @@ class QueueSink:
 
 class FileFeed:
     """Events of one or several event files (several ranks merge into one timeline), handed out
-    in chunks of ``chunk`` events per poll so a long recording fills the view progressively."""
+    in chunks of ``chunk`` events per poll so a long recording fills the view progressively.
+
+    Args:
+        paths: the event files.
+        chunk: events handed out per poll.
+        frame: the files' events already read (``kvscope.commands._inputs.load_checked``, as
+            ``kvscope analyze`` reads them: whatever is readable, the rest named in ``warning``);
+            default: read with :func:`~kvscope.recording.read_frame`, which raises on a damaged file.
+        warning: one line on what of the input is missing (``InputFacts.warning()``), shown in the
+            status line.
+    """
 
     def __init__(self, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
-                 chunk: int = 50_000) -> None:
+                 chunk: int = 50_000, frame: pd.DataFrame | None = None, warning: str | None = None) -> None:
         from kvscope.recording import read_frame
 
         self.paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-        frame = read_frame(self.paths)
+        if frame is None:
+            frame = read_frame(self.paths)
         self.wall_clock_offset_ns = wall_clock_offset_of(frame.attrs)
         """Epoch ns minus event ns for a recording on a real clock, else None."""
+        self.end_missing = end_missing(frame.attrs.get("kvscope", {}).get("files", []))
+        """Why the events stop before the run's end (the analyzer's rule), None when they do not."""
+        self.warning = warning
         cols = [frame[c].astype(str).to_numpy() if c in ("pool", "kind", "reason") else frame[c].to_numpy()
                 for c in FIELDS]
         self._rows = list(zip(*(c.tolist() for c in cols)))
@@ -121,9 +141,14 @@ class FileFeed:
 
     def status(self) -> FeedStatus:
         names = ", ".join(os.path.basename(str(p)) for p in self.paths)
+        warned = f"; {self.warning}" if self.warning else ""
         if self._next < len(self._rows):
-            return FeedStatus(RUNNING, f"reading {names}: {self._next:,} of {len(self._rows):,} events")
-        return FeedStatus(FINISHED, f"{names}: {len(self._rows):,} events")
+            return FeedStatus(RUNNING, f"reading {names}: {self._next:,} of {len(self._rows):,} events{warned}")
+        if self.end_missing:
+            # The dashboard still says engine fatal when the events hold the failure (as analyze does).
+            return FeedStatus(INCOMPLETE, f"{names}: {len(self._rows):,} events; outcome unknown: "
+                                          f"{self.end_missing}{warned}")
+        return FeedStatus(FINISHED, f"{names}: {len(self._rows):,} events{warned}")
 
     def close(self) -> None:
         self._next = len(self._rows)
