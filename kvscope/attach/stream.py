@@ -57,7 +57,11 @@ class StreamFeed:
     def status(self) -> FeedStatus:
         s = self.subscriber
         if self.refused is not None:
-            return FeedStatus(ERROR, self.refused)
+            # Most often the engine was restarted on the same endpoint. The previous run stays
+            # drawn (the evidence of how it ended), so say whose it is and how to follow the new one.
+            last = f", up to its last event at {_utc(self._last_epoch_ns)}" if self._last_epoch_ns else ""
+            return FeedStatus(ERROR, f"{self.refused}. The figures below are the previous run's{last}; "
+                                     f"to follow the new run, re-run stream_dashboard({self.endpoint!r})")
         lost = s.gap_events
         dropped = f", {lost:,} lost on the way" if lost else ""
         counted = f"{s.num_received:,} events{dropped}"

@@ -6,6 +6,7 @@ import datetime
 import time
 
 import pytest
+import zmq
 
 from kvscope.attach import StreamFeed
 from kvscope.engines.live import ZmqPublisherSink
@@ -136,3 +137,55 @@ def test_a_real_clock_stream_shows_wall_clock_times_in_status_counters_and_axes(
     finally:
         pump.shutdown()
         feed.close()
+
+
+def test_a_restarted_engine_on_the_endpoint_is_refused_with_what_to_do():
+    epoch = FakeClock(start_ns=1_780_000_000 * 10**9)
+    first = ZmqPublisherSink("tcp://127.0.0.1:*")
+    endpoint = first.endpoint
+    feed = StreamFeed(endpoint, epoch_clock=epoch)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [first], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    second = pump2 = None
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        shown = dash.view.counts["events"]
+        first.shutdown()  # the engine stops; a new one (a new run id) binds the same port
+        second = _bind_when_free(endpoint)
+        rec2 = Recorder(rank=0)
+        pump2 = BatchPump(rec2, [second], start=False)
+        deadline = time.monotonic() + 30
+        while dash.state != "error" and time.monotonic() < deadline:
+            _record_one(rec2)
+            pump2.pump_once()
+            time.sleep(0.01)
+            dash.refresh()
+        assert dash.state == "error"
+        assert "(another engine publishes on this endpoint): refused" in dash.status.value
+        assert "The figures below are the previous run&#x27;s, up to its last event at 2026-05-28 20:26:40 UTC" \
+            in dash.status.value
+        assert f"re-run stream_dashboard(&#x27;{endpoint}&#x27;)" in dash.status.value
+        assert dash.view.counts["events"] == shown  # nothing of the new run mixed into the old one
+    finally:
+        for p in (pump, pump2):
+            if p is not None:
+                p.shutdown()
+        feed.close()
+
+
+def _record_one(rec) -> None:
+    rec.iteration += 1
+    rec.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=3, capacity_blocks=100,
+               free_blocks=50, evictable_blocks=0, reserved_blocks=0)
+
+
+def _bind_when_free(endpoint: str) -> ZmqPublisherSink:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return ZmqPublisherSink(endpoint)
+        except zmq.ZMQError:  # the closed socket lingers a moment
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
