@@ -24,7 +24,8 @@ class StreamFeed:
         endpoint: the publisher's endpoint, e.g. ``"tcp://127.0.0.1:5557"``.
         silent_after_s: seconds without an event before :meth:`status` says ``silent`` (> 0).
         clock: monotonic nanoseconds, for the silence interval (injected in tests).
-        epoch_clock: epoch nanoseconds, for the wall-clock time of the last event received.
+        epoch_clock: epoch nanoseconds: when the last event arrived, the time the status line gives
+            for it on a simulated clock (on a real one, the event's own time is given).
     """
 
     def __init__(self, endpoint: str, *, silent_after_s: float = DEFAULT_SILENT_AFTER_S,
@@ -40,7 +41,8 @@ class StreamFeed:
         self._since_ns = clock()
         """When the last event arrived (or, before the first one, when this feed subscribed)."""
         self._last_epoch_ns: int | None = None
-        """Wall-clock time the last event arrived; None before the first."""
+        """Wall-clock time of the last event (its own on a real clock, else its arrival); None before
+        the first."""
 
     def poll(self, max_events: int = 200_000) -> list[tuple]:
         if self.refused is not None:
@@ -51,7 +53,11 @@ class StreamFeed:
             self.refused = str(e)
             return []
         if rows:
-            self._since_ns, self._last_epoch_ns = self._clock(), self._epoch_clock()
+            # The last event's own wall-clock time when the stream's clock is real (as the rest of
+            # the dashboard reads it), else when it arrived here.
+            offset_ns = self.wall_clock_offset_ns
+            self._since_ns = self._clock()
+            self._last_epoch_ns = rows[-1][0] + offset_ns if offset_ns is not None else self._epoch_clock()
         return rows
 
     def status(self) -> FeedStatus:

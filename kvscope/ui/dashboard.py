@@ -372,8 +372,9 @@ class Dashboard:
                 else f" · remediation {reported.mode} (as reported)" if reported is not None else "")
         color = " style='color:#b91c1c'" if state in ALARMING_STATES else ""
         offset_ns = self.wall_clock_offset_ns
+        # A silent or refused stream names its last event's time in its own words.
         latest = (f" · latest event {wall_clock_at(offset_ns)(self.view.t_s)}"
-                  if offset_ns is not None and self.view.counts["events"] else "")
+                  if offset_ns is not None and self.view.counts["events"] and state not in (SILENT, ERROR) else "")
         self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}"
                              f"{latest}")
         if state != self._state:

@@ -62,7 +62,7 @@ def test_status_says_silent_with_the_last_event_time_when_the_stream_stops_witho
     epoch = FakeClock(start_ns=1_780_000_000 * 10**9)  # 2026-05-28 20:26:40 UTC
     sink = ZmqPublisherSink("tcp://127.0.0.1:*")
     feed = StreamFeed(sink.endpoint, silent_after_s=10, clock=clock, epoch_clock=epoch)
-    rec = Recorder(rank=0)
+    rec = Recorder(rank=0, clock=FakeClock(), clock_name="simulated")  # no wall clock: arrival time is given
     pump = BatchPump(rec, [sink], start=False)
     dash = Dashboard(feed, refresh_s=0)
     try:
@@ -116,7 +116,7 @@ def test_silent_after_must_be_positive():
 
 def test_a_real_clock_stream_shows_wall_clock_times_in_status_counters_and_axes():
     sink = ZmqPublisherSink("tcp://127.0.0.1:*")
-    feed = StreamFeed(sink.endpoint)
+    feed = StreamFeed(sink.endpoint, silent_after_s=0.5)
     rec = Recorder(rank=0)  # the host's monotonic clock, as an engine's
     pump = BatchPump(rec, [sink], start=False)
     dash = Dashboard(feed, refresh_s=0)
@@ -134,6 +134,10 @@ def test_a_real_clock_stream_shows_wall_clock_times_in_status_counters_and_axes(
         ticks = list(dash.fig_pools.layout.xaxis.ticktext)
         assert ticks and all(len(t) == 8 and t[2] == t[5] == ":" for t in ticks)
         assert any(ax.title.text == "time (UTC, wall clock)" for ax in dash.fig_pools.select_xaxes())
+        time.sleep(0.6)
+        dash.refresh()  # silent: the last event's own wall-clock time, said once
+        assert dash.state == "silent" and f"last event at {wall}" in dash.status.value
+        assert "latest event" not in dash.status.value
     finally:
         pump.shutdown()
         feed.close()
@@ -144,7 +148,7 @@ def test_a_restarted_engine_on_the_endpoint_is_refused_with_what_to_do():
     first = ZmqPublisherSink("tcp://127.0.0.1:*")
     endpoint = first.endpoint
     feed = StreamFeed(endpoint, epoch_clock=epoch)
-    rec = Recorder(rank=0)
+    rec = Recorder(rank=0, clock=FakeClock(), clock_name="simulated")
     pump = BatchPump(rec, [first], start=False)
     dash = Dashboard(feed, refresh_s=0)
     second = pump2 = None
@@ -153,7 +157,7 @@ def test_a_restarted_engine_on_the_endpoint_is_refused_with_what_to_do():
         shown = dash.view.counts["events"]
         first.shutdown()  # the engine stops; a new one (a new run id) binds the same port
         second = _bind_when_free(endpoint)
-        rec2 = Recorder(rank=0)
+        rec2 = Recorder(rank=0, clock=FakeClock(), clock_name="simulated")
         pump2 = BatchPump(rec2, [second], start=False)
         deadline = time.monotonic() + 30
         while dash.state != "error" and time.monotonic() < deadline:
