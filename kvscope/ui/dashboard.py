@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import html
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as w
 import plotly.graph_objects as go
@@ -32,6 +32,7 @@ from kvscope.ui import requests as requests_fig
 from kvscope.ui import reuse as reuse_fig
 from kvscope.ui.beacon import ShownBeacon
 from kvscope.ui.clock_axes import label_wall_clock
+from kvscope.ui.controls import Launcher, RemediationSwitch
 from kvscope.ui.feeds import (
     ERROR,
     FATAL,
@@ -47,48 +48,14 @@ from kvscope.ui.feeds import (
 from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView, ReportedRemediation
+from kvscope.ui.status_line import reported_remediation, status_html
 
 FINAL_STATES = (FINISHED, INCOMPLETE, FATAL, "stopped", ERROR)
 FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
            ("fig_reuse", "prefix reuse"))
-ALARMING_STATES = (SILENT, INCOMPLETE, FATAL, ERROR)
-"""States the status line shows in red: something needs the reader's attention."""
-NOT_REPORTED = "not reported"
-"""What the mode and policy widgets read when no switch is attached and no event named them."""
 FULL_STATE_EVERY = 10
-_UNSHOWN = object()  # the reported remediation widgets show nothing yet
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
-
-
-@runtime_checkable
-class RemediationSwitch(Protocol):
-    """The live remediation control as the dashboard sees it."""
-
-    modes: tuple[str, ...]
-    policies: tuple[str, ...]
-
-    @property
-    def mode(self) -> str: ...
-
-    @property
-    def policy(self) -> str: ...
-
-    def set_mode(self, mode: str) -> None: ...
-
-    def set_policy(self, name: str) -> None: ...
-
-
-@runtime_checkable
-class Launcher(Protocol):
-    """Starts replays for the scenario picker."""
-
-    def sources(self) -> list[str]: ...
-
-    def knobs(self, source: str) -> Mapping[str, Any]:
-        """The knobs offered as fields, with their values for ``source``."""
-        ...
-
-    def start(self, source: str, overrides: Mapping[str, str]) -> tuple[Feed, RemediationSwitch | None]: ...
+_UNSHOWN = object()  # the reported remediation widgets show nothing yet
 
 
 class Dashboard:
@@ -254,14 +221,7 @@ class Dashboard:
         self._shown_reported = reported
         self._syncing = True
         try:
-            if reported is None:
-                mode, policy = NOT_REPORTED, NOT_REPORTED
-                tip = ("the events have reported no remediation mode: no remediation attached, or it was "
-                       "set before this view started")
-            else:
-                mode, policy = reported.mode, reported.policy or NOT_REPORTED
-                tip = (f"as the engine reported at t={reported.t_s:.2f} s"
-                       f"{' (enforcing)' if reported.is_enforcing else ''}; read-only: switch it where it runs")
+            mode, policy, tip = reported_remediation(reported)
             self.mode.options, self.mode.value, self.mode.disabled = [mode], mode, True
             self.mode.tooltips = [tip]
             self.policy.options, self.policy.value, self.policy.disabled = [policy], policy, True
@@ -370,13 +330,9 @@ class Dashboard:
         reported = self.view.remediation
         mode = (f" · remediation {self.switch.mode}" if self.switch is not None
                 else f" · remediation {reported.mode} (as reported)" if reported is not None else "")
-        color = " style='color:#b91c1c'" if state in ALARMING_STATES else ""
         offset_ns = self.wall_clock_offset_ns
-        # A silent or refused stream names its last event's time in its own words.
-        latest = (f" · latest event {wall_clock_at(offset_ns)(self.view.t_s)}"
-                  if offset_ns is not None and self.view.counts["events"] and state not in (SILENT, ERROR) else "")
-        self.status.value = (f"<b{color}>{html.escape(state)}</b>{mode}{paused} — {html.escape(status.detail)}"
-                             f"{latest}")
+        latest = wall_clock_at(offset_ns)(self.view.t_s) if offset_ns is not None and self.view.counts["events"] else None
+        self.status.value = status_html(status, mode_note=mode, paused_note=paused, latest_wall=latest)
         if state != self._state:
             self.status.remove_class(f"kvscope-state-{self._state.replace(' ', '-')}")
             self.status.add_class(f"kvscope-state-{state.replace(' ', '-')}")

@@ -1,0 +1,35 @@
+"""What the dashboard's status line and its read-only remediation widgets say: pure functions,
+values in, text out (the widget state stays in :mod:`kvscope.ui.dashboard`)."""
+
+from __future__ import annotations
+
+import html
+
+from kvscope.ui.feeds import ERROR, FATAL, INCOMPLETE, SILENT, FeedStatus
+from kvscope.ui.live import ReportedRemediation
+
+ALARMING_STATES = (SILENT, INCOMPLETE, FATAL, ERROR)
+"""States the status line shows in red: something needs the reader's attention."""
+NOT_REPORTED = "not reported"
+"""What the mode and policy widgets read when no switch is attached and no event named them."""
+
+
+def status_html(status: FeedStatus, *, mode_note: str = "", paused_note: str = "", latest_wall: str | None = None) -> str:
+    """The status line: the state in bold (red when alarming), the remediation and paused notes, the
+    detail, and the latest event's wall-clock time (a real clock's source) unless the state's own
+    detail names it (a silent or refused stream)."""
+    color = " style='color:#b91c1c'" if status.state in ALARMING_STATES else ""
+    latest = f" · latest event {latest_wall}" if latest_wall and status.state not in (SILENT, ERROR) else ""
+    return (f"<b{color}>{html.escape(status.state)}</b>{mode_note}{paused_note} — {html.escape(status.detail)}"
+            f"{latest}")
+
+
+def reported_remediation(reported: ReportedRemediation | None) -> tuple[str, str, str]:
+    """(mode, policy, tooltip) the read-only widgets show for what the events last reported: never a
+    default that may be false."""
+    if reported is None:
+        return (NOT_REPORTED, NOT_REPORTED, "the events have reported no remediation mode: no remediation "
+                "attached, or it was set before this view started")
+    return (reported.mode, reported.policy or NOT_REPORTED,
+            f"as the engine reported at t={reported.t_s:.2f} s{' (enforcing)' if reported.is_enforcing else ''}; "
+            "read-only: switch it where it runs")
