@@ -75,7 +75,11 @@ def find_admission_gaps(
             peak = float(np.nanmax(d_ev[es : ee + 1]))
             cap = float(fs["capacity"])
             cover = debt_cover(float(cfg.margin_blocks(cap)), freed_ev[es : ee + 1])
-            crit = bool((d_ev[es : ee + 1] > cover).any())
+            over = np.flatnonzero(d_ev[es : ee + 1] > cover)
+            crit = bool(len(over))
+            # when the episode turned critical: a gap that opens close (covered by what finishing
+            # requests free) and deepens later is not critical from its start
+            crit_pos = int(ev_pos[es + int(over[0])]) if crit else None
             out.append(Finding(
                 kind=FindingKind.ADMISSION_GAP,
                 severity=Severity.CRITICAL if crit else Severity.WARNING,
@@ -92,6 +96,8 @@ def find_admission_gaps(
                     "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: cfg.max_named_requests],
                     "paired": bool(configs.loc[role, "paired"]),
                     "named_at": [[r, max(adm_it.get(r, int(it[s])), int(it[s]))] for r in named[: cfg.max_named_requests]],
+                    "critical_at_iteration": None if crit_pos is None else int(it[crit_pos]),
+                    "critical_at_s": None if crit_pos is None else _t(ts, crit_pos),
                 },
             ))
     return out

@@ -113,6 +113,8 @@ class LiveFindings:
                 f = self._findings[ep.index]
                 ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
                 if d > debt_cover(self.cfg.margin_blocks(ev["capacity_blocks"]), self._freed(p)):
+                    if f.severity != Severity.CRITICAL:
+                        ev["critical_at_iteration"], ev["critical_at_s"] = it, t
                     f = replace(f, severity=Severity.CRITICAL)
                 for rid in self._iter_admitted:
                     if rid not in ev["admitted_into_debt"]:
@@ -152,7 +154,8 @@ class LiveFindings:
                           "first_admission_request": first, "admitted_into_debt": admitted[: self.cfg.max_named_requests],
                           "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
                           "named_at": [[r, it] for r in names[: self.cfg.max_named_requests]],
-                          "paired": bool(self._configs[p]["paired"])},
+                          "paired": bool(self._configs[p]["paired"]),
+                          "critical_at_iteration": it if crit else None, "critical_at_s": t if crit else None},
             )
             f = replace(f, summary=self._gap_summary(p, f.evidence, crit))
             self._gap[p] = _Episode(self._add(f), it, names, n_admitted=len(admitted))

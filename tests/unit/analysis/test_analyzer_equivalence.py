@@ -53,7 +53,9 @@ after it opened: ``open_alarm`` (verdict and engine_fatal evidence) gains ``crit
 / ``critical_lead_s``, and the engine_fatal summary says "warning open from N iterations earlier,
 critical from M" where it said "critical open from N" (``glm5-dsa``: 158 / 33;
 ``qwen-hybrid-mtp-mamba``: 80 / 40); checked: dropping the two keys and those two summaries gives the
-previous objects exactly.
+previous objects exactly. Patched in place for one additive pair: admission_gap evidence
+``critical_at_iteration`` / ``critical_at_s`` (when the gap's debt first went past what finishing
+requests cover; every gap in these files is critical from its start, so both equal its start).
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
