@@ -40,6 +40,8 @@ from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
 
+log = logging.getLogger(__name__)
+
 BATCH_ROWS = 4096
 FOLLOW_NICE = 10
 """``export --follow`` runs at this much lower CPU priority by default (its analyzer child too)."""

@@ -384,3 +384,28 @@ def test_a_follower_hearing_nothing_says_so_instead_of_waiting_silently(monkeypa
     stop.set()
     t.join(timeout=10)
     assert len(said) == 1 and said[0].startswith("waiting: nothing received from tcp://127.0.0.1:")
+
+
+def test_a_library_follower_without_notify_logs_its_notices(monkeypatch, caplog):
+    import logging
+    import threading
+    import time
+
+    import kvscope.commands.export as ex
+    from kvscope.otel import OtlpConfig
+
+    monkeypatch.setattr(ex, "WAIT_NOTICE_S", 0.2)
+    stop = threading.Event()
+    cfg = OtlpConfig.from_env(endpoint=f"http://127.0.0.1:{_closed_port()}", protocol="http/protobuf", timeout_s=0.2)
+    with caplog.at_level(logging.WARNING, logger="kvscope.commands.export"):
+        t = threading.Thread(target=lambda: ex.follow(f"tcp://127.0.0.1:{_closed_port()}", cfg, stop=stop.is_set,
+                                                      analyze=False))
+        t.start()
+        deadline = time.monotonic() + 10
+        while not any("waiting: nothing received" in r.getMessage() for r in caplog.records) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    assert any(r.getMessage().startswith("kvscope export --follow: waiting: nothing received") for r in caplog.records)

@@ -12,7 +12,13 @@ import pytest
 from remediation_helpers import FakePort, make_view
 
 from kvscope.events import EventKind, parse_kv
-from remediation import ControlRecord, ControlRecordError, FileControlChannel, LocalControlChannel, attach
+from remediation import (
+    ControlRecord,
+    ControlRecordError,
+    FileControlChannel,
+    LocalControlChannel,
+    attach,
+)
 
 
 def _write(path, text: str, *, age_s: float = 10.0) -> None:
