@@ -115,15 +115,27 @@ EXPORTED_ALARM_KINDS: frozenset[FindingKind] = frozenset({
 the failure. An engine failure or stall has its own metrics and alerts."""
 
 
-def alarm_intervals(findings: Sequence[Finding], pool: str) -> list[tuple[float, float, int]]:
-    """(start s, end s, level) of every warning (1) or critical (2) finding of an
-    :data:`EXPORTED_ALARM_KINDS` kind about ``pool``; a time-to-exhaustion episode that opened as a
-    warning is 1 until its ``critical_at_s`` and 2 after. The exported ``alarm_level`` gauge is the
-    highest level in force: the file export (every metric interval) and the live one (every batch)
-    both read it from here."""
+EXHAUSTION_KINDS: frozenset[FindingKind] = frozenset({
+    FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION, FindingKind.NEVER_FITTING})
+"""The kinds that say a pool is running out: a time to exhaustion is exported only while one is in
+force (a stall is an alarm, but no reason to page on an estimate of when the pool runs out)."""
+
+
+def alarm_intervals(findings: Sequence[Finding], pool: str, *,
+                    kinds: frozenset[FindingKind] = EXPORTED_ALARM_KINDS,
+                    stall_warn_s: float = DetectorConfig().stall_warn_s) -> list[tuple[float, float, int]]:
+    """(start s, end s, level) of every warning (1) or critical (2) finding of one of ``kinds``
+    about ``pool``; an episode that opened below critical is 1 until its ``critical_at_s`` and 2
+    after. A stall incident counts once a wait in it lasted ``stall_warn_s``: one still under way
+    is a warning only because the events end there, and on a live stream they always do (every
+    busy healthy engine has requests waiting a few seconds). The exported ``alarm_level`` gauge is
+    the highest level in force: the file export (every metric interval) and the live one (every
+    batch) both read it from here."""
     out = []
     for f in findings:
-        if pool not in f.pools or f.kind not in EXPORTED_ALARM_KINDS or f.severity == Severity.INFO:
+        if pool not in f.pools or f.kind not in kinds or f.severity == Severity.INFO:
+            continue
+        if f.kind == FindingKind.STALLED_RESERVATION and float(f.evidence.get("wait_s", 0.0)) < stall_warn_s:
             continue
         crit_at = f.evidence.get("critical_at_s")
         if f.severity == Severity.CRITICAL and crit_at is not None and crit_at > f.t_start_s:

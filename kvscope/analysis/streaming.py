@@ -27,7 +27,13 @@ from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.engine_stall import TRACKED_KINDS as _ENGINE_STALL_KINDS
 from kvscope.analysis.engine_stall import EngineStallTracker
 from kvscope.analysis.findings import Finding, Severity, order_findings
-from kvscope.analysis.incidents import alarm_intervals, alarm_level, stall_groups, stall_incident
+from kvscope.analysis.incidents import (
+    EXHAUSTION_KINDS,
+    alarm_intervals,
+    alarm_level,
+    stall_groups,
+    stall_incident,
+)
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
 from kvscope.analysis.live_projections import (
     arrival_debt,
@@ -144,7 +150,7 @@ class StreamingAnalyzer(LiveFindings):
         self._init_stalls()
         self._engine_stalls = EngineStallTracker(self.cfg)
         self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
-        self._levels: dict[str, int] = {}  # alarm_level's answers for the current state
+        self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
         self._levels_since = -math.inf
 
@@ -168,14 +174,27 @@ class StreamingAnalyzer(LiveFindings):
         0 none, 1 warning, 2 critical) in force since the previous call (since the stream began on
         the first): what the live export sets the ``alarm_level`` gauge to after each batch, as the
         file export does every metric interval. Calls between two feeds agree."""
+        return self._alarms(pool)[0]
+
+    def exhaustion_risk(self, pool: str = PoolRole.DRAFT.value) -> bool:
+        """Whether a finding that says ``pool`` is running out (:data:`~kvscope.analysis.incidents.
+        EXHAUSTION_KINDS`) was in force over the same span as :meth:`alarm_level`'s: the live export
+        sets a time to exhaustion only then, as the file export does."""
+        return self._alarms(pool)[1]
+
+    def _alarms(self, pool: str) -> tuple[int, bool]:
         p = str(getattr(pool, "value", pool))
         key = (self._last_t, self._last_it, len(self._findings), self.dropped_findings)
         if self._levels_key != key:
             findings = self.findings
             since, self._levels_since = self._levels_since, self._last_t
-            self._levels = {q: alarm_level(alarm_intervals(findings, q), since, self._last_t) for q in _KV}
+            now = self._last_t
+            warn_s = self.cfg.stall_warn_s
+            self._levels = {q: (alarm_level(alarm_intervals(findings, q, stall_warn_s=warn_s), since, now),
+                                alarm_level(alarm_intervals(findings, q, kinds=EXHAUSTION_KINDS), since, now) > 0)
+                            for q in _KV}
             self._levels_key = key
-        return self._levels.get(p, 0)
+        return self._levels.get(p, (0, False))
 
     def gauges(self) -> dict[str, dict[str, float]]:
         return {p: {"debt_blocks": self._debt(p), "projected_debt_blocks": self._projected(p),

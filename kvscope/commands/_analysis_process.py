@@ -29,7 +29,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-_NO_GAUGE = (math.nan, math.inf, 0)
+_NO_GAUGE = (math.nan, math.inf, 0, False)
 
 
 def _children_cpu_s() -> float:
@@ -56,9 +56,9 @@ def _serve(conn_in: Any, conn_out: Any, pools: Sequence[str], gc_thresholds: Seq
 
     analyzer = StreamingAnalyzer()
 
-    def gauges() -> dict[str, tuple[float, float, int]]:
-        return {p: (analyzer.draft_debt_blocks(p), analyzer.time_to_exhaustion_s(p), analyzer.alarm_level(p))
-                for p in pools}
+    def gauges() -> dict[str, tuple[float, float, int, bool]]:
+        return {p: (analyzer.draft_debt_blocks(p), analyzer.time_to_exhaustion_s(p), analyzer.alarm_level(p),
+                    analyzer.exhaustion_risk(p)) for p in pools}
 
     # A reader thread keeps taking batches off the pipe, so the follower's submits (up to a few
     # batches ahead) never wait on this process's answers, whatever their size: no deadlock of two
@@ -126,7 +126,7 @@ class AnalyzerProcess:
         self._answered = 0
         self._due: int | None = None
         self._closed = False
-        self._gauges: dict[str, tuple[float, float, int]] = {}
+        self._gauges: dict[str, tuple[float, float, int, bool]] = {}
         self.failed: str | None = None
         """Why the analyzer stopped (the export went on without it), or None."""
         self.cpu_s: float | None = None
@@ -185,6 +185,9 @@ class AnalyzerProcess:
 
     def alarm_level(self, pool: str) -> int:
         return self._gauges.get(pool, _NO_GAUGE)[2]
+
+    def exhaustion_risk(self, pool: str) -> bool:
+        return self._gauges.get(pool, _NO_GAUGE)[3]
 
     def close(self) -> list:
         """End of stream: the analyzer's closing findings; the child exits. Idempotent."""

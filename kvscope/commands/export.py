@@ -377,7 +377,7 @@ def timeline_of(analysis: Any, pools: Sequence[str] = ("target", "draft")) -> An
     """An :class:`~kvscope.analysis.Analysis` as an export timeline: the debt at every consistent
     point, the time to exhaustion per iteration end, and each warning/critical finding about a pool
     as an alarm interval (a time-to-exhaustion episode is a warning until ``critical_at_s``)."""
-    from kvscope.analysis.incidents import alarm_intervals
+    from kvscope.analysis.incidents import EXHAUSTION_KINDS, alarm_intervals
 
     series = analysis.debt.series
     ex = analysis.exhaustion
@@ -387,12 +387,15 @@ def timeline_of(analysis: Any, pools: Sequence[str] = ("target", "draft")) -> An
         e = ex[ex["pool"] == pool] if not ex.empty else ex
         if d.empty:
             continue
-        alarms = [(int(a * 1e9), int(b * 1e9), lv) for a, b, lv in alarm_intervals(analysis.findings, pool)]
+        alarms = [(int(a * 1e9), int(b * 1e9), lv) for a, b, lv in alarm_intervals(
+            analysis.findings, pool, stall_warn_s=analysis.config.stall_warn_s)]
+        risk = [(int(a * 1e9), int(b * 1e9), lv)
+                for a, b, lv in alarm_intervals(analysis.findings, pool, kinds=EXHAUSTION_KINDS)]
         out[pool] = PoolTimeline(
             debt_ts_ns=d["ts_ns"].to_numpy(np.int64), debt_blocks=d["debt_blocks"].to_numpy(float),
             eta_ts_ns=e["ts_ns"].to_numpy(np.int64) if len(e) else np.zeros(0, np.int64),
             eta_s=e["eta_s"].to_numpy(float) if len(e) else np.zeros(0),
-            alarms=tuple(alarms))
+            alarms=tuple(alarms), risk=tuple(risk))
     return AnalysisTimeline(findings=tuple(analysis.findings), pools=out)
 
 

@@ -39,6 +39,8 @@ class StreamingDetector(Protocol):
 
     def alarm_level(self, pool: str) -> int: ...
 
+    def exhaustion_risk(self, pool: str) -> bool: ...
+
 
 class AnalyzerBridge:
     """Wires ``analyzer`` to ``sink`` (sets ``sink.on_batch`` and ``sink.on_close``).
@@ -76,11 +78,10 @@ class AnalyzerBridge:
             if not math.isnan(debt):
                 gauges.set_draft_debt(pool, debt)  # negative = headroom
             # As the file export sets them (TimelineBridge): the most severe alarm in force, and a
-            # time to exhaustion only while a finding says the pool is at risk -- an estimate is
-            # always computed, and exported unconditionally it paged on healthy pools.
-            level = self.analyzer.alarm_level(pool)
-            gauges.set_alarm_level(pool, level)
-            eta = self.analyzer.time_to_exhaustion_s(pool) if level else math.inf
+            # time to exhaustion only while a finding says the pool is running out -- an estimate
+            # is always computed, and exported unconditionally it paged on healthy pools.
+            gauges.set_alarm_level(pool, self.analyzer.alarm_level(pool))
+            eta = self.analyzer.time_to_exhaustion_s(pool) if self.analyzer.exhaustion_risk(pool) else math.inf
             gauges.set_time_to_exhaustion(pool, eta if math.isfinite(eta) else None)
 
     def _emit(self, findings: list) -> None:
@@ -107,6 +108,9 @@ class PoolTimeline:
     eta_s: np.ndarray
     alarms: tuple[tuple[int, int, int], ...] = ()
     """(start ns, end ns, level) of every finding about the pool: 1 warning, 2 critical."""
+    risk: tuple[tuple[int, int, int], ...] = ()
+    """The same for the findings that say the pool is running out: a time to exhaustion is
+    exported only while one is in force."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +147,11 @@ class TimelineBridge:
             debt = _window(tl.debt_ts_ns, tl.debt_blocks, lo, t, np.max)
             if debt is not None:
                 gauges.set_draft_debt(pool, debt)
-            level = max((lv for a, b, lv in tl.alarms if a <= t and b >= (t if lo is None else lo)), default=0)
+            since = t if lo is None else lo
+            level = max((lv for a, b, lv in tl.alarms if a <= t and b >= since), default=0)
             gauges.set_alarm_level(pool, level)
-            eta = _window(tl.eta_ts_ns, tl.eta_s, lo, t, np.min) if level else None
+            risk = any(a <= t and b >= since for a, b, _lv in tl.risk)
+            eta = _window(tl.eta_ts_ns, tl.eta_s, lo, t, np.min) if risk else None
             gauges.set_time_to_exhaustion(pool, eta if eta is not None and math.isfinite(eta) else None)
 
     def close(self) -> None:

@@ -300,3 +300,34 @@ def test_live_alarm_level_is_the_batch_analyzers_at_every_batch(name):
             levels.append(got)
         since = now
     assert max(levels) == 2 or name == "glm5-dsa-reuse-off"  # the crashes go critical before the end
+
+
+def test_a_healthy_engines_back_pressure_raises_no_live_alarm_whatever_the_batches(tmp_path):
+    """A healthy reuse-off run whose requests wait for the target pool (stall incidents, all info in
+    the end: no wait reaches ``stall_warn_s``). Live, a wait still under way reads as a warning of
+    the stall rule (its events end there), so the alarm level counts a stall only once a wait in it
+    lasted ``stall_warn_s``, and a time to exhaustion only while a finding says the pool runs out.
+    CI caught the live export paging ``KVScopeTimeToExhaustion`` on the target pool of such a run:
+    batches that ended mid-wait read alarm level 1 (waits of 21-47 s)."""
+    from kvscope import replay
+    from kvscope.analysis import analyze_files
+    from kvscope.engines.model.session import EventFileSession
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+
+    path = tmp_path / "healthy.parquet"
+    replay.run("glm5-dsa", ["max_requests=300", "enable_block_reuse=false", "engine_version=main-00746ef"],
+               instrument=EventFileSession(path, label="glm5-dsa"))
+    batch = analyze_files(path)
+    assert batch.verdict()["status"] == "healthy" and batch.verdict()["worst_severity"] == "info"
+    rows = list(frame_to_rows(read_file(path)))
+    for chunk in (50, 389, 2500):
+        sa = StreamingAnalyzer()
+        mid_wait = 0
+        for i in range(0, len(rows), chunk):
+            sa.feed(rows[i:i + chunk])
+            mid_wait += any(f.kind == FindingKind.STALLED_RESERVATION and f.severity.value == "warning"
+                            for f in sa.findings)
+            for pool in ("target", "draft"):
+                assert sa.alarm_level(pool) == 0 and not sa.exhaustion_risk(pool), (chunk, i, pool)
+        assert mid_wait  # batches did end mid-wait: the stall rule read them as warnings
