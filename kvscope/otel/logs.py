@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from opentelemetry._logs import Logger, LogRecord, SeverityNumber
 from opentelemetry.trace import set_span_in_context
 
-from kvscope.events import EventKind
+from kvscope.events import EventKind, parse_kv
 from kvscope.events.schema import COL_KIND, COL_NUM_TOKENS, COL_POOL, COL_REASON, COL_REQUEST_ID
 from kvscope.otel import names as n
 from kvscope.otel.finding_record import FindingRecord
@@ -26,7 +26,7 @@ _EVENT_LOGS: dict[EventKind, tuple[SeverityNumber, str, str]] = {
     EventKind.ADMISSION_REJECTED: (SeverityNumber.WARN, "WARN", n.LOG_REJECTED),
     EventKind.FAILURE_CONTAINED: (SeverityNumber.WARN, "WARN", n.LOG_CONTAINED),
 }
-LOGGED_KINDS = frozenset(_EVENT_LOGS)
+LOGGED_KINDS = frozenset(_EVENT_LOGS) | {EventKind.REMEDIATION_MODE_CHANGED}
 
 _FINDING_SEVERITY: dict[str, tuple[SeverityNumber, str]] = {
     "debug": (SeverityNumber.DEBUG, "DEBUG"),
@@ -53,9 +53,12 @@ class KVLogs:
         self.num_emitted = 0
 
     def observe(self, r: tuple, t_ns: int) -> None:
-        """Log one canonical row if its kind is a failure, rejection or containment."""
+        """Log one canonical row if its kind is a failure, rejection, containment or remediation
+        switch."""
         spec = _EVENT_LOGS.get(r[COL_KIND])
         if spec is None:
+            if r[COL_KIND] == EventKind.REMEDIATION_MODE_CHANGED:
+                self._remediation(r, t_ns)
             return
         sev, text, event_name = spec
         rid = r[COL_REQUEST_ID]
@@ -68,6 +71,25 @@ class KVLogs:
             attrs[n.NUM_TOKENS] = r[COL_NUM_TOKENS]
         body = r[COL_REASON] or f"{r[COL_KIND].value} (request {rid}, pool {r[COL_POOL].value})"
         self._emit(t_ns, sev, text, event_name, body, attrs, rid)
+
+    def _remediation(self, r: tuple, t_ns: int) -> None:
+        kv = parse_kv(str(r[COL_REASON] or ""))
+        mode, policy = kv.get("mode", "?"), kv.get("policy")
+        now = f"{mode}" + (f" (policy {policy})" if policy and mode != "off" else "")
+        attrs: dict[str, object] = {n.EVENT_KIND: r[COL_KIND].value, n.POOL: r[COL_POOL].value, n.REQUEST_ID: -1,
+                                    "kvscope.remediation.mode": str(mode),
+                                    "kvscope.remediation.enforcing": bool(kv.get("enforcing", 0))}
+        if kv.get("refused"):
+            attrs["kvscope.remediation.refused"] = str(kv["refused"])
+            body = (f"remediation control record refused ({str(kv['refused']).replace('_', ' ')}): "
+                    f"remediation stays {now}")
+            self._emit(t_ns, SeverityNumber.WARN, "WARN", n.LOG_REMEDIATION, body, attrs, -1)
+            return
+        trig = kv.get("trigger")
+        body = (f"remediation {now}, was {kv.get('previous', '?')}"
+                + (f": triggered by {str(trig).replace('_', ' ')}" if trig else "")
+                + ("; enforcing" if kv.get("enforcing") else ""))
+        self._emit(t_ns, SeverityNumber.INFO, "INFO", n.LOG_REMEDIATION, body, attrs, -1)
 
     def emit_finding(self, finding: FindingRecord, epoch_offset_ns: int) -> None:
         """Log an analyzer finding at its start time (``t_start_s`` + the file's epoch offset)."""

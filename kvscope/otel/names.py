@@ -137,6 +137,9 @@ LOG_POOL_FAILURE = "kvscope.pool.failure"
 LOG_REJECTED = "kvscope.admission.rejected"
 LOG_CONTAINED = "kvscope.failure.contained"
 LOG_FINDING = "kvscope.analysis.finding"
+LOG_REMEDIATION = "kvscope.remediation.mode_changed"
+"""A remediation switch that took (INFO), or a control record the engine refused (WARN): the
+operator's switch, in the log store beside the alarms it answered."""
 LOG_EXPORT_DROPPED = "kvscope.export.dropped"
 
 # ---- metrics ---------------------------------------------------------------------------------------
