@@ -35,6 +35,31 @@ TOOL_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", ".i
                ".venv", "kvscope.egg-info", "__pycache__"}
 
 
+@pytest.fixture
+def replay_with_control(tmp_path, monkeypatch, capsys):
+    """``kvscope replay --scenario shared-prefix`` (it crashes stock) with a control channel that
+    holds ``record`` (published as ``kvscope remediation set`` does) or the raw ``text``; returns
+    (event file, the replay's --json summary)."""
+    import json
+
+    from kvscope.cli import main
+    from remediation import FileControlChannel
+
+    def run(record=None, text: str | None = None):
+        channel = tmp_path / "control.json"
+        if record is not None:
+            FileControlChannel(channel).publish(record)
+        else:
+            channel.write_text(text)
+        monkeypatch.setenv("KVSCOPE_REMEDIATION_CHANNEL", str(channel))
+        monkeypatch.delenv("KVSCOPE_RANK", raising=False)
+        events = tmp_path / "run.parquet"
+        assert main(["replay", "--scenario", "shared-prefix", "--events", str(events), "--json"]) == 0
+        return events, json.loads(capsys.readouterr().out)
+
+    return run
+
+
 def _checkout_state() -> set[str]:
     """The checkout's top-level names (tool caches aside) and its untracked, unignored files: what a
     test that writes outside its temporary folder adds (git does not list empty folders, hence both)."""

@@ -9,25 +9,11 @@ import json
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import render_html
 from kvscope.cli import main
-from remediation import ControlRecord, FileControlChannel
+from remediation import ControlRecord
 
 
-def _replay(tmp_path, monkeypatch, capsys, record=None, text=None):
-    channel = tmp_path / "control.json"
-    if record is not None:
-        FileControlChannel(channel).publish(record)
-    else:
-        channel.write_text(text)
-    monkeypatch.setenv("KVSCOPE_REMEDIATION_CHANNEL", str(channel))
-    monkeypatch.delenv("KVSCOPE_RANK", raising=False)
-    events = tmp_path / "run.parquet"
-    assert main(["replay", "--scenario", "shared-prefix", "--events", str(events), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    return events, summary
-
-
-def test_a_switch_in_the_running_engine_is_named_in_the_verdict(tmp_path, monkeypatch, capsys):
-    events, summary = _replay(tmp_path, monkeypatch, capsys, ControlRecord(1, "on", None, at_iteration=6))
+def test_a_switch_in_the_running_engine_is_named_in_the_verdict(replay_with_control, capsys):
+    events, summary = replay_with_control(ControlRecord(1, "on", None, at_iteration=6))
     assert not summary["engine_fatal"] and summary["remediation"]["mode"] == "on"
     a = analyze_files(events)
     sw = a.verdict()["remediation_switched"]
@@ -50,8 +36,8 @@ def test_a_run_started_with_remediation_on_names_no_switch(tmp_path, capsys):
     assert "remediation_switched" not in a.verdict() and "switched on" not in a.headline()
 
 
-def test_a_refused_control_record_says_the_switch_did_not_take(tmp_path, monkeypatch, capsys):
-    events, summary = _replay(tmp_path, monkeypatch, capsys, text='{"seq": 1, "mode": "enable"}')
+def test_a_refused_control_record_says_the_switch_did_not_take(replay_with_control):
+    events, summary = replay_with_control(text='{"seq": 1, "mode": "enable"}')
     assert summary["remediation"]["control_errors"] == 1
     a = analyze_files(events)
     ref = a.verdict()["remediation_refused"]
