@@ -192,6 +192,23 @@ def exhaustion_arrays(
                 f["resume"], qi, cap, alloc_it, free_it, cfg, burst)
             resume &= ~certain & ~guarded
             by_pass &= ~certain & ~guarded & ~resume
+        # The pass hazard alone is a warning: whether such a pass comes soon is not in the events.
+        # Where the pool also drifts to the ceiling without it -- its net growth over the rate
+        # window, less the largest pass of new mirrors in that window, reaches the ceiling within
+        # the window (the trend is extrapolated no further than it was measured) -- the next new
+        # mirror's first resume is refused within that many iterations unless frees speed up:
+        # critical. One large pass alone (which the hazard already counts) does not make a drift.
+        closing_it = np.full(len(ends), np.inf)
+        if "resume" in f:
+            new0 = f["new_by_run"].astype(np.float64).copy()
+            if len(new0):
+                new0[0] = 0.0  # the window (back, i] never holds the first run's pages
+            drift = net - rolling_max(new0, w)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                drift_it = np.where(span_i > 0, drift / span_i, np.nan)
+                c = np.where(by_pass & (drift_it > 0), np.maximum(f["resume"]["headroom"][qi], 0.0) / drift_it,
+                             np.inf)
+            closing_it = np.where(c <= w, c, np.inf)
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~guarded & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
@@ -222,7 +239,7 @@ def exhaustion_arrays(
             "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
-            "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass,
+            "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass, "pass_closing_iterations": closing_it,
             "freed_blocks": window_freed(debt, f, w),
             "guarded": guarded,
         }
@@ -242,7 +259,9 @@ def exhaustion_frame(
     risk, the queue admitted now would put the pool in debt (see :func:`compute_debt`); 'resume':
     critical, a new mirror's first resume will be refused (:func:`kvscope.analysis.ceiling.
     resume_at_risk`); 'pass': at risk, one scheduler pass like the largest recent one would take
-    the pool past its resume ceiling (``pass_blocks``, ``pass_past_ceiling_blocks``); 'trend':
+    the pool past its resume ceiling (``pass_blocks``, ``pass_past_ceiling_blocks``), critical
+    when its net growth less that window's largest pass reaches the ceiling within
+    ``rate_window_iterations`` as well (``pass_closing_iterations``, inf otherwise); 'trend':
     projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
     minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
     blocks), is_binding (this pool would run out before the target pushes back: its headroom is
@@ -287,9 +306,13 @@ def estimate_time_to_exhaustion(
     """Time-to-exhaustion findings for pools outside admission, one per episode.
 
     Critical when certain (debt > 0: the pool runs out once ``available`` more blocks are taken,
-    at the current allocation rate) or when the queue admitted now would put the pool in debt while
-    the target has room to admit all of it (nothing holds the queue back); warning when at risk: the queue admitted now would put the
-    pool in debt (basis ``queue``), or net usage growth empties it within ``risk_horizon_s`` while
+    at the current allocation rate), when the queue admitted now would put the pool in debt while
+    the target has room to admit all of it (nothing holds the queue back), when a new mirror's
+    first resume will be refused (basis ``resume``), or when one pass like the largest recent one
+    would take the pool past its resume ceiling and its net growth, that pass left out, reaches the
+    ceiling within ``rate_window_iterations`` anyway (basis ``pass``, ``evidence["ceiling_closing"]``); warning
+    when at risk: the queue admitted now would put the pool in debt (basis ``queue``), the pass
+    hazard alone (basis ``pass``), or net usage growth empties it within ``risk_horizon_s`` while
     it is at least ``risk_min_utilization`` full and it is the binding pool (basis ``trend``).
     The finding names every request queued for or owed pages in the pool during the episode,
     with the iteration it was first named (``evidence["named_at"]``: ``[request_id, iteration]``).
@@ -322,6 +345,7 @@ def estimate_time_to_exhaustion(
         certain = in_debt & (np.nan_to_num(g["debt_blocks"], nan=-np.inf) > cover)
         admits = g["target_admits_queue"].astype(bool)
         resume = basis == 5
+        closing = np.isfinite(g["pass_closing_iterations"])
         with np.errstate(invalid="ignore"):
             # Under an enforcing admission policy every admitted request's growth is reserved, so
             # growth fills the pool up to what is backed: the trend is no risk then, only debt is.
@@ -345,7 +369,8 @@ def estimate_time_to_exhaustion(
             is_certain = bool(certain[s : e + 1].any())
             admissible = bool(admits[s : e + 1].any())
             resumes = np.flatnonzero(resume[s : e + 1])
-            crit = np.flatnonzero((certain | admits | resume)[s : e + 1])
+            closes = bool(closing[s : e + 1].any())
+            crit = np.flatnonzero((certain | admits | resume | closing)[s : e + 1])
             crit_i = s + int(crit[0]) if len(crit) else None
             eta = float(est["eta_s"])
             at_risk = np.flatnonzero((in_debt | risk)[s : e + 1]) + s
@@ -358,7 +383,7 @@ def estimate_time_to_exhaustion(
                                             _what_at(g, e, cover, admits, ceiling, cfg))
             out.append(Finding(
                 kind=FindingKind.TIME_TO_EXHAUSTION,
-                severity=Severity.CRITICAL if is_certain or admissible or len(resumes) else Severity.WARNING,
+                severity=Severity.CRITICAL if is_certain or admissible or len(resumes) or closes else Severity.WARNING,
                 t_start_s=row["t_s"], t_end_s=t_end,
                 iteration_start=row["iteration"], iteration_end=it_end,
                 pools=(role,), request_ids=tuple(r for r, _ in named),
@@ -371,6 +396,7 @@ def estimate_time_to_exhaustion(
                     "resume_ceiling": bool(len(resumes)),
                     "past_ceiling_blocks": (float(np.max(g["past_ceiling_blocks"][s + resumes])) if len(resumes)
                                             else None),
+                    "ceiling_closing": closes,
                     # when the episode turned critical (its start may be an earlier at-risk warning)
                     "critical_at_iteration": None if crit_i is None else int(g["iteration"][crit_i]),
                     "critical_at_s": None if crit_i is None else float(g["t_s"][crit_i]),
@@ -405,7 +431,8 @@ def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.nda
         admits=bool(admits[i]), arrival_max=float(g["arrival_max_debt_blocks"][i]),
         arrival_typical=float(g["arrival_debt_blocks"][i]), min_debt=cfg.min_debt_blocks,
         past=float(g["pass_past_ceiling_blocks"][i] if b == 6 else g["past_ceiling_blocks"][i]),
-        ceiling=ceiling, pass_blocks=float(g["pass_blocks"][i]), burst_window=cfg.burst_window_iterations)
+        ceiling=ceiling, pass_blocks=float(g["pass_blocks"][i]), burst_window=cfg.burst_window_iterations,
+        closing_iterations=float(g["pass_closing_iterations"][i]) if b == 6 else np.inf)
 
 
 def rolling_max(values: np.ndarray, window: int) -> np.ndarray:

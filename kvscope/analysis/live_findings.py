@@ -166,10 +166,11 @@ class LiveFindings:
                         self.cfg.risk_margin_fraction)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
-                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0) -> None:
+                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0, closing=math.inf) -> None:
         cover = debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
         certain = basis == "debt" and d > cover
-        crit = certain or basis == "resume" or admits
+        closes = math.isfinite(closing)
+        crit = certain or basis == "resume" or admits or closes
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
         cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
@@ -201,7 +202,8 @@ class LiveFindings:
         ceiling = self._configs[p]["max_util_for_resume"]
         what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
                          admits=admits, arrival_max=arr_max, arrival_typical=arr_med, min_debt=self.cfg.min_debt_blocks,
-                         past=past, ceiling=ceiling, pass_blocks=pass_blocks, burst_window=self.cfg.burst_window_iterations)
+                         past=past, ceiling=ceiling, pass_blocks=pass_blocks, burst_window=self.cfg.burst_window_iterations,
+                         closing_iterations=closing)
         if cont:
             ep.last_it = it
             ep.names = order
@@ -224,6 +226,7 @@ class LiveFindings:
             if not math.isnan(d) and (math.isnan(ev["peak_debt_blocks"]) or d > ev["peak_debt_blocks"]):
                 ev["peak_debt_blocks"] = d
             ev["target_admits_queue"] = ev["target_admits_queue"] or admits
+            ev["ceiling_closing"] = ev["ceiling_closing"] or closes
             if basis == "resume":
                 ev["resume_ceiling"] = True
                 ev["past_ceiling_blocks"] = max(ev.get("past_ceiling_blocks") or -math.inf, past)
@@ -247,6 +250,7 @@ class LiveFindings:
                       "certain": certain, "target_admits_queue": admits,
                       "resume_ceiling": basis == "resume",
                       "past_ceiling_blocks": past if basis == "resume" else None,
+                      "ceiling_closing": closes,
                       "critical_at_iteration": it if crit else None,
                       "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
                       "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj, "peak_debt_blocks": d,

@@ -108,7 +108,7 @@ class StreamingAnalyzer(LiveFindings):
         self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
         self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
         self._new_iter: dict[str, float] = {p: 0.0 for p in _KV}  # taken by first growths this iteration
-        self._new_window: dict[str, deque] = {}  # per iteration, over burst_window_iterations
+        self._new_window: dict[str, deque] = {}  # per iteration, over burst/rate_window_iterations
         self._window: dict[str, deque] = {}
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
@@ -542,12 +542,14 @@ class StreamingAnalyzer(LiveFindings):
             win.append((t, self._cum_alloc[p], cap - avail))
             nwin = self._new_window.get(p)
             if nwin is None:
-                nwin = self._new_window[p] = deque(maxlen=self.cfg.burst_window_iterations)
+                nwin = self._new_window[p] = deque(
+                    maxlen=max(self.cfg.burst_window_iterations, self.cfg.rate_window_iterations))
             nwin.append(self._new_iter[p])
             self._new_iter[p] = 0.0
-            burst = max(nwin)  # the largest pass of new mirrors in the window (the pass rule)
             back = win[0]
             span_t, span_i = t - back[0], len(win) - 1
+            passes = list(nwin)
+            burst = max(passes[-self.cfg.burst_window_iterations:])  # the largest pass of new mirrors (the pass rule)
             roll, net = self._cum_alloc[p] - back[1], (cap - avail) - back[2]
             d = self._debt(p)
             certain = not math.isnan(d) and d > self.cfg.min_debt_blocks
@@ -559,6 +561,13 @@ class StreamingAnalyzer(LiveFindings):
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it, burst)
+            # The pass hazard turns critical where the net growth reaches the ceiling within the
+            # rate window anyway (the batch rule, exhaustion_arrays, says why).
+            closing = math.inf
+            drift = net - max(passes[-span_i:]) if span_i else 0.0
+            if by_pass and drift > 0:
+                c = max(ceiling_room, 0.0) / (drift / span_i)
+                closing = c if c <= self.cfg.rate_window_iterations else math.inf
             admits = (not certain and not self._guarded and head > margin and gate_open) or gate
             # An enforcing admission policy defers what the pool cannot back: no projection risk
             # then (the batch rule, exhaustion_arrays, says why).
@@ -600,7 +609,7 @@ class StreamingAnalyzer(LiveFindings):
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
                                    rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
-                                   burst)
+                                   burst, closing)
         # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
         # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
         for ep in self._tte.values():

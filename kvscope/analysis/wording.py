@@ -29,19 +29,26 @@ def resume_text(past_blocks: float, ceiling: float) -> str:
             f"still admit another request, whose mirror this build creates suspended")
 
 
-def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: int) -> str:
-    """The ``pass`` basis (one scheduler pass like the largest recent one) in words."""
+def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: int,
+              closing_iterations: float = math.inf, rate_window: int = 0) -> str:
+    """The ``pass`` basis (one scheduler pass like the largest recent one) in words; with a finite
+    ``closing_iterations``, the net growth reaching the ceiling within the rate window as well."""
+    closing = ("" if not math.isfinite(closing_iterations) else
+               f"; its net growth over the last {rate_window} iterations, its largest pass left out, "
+               + (f"reaches the ceiling in about {closing_iterations:.0f} iterations" if closing_iterations >= 0.5
+                  else "has brought it to the ceiling"))
     return (f"at risk: one scheduler pass like the largest of the last {window} iterations, when new "
             f"mirrors took {pass_blocks:.0f} blocks at once (each its whole prompt, the target only what it "
             f"does not reuse), would take it {past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} "
-            f"of capacity), and the next new mirror's first resume would be refused")
+            f"of capacity), and the next new mirror's first resume would be refused{closing}")
 
 
 def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projected: float, admits: bool,
               arrival_max: float, arrival_typical: float, min_debt: float, past: float, ceiling: float,
-              pass_blocks: float, burst_window: int) -> str:
+              pass_blocks: float, burst_window: int, closing_iterations: float = math.inf) -> str:
     """What a time-to-exhaustion basis says at one evaluation point, in words (the batch and
-    streaming analyzers share it, so their findings read the same)."""
+    streaming analyzers share it, so their findings read the same). ``closing_iterations``: the
+    ``pass`` basis's net growth reaching the ceiling (:func:`pass_text`)."""
     if basis == "debt":
         return debt_text(debt, cover, rate_window)
     if basis == "queue":
@@ -54,7 +61,7 @@ def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projec
     if basis == "resume":
         return resume_text(past, ceiling)
     if basis == "pass":
-        return pass_text(past, ceiling, pass_blocks, burst_window)
+        return pass_text(past, ceiling, pass_blocks, burst_window, closing_iterations, rate_window)
     return "at the current growth"
 
 

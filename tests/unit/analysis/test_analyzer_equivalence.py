@@ -56,6 +56,10 @@ critical from M" where it said "critical open from N" (``glm5-dsa``: 158 / 33;
 previous objects exactly. Patched in place for one additive pair: admission_gap evidence
 ``critical_at_iteration`` / ``critical_at_s`` (when the gap's debt first went past what finishing
 requests cover; every gap in these files is critical from its start, so both equal its start).
+Patched in place for one additive key: time-to-exhaustion evidence ``ceiling_closing`` (the pass
+hazard with the pool's drift reaching the resume ceiling within the rate window; False in every
+file: none of these episodes has the pass basis); checked: dropping it gives the previous objects
+exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -152,7 +152,7 @@ def test_the_pass_rule_reads_the_largest_first_growth_of_the_trailing_window_in_
 def test_a_pass_alone_is_a_warning_that_names_the_pass():
     """Whether a pass like the largest recent one comes again soon is not in the events (on the
     synthetic Mooncake trace a 3,102-block pass was followed by 2,200 iterations without a crash,
-    and the 2,500-request replay of it is healthy): the ``pass`` basis never makes an episode
+    and the 2,500-request replay of it is healthy): the ``pass`` basis alone never makes an episode
     critical. The seed-5 curves with every other basis cleared give warnings only, in words."""
     from kvscope.analysis.config import DetectorConfig
     from kvscope.analysis.detectors import estimate_time_to_exhaustion
@@ -170,6 +170,36 @@ def test_a_pass_alone_is_a_warning_that_names_the_pass():
     assert all(f.evidence["basis"] == "pass" and f.evidence["critical_at_iteration"] is None for f in draft)
     assert "one scheduler pass like the largest of the last 32 iterations" in draft[0].summary
     assert "reaches its resume ceiling" in draft[0].summary
+
+
+def test_a_pass_hazard_is_critical_from_where_the_pool_drifts_to_the_ceiling_anyway():
+    """The pass hazard plus a drift: where the pool's net growth over the rate window (its largest
+    pass left out) reaches the ceiling within that window (``pass_closing_iterations``), the
+    episode is critical from that iteration, says so in its evidence and in words; the iterations
+    before it stay the warning they were."""
+    from kvscope.analysis.config import DetectorConfig
+    from kvscope.analysis.detectors import estimate_time_to_exhaustion
+
+    a = analyze_files(DATA / "glm5-dsa-rc27-seed5.parquet")
+    arrays = {role: dict(v) for role, v in a.exhaustion_arrays.items()}
+    d = arrays["draft"]
+    only_pass = d["basis_code"] == 6
+    d["basis_code"] = np.where(only_pass, 6, 0).astype(np.int8)
+    d["target_admits_queue"] = np.zeros(len(only_pass), dtype=bool)
+    assert not np.isfinite(d["pass_closing_iterations"]).any()  # seed 5: passes, no drift
+    at = np.flatnonzero(only_pass)[-1]  # the last pass iteration: the episode opened earlier
+    closing = np.full(len(only_pass), np.inf)
+    closing[at] = 7.4
+    d["pass_closing_iterations"] = closing
+    found = estimate_time_to_exhaustion(None, a.debt, a.configs, DetectorConfig(), arrays, a.timeline)
+    draft = [f for f in found if f.pools == ("draft",)]
+    hit = [f for f in draft if f.iteration_start <= d["iteration"][at] <= f.iteration_end]
+    assert len(hit) == 1 and hit[0].severity == Severity.CRITICAL
+    assert hit[0].evidence["ceiling_closing"] is True
+    assert hit[0].evidence["critical_at_iteration"] == int(d["iteration"][at]) > hit[0].iteration_start
+    assert ("its net growth over the last 16 iterations, its largest pass left out, reaches the ceiling in "
+            "about 7 iterations") in hit[0].summary
+    assert all(f.severity == Severity.WARNING and not f.evidence["ceiling_closing"] for f in draft if f not in hit)
 
 
 def test_the_pass_window_must_hold_an_iteration():

@@ -1,0 +1,102 @@
+"""The synthetic Mooncake trace (``../shared/traces/synthetic_trace.jsonl``): a queue hundreds deep
+behind a full target, admitted a few requests per pass as slots free, each new unpaired mirror
+taking its whole prompt. The draft pool sits under the pass hazard (one pass like the largest
+recent one would take it past its resume ceiling) for thousands of iterations; it dies when it
+drifts there: "Failed to resume draft KV cache for request N".
+
+- The full replay (seed 0): critical at least 10 iterations before the failure, from the drift
+  (``ceiling_closing``), in both analyzers alike; the one large pass thousands of iterations
+  earlier, with no drift behind it, is not what made it critical.
+- Its first 2,500 requests (seed 1, a held-out near miss: the draft pool peaks above 90 %): no
+  critical finding.
+
+About a minute of replays on 2 cores, run two at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from kvscope.analysis import FindingKind, Severity, analyze_files
+from kvscope.replay.scenarios import TRACES_DIR
+
+pytestmark = pytest.mark.slow
+
+TRACE = TRACES_DIR / "synthetic_trace.jsonl"
+RUNS = {"crash": ("seed=0",), "near-miss": ("seed=1", "max_requests=2500")}
+MIN_LEAD_ITERATIONS = 10
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory):
+    if not TRACE.exists():
+        pytest.fail(f"{TRACE} is missing: the shared traces are part of the test set")
+    tmp = tmp_path_factory.mktemp("synthetic")
+
+    def one(name):
+        path = tmp / f"{name}.parquet"
+        cmd = [sys.executable, "-m", "kvscope", "replay", "--json", "--events", str(path), "--trace", str(TRACE)]
+        for s in RUNS[name]:
+            cmd += ["--set", s]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return name, (json.loads(res.stdout), path)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, RUNS))
+
+
+def _draft_tte(findings):
+    return [f for f in findings if f.kind == FindingKind.TIME_TO_EXHAUSTION and f.pools == ("draft",)]
+
+
+def test_critical_ten_iterations_before_the_drift_reaches_the_resume_ceiling(replays):
+    summary, path = replays["crash"]
+    assert summary["engine_fatal"] and "Failed to resume draft KV cache" in summary["fatal_message"]
+    a = analyze_files(path)
+    fatal = next(f for f in a.findings if f.kind == FindingKind.ENGINE_FATAL)
+    crit = [f for f in _draft_tte(a.findings) if f.severity == Severity.CRITICAL]
+    assert crit, [f.summary for f in a.findings]
+    first = min(f.evidence["critical_at_iteration"] for f in crit)
+    assert fatal.iteration_start - first >= MIN_LEAD_ITERATIONS
+    closing = [f for f in crit if f.evidence["ceiling_closing"]]
+    assert closing and "its largest pass left out" in closing[0].summary
+    # The pass hazard held long before, with no drift behind it (the 3,102-block pass thousands of
+    # iterations earlier): it did not make the episode critical.
+    ex = a.exhaustion
+    hazard = ex[(ex["pool"] == "draft") & (ex["basis"] == "pass")]["iteration"].to_numpy()
+    assert (hazard < first - 1000).any()
+    assert fatal.evidence["open_alarm"]["critical_lead_iterations"] >= MIN_LEAD_ITERATIONS
+
+
+def test_the_streaming_analyzer_turns_critical_at_the_same_iteration(replays):
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording import read_frame
+    from kvscope.recording.reader import frame_to_rows
+
+    _summary, path = replays["crash"]
+    batch = _draft_tte(analyze_files(path).findings)
+    sa = StreamingAnalyzer(max_findings=100_000)
+    sa.feed(frame_to_rows(read_frame(path)))
+    sa.close()
+    live = _draft_tte(sa.findings)
+
+    def key(f):
+        return (f.iteration_start, f.iteration_end, f.severity, f.evidence["critical_at_iteration"],
+                f.evidence["ceiling_closing"], f.summary)
+
+    assert sorted(map(key, live), key=repr) == sorted(map(key, batch), key=repr)
+    assert any(f.evidence["ceiling_closing"] for f in live)
+
+
+def test_no_critical_finding_on_the_held_out_near_miss(replays):
+    summary, path = replays["near-miss"]
+    assert not summary["engine_fatal"] and summary["peak_utilization"]["draft"] > 0.9
+    a = analyze_files(path)
+    assert [f.summary for f in a.findings if f.severity == Severity.CRITICAL] == []
+    assert _draft_tte(a.findings)  # the pool was at risk: warned, not paged
