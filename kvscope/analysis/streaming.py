@@ -561,8 +561,9 @@ class StreamingAnalyzer(LiveFindings):
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it, burst)
-            # The pass hazard turns critical where the net growth reaches the ceiling within the
-            # rate window anyway (the batch rule, exhaustion_arrays, says why).
+            # The pass hazard turns critical where the net growth, less the window's largest pass,
+            # reaches the ceiling within the rate window anyway (the batch rule, exhaustion_arrays,
+            # says why).
             closing = math.inf
             drift = net - max(passes[-span_i:]) if span_i else 0.0
             if by_pass and drift > 0:
