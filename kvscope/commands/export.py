@@ -279,7 +279,33 @@ def follow(
 
     cpu0 = time.process_time()
     sub = LiveSubscriber(endpoint, expect_run_id=run_id)
-    pipeline = OtlpPipeline(config, resource=kvscope_resource({}, service_name=service_name),
+    refused = None
+    t0 = said_drops_at = time.monotonic()
+    said_waiting = False
+    gc_thresholds = gc.get_threshold()
+    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
+    # The first batches name the stream: its rank and what the engine side knows of itself (the
+    # wire header's meta) label the export, as a file header labels a file's. So the pipeline,
+    # whose resource is fixed once built, waits for them (or is built bare if none come).
+    first: list = []
+    try:
+        while not first and not (stop is not None and stop()) and not sub.ended:
+            first = sub.poll_batches(timeout_ms=200)
+            if not first and not said_waiting and time.monotonic() - t0 >= WAIT_NOTICE_S:
+                said_waiting = True
+                say(f"waiting: nothing received from {endpoint} in {WAIT_NOTICE_S:.0f} s (is an engine publishing "
+                    "there, with kvscope-instrument --sinks zmq?)")
+    except KeyboardInterrupt:
+        stop = _stopped
+    except StreamRefusedError as e:
+        refused = str(e)
+    except BaseException:
+        gc.set_threshold(*gc_thresholds)
+        sub.close()
+        raise
+    h0 = first[0].header if first else None
+    pipeline = OtlpPipeline(config, resource=kvscope_resource(h0.meta if h0 else {}, rank=h0.rank if h0 else None,
+                                                              service_name=service_name),
                             max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
                             max_block_s=0.0)
     sink = OtelSink(**pipeline.sink_options(), threaded=False, metric_interval_s=metric_interval_s)
@@ -295,16 +321,11 @@ def follow(
 
         bridge = AnalyzerBridge(sink, StreamingAnalyzer())
     last = None
-    refused = None
     off = None if analyze else "not asked for (--no-analyze)"
-    t0 = said_drops_at = time.monotonic()
-    said_waiting = False
     said_drops = 0
-    gc_thresholds = gc.get_threshold()
-    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
     try:
-        while not (stop is not None and stop()) and not sub.ended:
-            batches = sub.poll_batches(timeout_ms=200)
+        while refused is None and (first or not (stop is not None and stop()) and not sub.ended):
+            batches, first = first or sub.poll_batches(timeout_ms=200), []
             now = time.monotonic()
             if batches and last is None and bridge is not None and sub.missed_at_start:
                 off = (f"joined the stream after the engine started ({sub.missed_at_start} event(s) published "
@@ -361,6 +382,10 @@ def follow(
         stream["refused"] = refused
     s["stream"] = stream
     return s
+
+
+def _stopped() -> bool:
+    return True
 
 
 def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:

@@ -184,7 +184,7 @@ def _open_zmq(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: 
     head, _, port = base.rpartition(":")
     endpoint = f"{head}:{int(port) + rank}" if port.isdigit() else base
     hwm = env.get("KVSCOPE_ZMQ_HWM")
-    return ZmqPublisherSink(endpoint, run_id=meta.get("run_id"), **({"high_water_mark": int(hwm)} if hwm else {}))
+    return ZmqPublisherSink(endpoint, run_id=meta.get("run_id"), meta=meta, **({"high_water_mark": int(hwm)} if hwm else {}))
 
 
 def _open_otlp(env: Mapping[str, str], out_dir: Path, rank: int, pid: int, meta: dict,

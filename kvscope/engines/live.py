@@ -20,7 +20,9 @@ A notebook in another process watches a running engine with::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -102,10 +104,15 @@ class ZmqPublisherSink:
         context: a ``zmq.Context`` (default: the process-wide instance).
         run_id: the recording run's id (the file headers' ``meta.run_id``), sent with every batch
             so a follower refuses another run's stream; default: a fresh one.
+        meta: the recording's header meta: its engine name and version, scenario and parallel
+            sizes (:data:`kvscope.recording.wire.STREAM_META_KEYS`) go with every batch, so a
+            follower labels its export as a file export is labelled (read when a batch's anchor is
+            first seen).
     """
 
     def __init__(self, endpoint: str, *, high_water_mark: int = DEFAULT_HIGH_WATER_MARK,
-                 context: zmq.Context | None = None, run_id: str | None = None) -> None:
+                 context: zmq.Context | None = None, run_id: str | None = None,
+                 meta: Mapping[str, Any] | None = None) -> None:
         if high_water_mark <= 0:
             raise ValueError(f"high_water_mark must be > 0, got {high_water_mark}")
         self._ctx = context or zmq.Context.instance()
@@ -120,6 +127,7 @@ class ZmqPublisherSink:
             raise
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.run_id = run_id or new_run_id()
+        self.meta = meta
         self.num_sent_events = 0
         self.num_dropped_events = 0
         self.num_sent_batches = 0
@@ -144,7 +152,7 @@ class ZmqPublisherSink:
 
     def _tail(self, anchor: WallClockAnchor) -> bytes:
         if self._tail_of is None or self._tail_of[0] is not anchor:
-            self._tail_of = (anchor, encode_tail(self.run_id, anchor))
+            self._tail_of = (anchor, encode_tail(self.run_id, anchor, self.meta))
         return self._tail_of[1]
 
     def export(self, batch: EventBatch) -> None:

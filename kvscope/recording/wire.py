@@ -10,7 +10,9 @@ stream can never make the reader run code.
 
 The header is a fixed ``struct`` (magic, wire version, schema fingerprint, message type, batch
 sequence number, index of the batch's first event, row count, drop counters, rank, pid) followed by
-a short JSON tail (run id and the recorder's anchor, the same bytes for every batch of a run).
+a short JSON tail (run id, the recorder's anchor and what the engine side knows of itself --
+:data:`STREAM_META_KEYS` of its recording's header meta -- the same bytes for every batch of a
+run: a follower labels what it exports with them, as a file export does from the file header).
 ``first_event`` counts every event handed to the publisher, sent or not, so a subscriber counts
 exactly the events it never saw, whether the publisher dropped them at its high-water mark or its
 own receive queue overflowed.
@@ -23,7 +25,8 @@ import json
 import pickle
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope.events import EventKind, PoolRole, WallClockAnchor
@@ -49,6 +52,11 @@ def schema_fingerprint() -> int:
 FINGERPRINT = schema_fingerprint()
 
 
+STREAM_META_KEYS = ("engine", "engine_version", "scenario", "tp_size", "pp_size")
+"""The recording header's ``meta`` keys a stream carries: those an export's resource is made of
+(:func:`kvscope.otel.kvscope_resource`); the rest (argv, the pools, failed sinks) stays in files."""
+
+
 class StreamRefusedError(ValueError):
     """A message this reader will not merge into the stream it follows (one line, says why)."""
 
@@ -70,11 +78,24 @@ class BatchHeader:
     pid: int
     run_id: str
     anchor: WallClockAnchor
+    meta: dict[str, Any] = field(default_factory=dict)
+    """:data:`STREAM_META_KEYS` the publisher knows (empty from a publisher that sends none).
+    Shared by every header with the same tail: read it, never change it."""
 
 
-def encode_tail(run_id: str, anchor: WallClockAnchor) -> bytes:
+def stream_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The :data:`STREAM_META_KEYS` of a recording header's ``meta`` that have a scalar value."""
+    return {k: meta[k] for k in STREAM_META_KEYS
+            if meta and isinstance(meta.get(k), (str, int, float)) and not isinstance(meta.get(k), bool)}
+
+
+def encode_tail(run_id: str, anchor: WallClockAnchor, meta: Mapping[str, Any] | None = None) -> bytes:
     """The JSON tail of every header of one run (computed once per anchor by the publisher)."""
-    return json.dumps({"run_id": run_id, "anchor": anchor.to_dict()}, separators=(",", ":")).encode()
+    tail: dict[str, Any] = {"run_id": run_id, "anchor": anchor.to_dict()}
+    known = stream_meta(meta)
+    if known:
+        tail["meta"] = known
+    return json.dumps(tail, separators=(",", ":")).encode()
 
 
 def encode_header(kind: int, seq: int, first_event: int, num_rows: int, recorder_dropped: int,
@@ -88,7 +109,7 @@ def encode_rows(raw: list[RawRow]) -> bytes:
     return pickle.dumps(raw, protocol=5)
 
 
-_tail_cache: dict[bytes, tuple[str, WallClockAnchor]] = {}
+_tail_cache: dict[bytes, tuple[str, WallClockAnchor, dict[str, Any]]] = {}
 
 
 def decode_header(data: bytes) -> BatchHeader:
@@ -108,13 +129,13 @@ def decode_header(data: bytes) -> BatchHeader:
     if parsed is None:
         try:
             obj = json.loads(tail)
-            parsed = (str(obj["run_id"]), WallClockAnchor.from_dict(obj["anchor"]))
+            parsed = (str(obj["run_id"]), WallClockAnchor.from_dict(obj["anchor"]), stream_meta(obj.get("meta")))
         except (ValueError, KeyError, TypeError) as e:
             raise StreamRefusedError(f"unreadable live stream header ({type(e).__name__}: {e})") from None
         if len(_tail_cache) > 64:
             _tail_cache.clear()
         _tail_cache[tail] = parsed
-    return BatchHeader(kind, seq, first, n, rec_dropped, pub_dropped, rank, pid, parsed[0], parsed[1])
+    return BatchHeader(kind, seq, first, n, rec_dropped, pub_dropped, rank, pid, *parsed)
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {
@@ -144,5 +165,6 @@ def decode_rows(body: bytes, num_rows: int) -> list[RawRow]:
     return raw
 
 
-__all__ = ["DATA", "END", "FINGERPRINT", "MAGIC", "WIRE_VERSION", "BatchHeader", "StreamRefusedError",
-           "decode_header", "decode_rows", "encode_header", "encode_rows", "encode_tail", "schema_fingerprint"]
+__all__ = ["DATA", "END", "FINGERPRINT", "MAGIC", "STREAM_META_KEYS", "WIRE_VERSION", "BatchHeader",
+           "StreamRefusedError", "decode_header", "decode_rows", "encode_header", "encode_rows", "encode_tail",
+           "schema_fingerprint", "stream_meta"]

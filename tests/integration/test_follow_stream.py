@@ -64,3 +64,50 @@ def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_sta
 
     assert poll(lambda: value("kvscope_engine_failures_total", kvscope_pool="draft") == 1)
     assert poll(lambda: value("kvscope_prefix_cache_hits_total", kvscope_pool="target") == reused["target"])
+
+
+def test_a_followed_rank_is_labelled_with_its_rank_and_engine_as_its_file_export_would_be(otel_stack, tmp_path):
+    """A follower of rank 1 of a pp=2 engine exports under rank 1, with the engine's name, version and
+    layout (from the stream's header), not under a bare rank 0 where rank 0's follower exports too."""
+    from kvscope.events import WallClockAnchor
+    from kvscope.recording.reader import frame_to_rows
+    from kvscope.recording.sinks import EventBatch
+
+    path = tmp_path / "shared-prefix.parquet"
+    replay.run("shared-prefix", instrument=EventFileSession(path, label="shared-prefix"))
+    df = read_file(path)
+    header = df.attrs["kvscope"]["files"][0]["header"]
+    service = f"follow-rank-{uuid.uuid4().hex[:8]}"
+    meta = {"engine": "tensorrt_llm", "engine_version": "1.3.0rc25", "tp_size": 1, "pp_size": 2,
+            "argv": ["trtllm-serve"], "run_id": "x"}
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000, meta=meta)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(follow(
+        pub.endpoint, OtlpConfig(otel_stack.http_endpoint, "http/protobuf"), service_name=service,
+        idle_exit_s=60)))
+    t.start()
+    deadline = time.monotonic() + 30
+    while pub.num_subscribers == 0 and time.monotonic() < deadline:
+        pub._drain_subscriptions()
+        time.sleep(0.05)
+    anchor = WallClockAnchor.from_dict(header["anchor"])
+    rows = frame_to_rows(df)
+    for i in range(0, len(rows), 512):
+        batch = EventBatch.from_rows(rows[i : i + 512], anchor)
+        batch.rank = 1
+        pub.export(batch)
+    pub.shutdown()  # its END ends the follow
+    t.join(timeout=120)
+    assert not t.is_alive() and out["stream"]["ended"] and out["events"] == len(df)
+
+    last_s = int(df["epoch_ns"].max()) / 1e9
+
+    def labels():
+        got = otel_stack.vm_query(f'kvscope_engine_failures_total{{service_name="{service}",kvscope_pool="draft"}}',
+                                  at_s=last_s)
+        return got[0]["metric"] if len(got) == 1 else None
+
+    assert poll(lambda: labels() is not None), otel_stack.diagnose()
+    got = labels()
+    assert (got["kvscope_rank"], got["kvscope_parallel_pp_rank"], got["kvscope_parallel_pp_size"]) == ("1", "1", "2")
+    assert (got["kvscope_engine_name"], got["kvscope_engine_version"]) == ("tensorrt_llm", "1.3.0rc25")

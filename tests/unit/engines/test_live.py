@@ -274,3 +274,30 @@ def test_a_batch_body_naming_any_other_class_is_refused_and_never_run(tmp_path):
     assert not (tmp_path / "pwned").exists()
     rows = [(0, 5, 1, 7, PoolRole.DRAFT, EventKind.RESIZE_FAILED, 2, 20, 0, -1, -1, -1, -1, "short")]
     assert decode_rows(encode_rows(rows), 1) == rows
+
+
+def test_every_batch_names_the_engine_and_its_parallel_layout_and_nothing_else_of_the_header_meta():
+    meta = {"engine": "tensorrt_llm", "engine_version": "1.3.0rc25", "tp_size": 2, "pp_size": 2,
+            "run_id": "r1", "argv": ["trtllm-serve", "--port", "8000"], "pools": {"draft": {"capacity": 9}}}
+    with_meta = ZmqPublisherSink("tcp://127.0.0.1:*", meta=meta, run_id="r1")
+    bare = ZmqPublisherSink("tcp://127.0.0.1:*")
+    got: dict = {}
+    for name, sink, rank in (("meta", with_meta, 3), ("bare", bare, 0)):
+        sub = LiveSubscriber(sink.endpoint)
+        rec = Recorder(rank=rank)
+        pump = BatchPump(rec, [sink], start=False)
+        try:
+            batches: list = []
+            deadline = time.monotonic() + 30
+            while not batches and time.monotonic() < deadline:
+                _publish(rec, pump, 3)
+                batches = sub.poll_batches(timeout_ms=50)
+            assert batches, f"{name}: nothing received"
+            got[name] = batches[0].header
+        finally:
+            sub.close()
+            pump.shutdown()
+    h = got["meta"]
+    assert h.rank == 3 and h.run_id == "r1"
+    assert h.meta == {"engine": "tensorrt_llm", "engine_version": "1.3.0rc25", "tp_size": 2, "pp_size": 2}
+    assert got["bare"].meta == {}  # a publisher that knows nothing of itself sends nothing (older ones too)
