@@ -112,6 +112,10 @@ class Controller:
         """Called with the iteration at the start of every pass (e.g. a composition layer feeding a
         streaming analyzer in step with the engine). Exceptions are counted, never raised."""
         self.num_hook_errors = 0
+        self.on_mode_change: Callable[[str], None] | None = None
+        """Called with the reason text of every applied change (the ``remediation_mode_changed``
+        event's): a composition layer keeping the state in force where a late reader finds it
+        (kvscope-instrument: the live stream's header). Exceptions are counted, never raised."""
         self.num_control_errors = 0
         self._refused_version: object = None
         # The initial mode is this rank's own starting point, applied at its first pass; it is not
@@ -331,8 +335,13 @@ class Controller:
                                   "enforcing": will_enforce}
         if trig:
             fields["trigger"] = trig
-        self.reporter.report(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, released, iteration,
-                             format_kv(fields))
+        reason = format_kv(fields)
+        self.reporter.report(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, released, iteration, reason)
+        if self.on_mode_change is not None:
+            try:
+                self.on_mode_change(reason)
+            except Exception:  # noqa: BLE001 - a listener never takes the engine's pass down
+                self.num_hook_errors += 1
         if new_mode is Mode.OFF and not self._shared and not self.pass_hooks:
             self._installed = False
             self.port.set_admission_policy(None)

@@ -84,6 +84,13 @@ class StreamFeed:
         return FeedStatus(RUNNING, f"subscribed to {self.endpoint}: {counted}")
 
     @property
+    def reported_remediation(self) -> str | None:
+        """The remediation state in force as the stream's last header said (the reason text of
+        the engine's last applied change; None when its publisher says none)."""
+        value = self.subscriber.meta.get("remediation")
+        return str(value) if value else None
+
+    @property
     def wall_clock_offset_ns(self) -> int | None:
         """Epoch ns minus event ns, from the stream's anchor (None before the first batch, or on a
         simulated clock)."""

@@ -92,6 +92,10 @@ class ProcessSession:
                 from kvscope.remedy import attach_from_env
 
                 self.remediation = attach_from_env(self.binding, env, real_engine=kind != "model")
+                # The state in force goes with every batch of the live stream (the publisher reads
+                # the meta at each batch), for a subscriber that joins after the change's event.
+                if self.remediation is not None:
+                    self.remediation.on_mode_change = lambda reason: meta.__setitem__("remediation", reason)
             except Exception:
                 # A bad value must not stop the engine from starting: it runs as stock, and says so.
                 log.exception("kvscope: KVSCOPE_REMEDIATION not applied; the engine runs without remediation")

@@ -42,6 +42,7 @@ from kvscope.recording.wire import (
     encode_header,
     encode_rows,
     encode_tail,
+    stream_meta,
 )
 
 TOPIC = b"kvscope.events"
@@ -106,8 +107,9 @@ class ZmqPublisherSink:
             so a follower refuses another run's stream; default: a fresh one.
         meta: the recording's header meta: its engine name and version, scenario and parallel
             sizes (:data:`kvscope.recording.wire.STREAM_META_KEYS`) go with every batch, so a
-            follower labels its export as a file export is labelled (read when a batch's anchor is
-            first seen).
+            follower labels its export as a file export is labelled, and the remediation state in
+            force, so a subscriber that joins late knows it. Read at every batch (the mapping may
+            change: the header is re-encoded when what it says changes).
     """
 
     def __init__(self, endpoint: str, *, high_water_mark: int = DEFAULT_HIGH_WATER_MARK,
@@ -136,7 +138,7 @@ class ZmqPublisherSink:
         self._next_event = 0
         self._last: tuple[int, int, int, bytes] | None = None
         """(rank, pid, recorder drops, header tail) of the last batch: what END repeats."""
-        self._tail_of: tuple[WallClockAnchor, bytes] | None = None
+        self._tail_of: tuple[WallClockAnchor, dict, bytes] | None = None
         self._closed = False
 
     def _drain_subscriptions(self) -> None:
@@ -151,9 +153,10 @@ class ZmqPublisherSink:
                 self.num_subscribers = max(self.num_subscribers - 1, 0)
 
     def _tail(self, anchor: WallClockAnchor) -> bytes:
-        if self._tail_of is None or self._tail_of[0] is not anchor:
-            self._tail_of = (anchor, encode_tail(self.run_id, anchor, self.meta))
-        return self._tail_of[1]
+        known = stream_meta(self.meta)  # a few keys, once per batch
+        if self._tail_of is None or self._tail_of[0] is not anchor or self._tail_of[1] != known:
+            self._tail_of = (anchor, known, encode_tail(self.run_id, anchor, known))
+        return self._tail_of[2]
 
     def export(self, batch: EventBatch) -> None:
         if self._closed or not len(batch):
@@ -278,6 +281,9 @@ class LiveSubscriber:
         """Events the publisher had handled before this subscriber's first batch."""
         self.ended = False
         """The publisher's END arrived: the run's stream is over."""
+        self.meta: dict = {}
+        """What the last header said of the engine (:data:`kvscope.recording.wire.STREAM_META_KEYS`):
+        read-only."""
         self._expected: int | None = None
 
     def poll_batches(self, timeout_ms: int = 100, max_batches: int = 1000) -> list[LiveBatch]:
@@ -312,7 +318,7 @@ class LiveSubscriber:
             raise StreamRefusedError(f"{self.endpoint}: stream of rank {h.rank} pid {h.pid}, not of rank "
                                      f"{self._stream[0]} pid {self._stream[1]} (another process of run "
                                      f"{h.run_id}): refused")
-        self.run_id, self._stream, self.anchor = h.run_id, (h.rank, h.pid), h.anchor
+        self.run_id, self._stream, self.anchor, self.meta = h.run_id, (h.rank, h.pid), h.anchor, h.meta
         if self._expected is None:
             self.missed_at_start = h.first_event
         elif h.first_event > self._expected:

@@ -52,9 +52,12 @@ def schema_fingerprint() -> int:
 FINGERPRINT = schema_fingerprint()
 
 
-STREAM_META_KEYS = ("engine", "engine_version", "scenario", "tp_size", "pp_size")
+STREAM_META_KEYS = ("engine", "engine_version", "scenario", "tp_size", "pp_size", "remediation")
 """The recording header's ``meta`` keys a stream carries: those an export's resource is made of
-(:func:`kvscope.otel.kvscope_resource`); the rest (argv, the pools, failed sinks) stays in files."""
+(:func:`kvscope.otel.kvscope_resource`), and the remediation state in force (the reason text of the
+last applied ``remediation_mode_changed``, kept current by ``kvscope-instrument``): a subscriber
+that joins a running engine has missed that event, and reads the state from any batch's header.
+The rest of the meta (argv, the pools, failed sinks) stays in files."""
 
 
 class StreamRefusedError(ValueError):

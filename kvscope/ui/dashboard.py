@@ -253,6 +253,9 @@ class Dashboard:
                 self._last_polled = len(events)
                 if events:
                     self.view.feed(events)
+                # A live stream's header says the remediation state in force: a view that joined
+                # after the change's event shows it too.
+                self.view.note_stream_remediation(getattr(self.feed, "reported_remediation", None))
                 status = self.feed.status()
             except Exception as exc:  # noqa: BLE001 - shown in the status line; the loop keeps going
                 self.error = f"{type(exc).__name__}: {exc}"

@@ -120,7 +120,10 @@ class ReportedRemediation:
     is_enforcing: bool
     """The policy gates admission (on, or auto after its trigger)."""
     t_s: float
-    """Event time of the change (s)."""
+    """Event time of the change (s); for a state read off the stream's header, the view's time
+    when it was read."""
+    from_header: bool = False
+    """Read off the live stream's header (the change's own event came before this view started)."""
 
 
 class LiveView:
@@ -157,6 +160,18 @@ class LiveView:
         self._cum = [0, 0]  # prompt, reused tokens over all admissions
 
     # ------------------------------------------------------------------ input
+    def note_stream_remediation(self, reason: str | None) -> None:
+        """The remediation state in force as the live stream's header says (the reason text of the
+        last applied change): shown while no event of this view has reported one, so a view that
+        joins a running engine knows the mode; any later change event supersedes it."""
+        if not reason or (self.remediation is not None and not self.remediation.from_header):
+            return
+        kv = parse_kv(str(reason))
+        if "mode" not in kv or "refused" in kv:
+            return
+        self.remediation = ReportedRemediation(str(kv["mode"]), str(kv.get("policy", "")),
+                                               bool(kv.get("enforcing", 0)), self.t_s, from_header=True)
+
     def feed(self, events: Iterable[KVEvent | tuple]) -> list[Finding]:
         """Consume events in recording order; return the findings they raised."""
         rows = [e.as_row() if isinstance(e, KVEvent) else e for e in events]

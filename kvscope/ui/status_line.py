@@ -30,6 +30,7 @@ def reported_remediation(reported: ReportedRemediation | None) -> tuple[str, str
     if reported is None:
         return (NOT_REPORTED, NOT_REPORTED, "the events have reported no remediation mode: no remediation "
                 "attached, or it was set before this view started")
-    return (reported.mode, reported.policy or NOT_REPORTED,
-            f"as the engine reported at t={reported.t_s:.2f} s{' (enforcing)' if reported.is_enforcing else ''}; "
-            "read-only: switch it where it runs")
+    enforcing = " (enforcing)" if reported.is_enforcing else ""
+    when = ("as the engine's live stream says it is in force (it was set before this view started)"
+            if reported.from_header else f"as the engine reported at t={reported.t_s:.2f} s")
+    return (reported.mode, reported.policy or NOT_REPORTED, f"{when}{enforcing}; read-only: switch it where it runs")

@@ -183,3 +183,30 @@ def _bind_when_free(endpoint: str) -> ZmqPublisherSink:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def test_a_dashboard_that_joins_after_the_mode_change_shows_the_mode_in_force_until_a_change_event():
+    """The change's own event was published before this dashboard subscribed; the stream's header
+    says the state in force, so the read-only widgets show it (not "not reported"), and a change
+    event that arrives later supersedes it."""
+    meta: dict = {"remediation": "mode=auto policy=draft-reserve previous=off previous_policy=draft-reserve "
+                                 "enforcing=1 trigger=time_to_exhaustion_finding"}
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*", meta=meta)
+    feed = StreamFeed(sink.endpoint)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [sink], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        assert (dash.mode.value, dash.policy.value) == ("auto", "draft-reserve")
+        assert dash.mode.disabled and "live stream says it is in force" in dash.mode.tooltips[0]
+        assert dash.view.remediation is not None and dash.view.remediation.is_enforcing
+        rec.record(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, 0, 0,
+                   reason="mode=off policy=draft-reserve previous=auto previous_policy=draft-reserve enforcing=0")
+        meta["remediation"] = "mode=off policy=draft-reserve previous=auto previous_policy=draft-reserve enforcing=0"
+        n = dash.view.counts["events"]
+        _publish_until_received(rec, pump, feed, dash, n + 3)
+        assert dash.mode.value == "off" and "as the engine reported at t=" in dash.mode.tooltips[0]
+    finally:
+        pump.shutdown()
+        feed.close()

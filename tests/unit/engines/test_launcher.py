@@ -223,3 +223,39 @@ def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_u
     assert gate.state_of(binding).error_path_off == PP_ERROR_PATH_OFF
     gate.found_executor(binding, object())
     assert gate.state_of(binding).error_path is None and binding.executor is not None
+
+
+def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force_from_its_stream(tmp_path):
+    """kvscope-instrument keeps the state in force in the live stream's header: the mode change's
+    event was published before anyone subscribed, and a late subscriber still knows the mode."""
+    import socket
+    import time
+
+    from kvscope.engines.autoload import ProcessSession
+    from kvscope.engines.live import LiveSubscriber
+    from kvscope.events import PoolRole
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    env = {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "zmq", "KVSCOPE_ZMQ_ENDPOINT": endpoint,
+           "KVSCOPE_REMEDIATION": "on:draft-reserve"}
+    session = ProcessSession("model", env)
+    sub = None
+    try:
+        exec(compile(CHILD, "child", "exec"), {})  # the engine runs; its first pass applies the mode
+        session.pump.flush()
+        sub = LiveSubscriber(endpoint)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            session.recorder.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=0,
+                                    capacity_blocks=32, free_blocks=32, evictable_blocks=0, reserved_blocks=0)
+            got = sub.poll_batches(timeout_ms=100)
+        assert got and sub.missed_at_start > 0  # it joined after the engine's events, the change's among them
+        assert sub.meta["remediation"].split()[:2] == ["mode=on", "policy=draft-reserve"]
+        assert "enforcing=1" in sub.meta["remediation"].split()
+    finally:
+        if sub is not None:
+            sub.close()
+        session.close()

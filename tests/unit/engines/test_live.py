@@ -301,3 +301,27 @@ def test_every_batch_names_the_engine_and_its_parallel_layout_and_nothing_else_o
     assert h.rank == 3 and h.run_id == "r1"
     assert h.meta == {"engine": "tensorrt_llm", "engine_version": "1.3.0rc25", "tp_size": 2, "pp_size": 2}
     assert got["bare"].meta == {}  # a publisher that knows nothing of itself sends nothing (older ones too)
+
+
+def test_the_header_says_what_the_meta_says_now_when_it_changes_between_batches():
+    meta: dict = {"engine": "engine_model"}
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*", meta=meta)
+    sub = LiveSubscriber(sink.endpoint)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [sink], start=False)
+    try:
+        seen: list = []
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            _publish(rec, pump, 2)
+            seen = sub.poll_batches(timeout_ms=50)
+        assert seen and seen[-1].header.meta == {"engine": "engine_model"} == sub.meta
+        meta["remediation"] = "mode=on policy=draft-reserve previous=off previous_policy=draft-reserve enforcing=1"
+        _publish(rec, pump, 2)
+        after: list = []
+        _poll_until(sub, lambda: bool(after), into=after)
+        assert after[-1].header.meta["remediation"].startswith("mode=on ")
+        assert sub.meta["remediation"] == meta["remediation"]
+    finally:
+        sub.close()
+        pump.shutdown()

@@ -131,3 +131,24 @@ def test_switched_on_before_the_first_pass_of_an_engine_started_off_it_stays_ins
     assert ctl.mode == "on" and ctl.enforcing and port.policy is ctl
     modes = [parse_kv(e.reason)["mode"] for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED]
     assert modes == ["off", "on"]
+
+
+def test_a_mode_change_listener_hears_each_applied_change_as_its_event_says_it_and_never_breaks_a_pass():
+    port = FakePort()
+    ctl = attach(port, mode="on")
+    heard: list[str] = []
+    ctl.on_mode_change = heard.append
+    _fill(ctl, 0)
+    ctl.set_mode("shadow")
+    ctl.begin_pass(make_view(1))
+    changed = [e.reason for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED]
+    assert heard == changed and [parse_kv(r)["mode"] for r in heard] == ["on", "shadow"]
+
+    def broken(_reason: str) -> None:
+        raise RuntimeError("listener down")
+
+    ctl.on_mode_change = broken
+    ctl.set_mode("on")
+    errors = ctl.num_hook_errors
+    assert _fill(ctl, 2) == [Verdict.ADMIT] * 4 + [Verdict.DEFER] * 2  # the pass went on, enforcing
+    assert ctl.mode == "on" and ctl.num_hook_errors == errors + 1
