@@ -72,6 +72,9 @@ class ProcessSession:
             "argv": list(sys.argv),
             "pools": self.binding.pool_meta,  # shared: filled as pools are discovered
         }
+        pp = env.get("KVSCOPE_PP_SIZE", "").strip()
+        if pp.isdigit() and int(pp) > 0:
+            meta["pp_size"] = int(pp)  # the layout the user declared (remediation reads it too): labels the export
         self.closers: list = []
         self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta, self.closers)
         self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)

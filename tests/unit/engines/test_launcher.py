@@ -239,7 +239,7 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
         s.bind(("127.0.0.1", 0))
         endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     env = {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "zmq", "KVSCOPE_ZMQ_ENDPOINT": endpoint,
-           "KVSCOPE_REMEDIATION": "on:draft-reserve"}
+           "KVSCOPE_REMEDIATION": "on:draft-reserve", "KVSCOPE_PP_SIZE": "2"}
     session = ProcessSession("model", env)
     sub = None
     try:
@@ -255,6 +255,7 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
         assert got and sub.missed_at_start > 0  # it joined after the engine's events, the change's among them
         assert sub.meta["remediation"].split()[:2] == ["mode=on", "policy=draft-reserve"]
         assert "enforcing=1" in sub.meta["remediation"].split()
+        assert (sub.meta["engine"], sub.meta["pp_size"]) == ("engine_model", 2)  # what its export is labelled with
     finally:
         if sub is not None:
             sub.close()
