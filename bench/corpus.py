@@ -86,6 +86,15 @@ FULL: list[Run] = [
     *_variants("trace:synthetic_trace.jsonl", (1, 2), prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (1,), (("max_requests=2500",), ("arrival_time_scale=1.5",)),
                prefix="mooncake-synthetic"),
+    # Held out, healthy, and each given one critical finding by the resume rule's queue projection
+    # (session 11's sweep): the queue is held back by the token budget while frees come in lumps, so
+    # the trailing 16-iteration free rate reads a lull. Kept in the corpus so the scoreboard counts
+    # them until a rule reads such a queue right.
+    *_variants("trace:synthetic_trace.jsonl", (26,), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic"),
+    *_variants("trace:synthetic_trace.jsonl", (27,), (("max_requests=3500", "engine_version=1.3.0rc27"),),
+               prefix="mooncake-synthetic"),
+    *_variants("trace:synthetic_trace.jsonl", (28,), (("max_requests=3500", "engine_version=main-00746ef"),),
+               prefix="mooncake-synthetic"),
 ]
 
 
