@@ -19,7 +19,13 @@ from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import K, kind_in
-from kvscope.analysis.wording import episode_end_text, gap_text, risk_text, tte_summary
+from kvscope.analysis.wording import (
+    critical_from_text,
+    episode_end_text,
+    gap_text,
+    risk_text,
+    tte_summary,
+)
 from kvscope.events import EventKind
 
 
@@ -377,6 +383,9 @@ def estimate_time_to_exhaustion(
             peak = _nanmax(g["utilization"][at_risk])
             summary = tte_summary(role, b, eta, float(est["eta_iterations"]), int(est["iteration"]),
                                   float(row["utilization"]), float(row["available_blocks"]), _what_at(g, s, cover, admits, ceiling, cfg))
+            if crit_i is not None and crit_i != s:
+                summary += critical_from_text(int(g["iteration"][crit_i]), float(g["utilization"][crit_i]),
+                                              _what_at(g, crit_i, cover, admits, ceiling, cfg))
             if e > s:
                 summary += episode_end_text(int(it_end - row["iteration"]), float(t_end - row["t_s"]), int(it_end),
                                             peak, float(g["utilization"][e]), float(g["available_blocks"][e]),

@@ -18,6 +18,7 @@ from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
 from kvscope.analysis.wording import (
+    critical_from_text,
     episode_end_text,
     fatal_text,
     gap_text,
@@ -92,6 +93,7 @@ class _Episode:
     n_admitted: int = 0  # an admission gap's names: this many admitted into the debt, then the owing
     num_named: int = 0  # a time-to-exhaustion episode's requests, named or over the cap
     pending_arrivals: int = 0  # arrivals since its last step (counted in num_named if it goes on)
+    turn: str = ""  # where and why a time-to-exhaustion episode that opened as a warning turned critical
 
 
 class LiveFindings:
@@ -233,7 +235,8 @@ class LiveFindings:
             sev = Severity.CRITICAL if crit else f.severity
             if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
                 ev["critical_at_iteration"], ev["critical_at_s"] = it, t
-            summary = ep.opening + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
+                ep.turn = critical_from_text(it, util, what)
+            summary = ep.opening + ep.turn + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
                                                     avail, what)
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
                                                request_ids=tuple(r for r, _ in order), summary=summary)

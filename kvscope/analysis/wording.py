@@ -79,6 +79,13 @@ def tte_summary(pool: str, basis: str, eta_s: float, eta_iterations: float, esti
     return f"{pool} pool {verb} {when} at {utilization:.0%} used, {available:.0f} blocks available ({what})."
 
 
+def critical_from_text(iteration: int, utilization: float, what: str) -> str:
+    """The turn of a finding that opened as a warning and turned critical later: where, and why
+    (the rule that made it critical, in the pool's state at that iteration), so the reader of a
+    critical finding never has to guess from its warning-level opening."""
+    return f" Critical from iteration {iteration} at {utilization:.0%} used ({what})."
+
+
 def episode_end_text(iterations: int, seconds: float, end_iteration: int, peak_utilization: float,
                      utilization: float, available: float, what: str) -> str:
     """The close of a finding whose episode outlived its first estimate: how long it stayed open

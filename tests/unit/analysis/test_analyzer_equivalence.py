@@ -60,6 +60,11 @@ Patched in place for one additive key: time-to-exhaustion evidence ``ceiling_clo
 hazard with the pool's drift reaching the resume ceiling within the rate window; False in every
 file: none of these episodes has the pass basis); checked: dropping it gives the previous objects
 exactly.
+Patched in place for one wording addition: a time-to-exhaustion summary whose episode opened as a
+warning and turned critical later gains, after its opening sentence, "Critical from iteration N at
+P% used (<the rule that made it critical>)." (four episodes here, and the verdict and open-alarm
+copies of their summaries); checked: removing that one sentence gives the previous objects exactly,
+N is the episode's ``critical_at_iteration``, and nothing else differs.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
