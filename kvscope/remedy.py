@@ -51,7 +51,9 @@ AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion")
 
 
 def parse_remediation(value: str) -> tuple[str, str]:
-    """``--remediation`` value -> (mode, policy): a mode (default policy) or a policy name (mode on)."""
+    """``--remediation`` value -> (mode, policy): a mode (default policy) or a policy name (mode on).
+    Any case, as ``kvscope remediation set`` takes it."""
+    value = value.strip().lower()
     if value in MODES:
         return value, DEFAULT_POLICY
     if value in POLICIES:
@@ -372,7 +374,7 @@ def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None, *,
     mode, policy = parse_remediation(head or "off")
     if tail:
         parse_remediation(tail)  # a policy name, or ValueError naming the valid ones
-        policy = tail
+        policy = tail.strip().lower()
     channel = FileControlChannel(channel_path) if channel_path else None
     pp_size = int(env.get("KVSCOPE_PP_SIZE", "1") or 1)
     # The executor's per-request error path is found by the binding at the executor's first

@@ -76,7 +76,10 @@ def record_from_dict(data: object) -> ControlRecord:
     at = data.get("at_iteration", -1)
     if isinstance(at, bool) or not isinstance(at, int):
         raise ControlRecordError("bad_at_iteration", f'"at_iteration" must be an integer, got {at!r}', seq=seq)
-    return ControlRecord(seq, mode, policy, at)
+    # Names in any case, as `kvscope remediation set` takes them (a hand-written "On" is "on"); the
+    # trigger a controller appends to an auto record is kept as written.
+    base, sep, trigger = mode.partition("+triggered:")
+    return ControlRecord(seq, base.strip().lower() + sep + trigger, None if policy is None else policy.strip().lower(), at)
 
 
 class ControlChannel(Protocol):

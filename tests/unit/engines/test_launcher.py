@@ -260,3 +260,20 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
         if sub is not None:
             sub.close()
         session.close()
+
+
+def test_kvscope_remediation_names_its_mode_and_policy_in_any_case_and_refuses_unknown_ones_in_one_line():
+    from kvscope.engines.binding import Binding
+    from kvscope.engines.model.state import ModelPoolReader
+    from kvscope.recording import Recorder
+    from kvscope.remedy import attach_from_env, parse_remediation
+
+    ctl = attach_from_env(Binding(Recorder(), ModelPoolReader()), {"KVSCOPE_REMEDIATION": " ON:Worst-Case ",
+                                                                  "KVSCOPE_MAX_SEQ_LEN": "4096"},
+                          real_engine=False)
+    assert ctl is not None and ctl.policy_name == "worst-case"
+    assert parse_remediation("Auto") == ("auto", "draft-reserve") and parse_remediation("Worst-Case") == ("on", "worst-case")
+    import pytest
+
+    with pytest.raises(ValueError, match="expects one of"):
+        attach_from_env(Binding(Recorder(), ModelPoolReader()), {"KVSCOPE_REMEDIATION": "enable"}, real_engine=False)

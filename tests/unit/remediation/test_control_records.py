@@ -114,3 +114,13 @@ def test_an_in_process_record_with_an_unknown_mode_is_refused_the_same_way():
     ctl.begin_pass(make_view(1))
     assert ctl.mode == "on" and ctl.stats().control_errors == 1
     assert _changes(port)[-1]["refused"] == "unknown_mode"
+
+
+def test_a_hand_written_record_names_its_mode_and_policy_in_any_case_as_the_cli_does(tmp_path):
+    path = tmp_path / "control.json"
+    _write(path, '{"seq": 1, "mode": " Shadow", "policy": "Worst-Case"}')
+    port = FakePort()
+    ctl = attach(port, mode="off", channel=FileControlChannel(path), max_seq_len=4096)
+    ctl.begin_pass(make_view(0))
+    assert (ctl.mode, ctl.policy_name) == ("shadow", "worst-case")
+    assert ctl.stats().control_errors == 0 and _changes(port)[-1]["mode"] == "shadow"
