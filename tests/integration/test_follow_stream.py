@@ -22,20 +22,27 @@ from kvscope.recording import read_file
 pytestmark = pytest.mark.integration
 
 
-def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_stack, tmp_path, monkeypatch):
-    run = uuid.uuid4().hex[:8]
-    service, project = f"follow-{run}", f"follow-{run}"
-    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
-    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
+def _follow_in_thread(pub: ZmqPublisherSink, otel_stack, service: str) -> tuple[threading.Thread, dict]:
+    """``follow`` of ``pub``'s stream on a thread (its summary lands in the dict), once it has
+    subscribed: nothing is published before it joins."""
     out: dict = {}
     t = threading.Thread(target=lambda: out.update(follow(
         pub.endpoint, OtlpConfig(otel_stack.http_endpoint, "http/protobuf"), service_name=service,
         idle_exit_s=60)))
     t.start()
     deadline = time.monotonic() + 30
-    while pub.num_subscribers == 0 and time.monotonic() < deadline:  # nothing published before it joins
+    while pub.num_subscribers == 0 and time.monotonic() < deadline:
         pub._drain_subscriptions()
         time.sleep(0.05)
+    return t, out
+
+
+def test_a_replays_live_stream_reaches_the_backends_whole_when_followed(otel_stack, tmp_path, monkeypatch):
+    run = uuid.uuid4().hex[:8]
+    service, project = f"follow-{run}", f"follow-{run}"
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000)
+    t, out = _follow_in_thread(pub, otel_stack, service)
     path = tmp_path / "shared-prefix.parquet"
     replay.run("shared-prefix", instrument=EventFileSession(path, label="shared-prefix", extra_sinks=[pub]))
     t.join(timeout=120)  # the session's close shut the publisher down: its END ends the follow
@@ -81,15 +88,7 @@ def test_a_followed_rank_is_labelled_with_its_rank_and_engine_as_its_file_export
     meta = {"engine": "tensorrt_llm", "engine_version": "1.3.0rc25", "tp_size": 1, "pp_size": 2,
             "argv": ["trtllm-serve"], "run_id": "x"}
     pub = ZmqPublisherSink("tcp://127.0.0.1:*", high_water_mark=100_000, meta=meta)
-    out: dict = {}
-    t = threading.Thread(target=lambda: out.update(follow(
-        pub.endpoint, OtlpConfig(otel_stack.http_endpoint, "http/protobuf"), service_name=service,
-        idle_exit_s=60)))
-    t.start()
-    deadline = time.monotonic() + 30
-    while pub.num_subscribers == 0 and time.monotonic() < deadline:
-        pub._drain_subscriptions()
-        time.sleep(0.05)
+    t, out = _follow_in_thread(pub, otel_stack, service)
     anchor = WallClockAnchor.from_dict(header["anchor"])
     rows = frame_to_rows(df)
     for i in range(0, len(rows), 512):

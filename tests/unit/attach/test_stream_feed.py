@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 
@@ -16,21 +17,28 @@ from kvscope.testing import FakeClock
 from kvscope.ui.dashboard import Dashboard
 
 
-def test_dashboard_on_a_live_stream_draws_published_pool_snapshots_and_counts_them():
-    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+@contextlib.contextmanager
+def _live_dashboard(rank: int = 0, meta: dict | None = None):
+    """A recorder publishing on a real ZeroMQ sink and a dashboard on its stream: (recorder, pump,
+    feed, dashboard)."""
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*", meta=meta)
     feed = StreamFeed(sink.endpoint)
-    rec = Recorder(rank=2)
+    rec = Recorder(rank=rank)
     pump = BatchPump(rec, [sink], start=False)
-    dash = Dashboard(feed, refresh_s=0)
     try:
-        _publish_until_received(rec, pump, feed, dash, 40)
-        pools = dash.view.pools_frame()
-        assert set(pools["pool"]) == {"draft"} and pools["used_blocks"].is_monotonic_increasing
-        assert dash.state == "running" and sink.endpoint in dash.status.value
-        assert len(dash.fig_pools.data) == 4
+        yield rec, pump, feed, Dashboard(feed, refresh_s=0)
     finally:
         pump.shutdown()
         feed.close()
+
+
+def test_dashboard_on_a_live_stream_draws_published_pool_snapshots_and_counts_them():
+    with _live_dashboard(rank=2) as (rec, pump, feed, dash):
+        _publish_until_received(rec, pump, feed, dash, 40)
+        pools = dash.view.pools_frame()
+        assert set(pools["pool"]) == {"draft"} and pools["used_blocks"].is_monotonic_increasing
+        assert dash.state == "running" and feed.endpoint in dash.status.value
+        assert len(dash.fig_pools.data) == 4
 
 
 def _publish_until_received(rec, pump, feed, dash, n: int) -> None:
@@ -191,12 +199,7 @@ def test_a_dashboard_that_joins_after_the_mode_change_shows_the_mode_in_force_un
     event that arrives later supersedes it."""
     meta: dict = {"remediation": "mode=auto policy=draft-reserve previous=off previous_policy=draft-reserve "
                                  "enforcing=1 trigger=time_to_exhaustion_finding"}
-    sink = ZmqPublisherSink("tcp://127.0.0.1:*", meta=meta)
-    feed = StreamFeed(sink.endpoint)
-    rec = Recorder(rank=0)
-    pump = BatchPump(rec, [sink], start=False)
-    dash = Dashboard(feed, refresh_s=0)
-    try:
+    with _live_dashboard(meta=meta) as (rec, pump, feed, dash):
         _publish_until_received(rec, pump, feed, dash, 5)
         assert (dash.mode.value, dash.policy.value) == ("auto", "draft-reserve")
         assert dash.mode.disabled and "live stream says it is in force" in dash.mode.tooltips[0]
@@ -207,6 +210,3 @@ def test_a_dashboard_that_joins_after_the_mode_change_shows_the_mode_in_force_un
         n = dash.view.counts["events"]
         _publish_until_received(rec, pump, feed, dash, n + 3)
         assert dash.mode.value == "off" and "as the engine reported at t=" in dash.mode.tooltips[0]
-    finally:
-        pump.shutdown()
-        feed.close()

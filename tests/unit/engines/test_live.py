@@ -119,6 +119,18 @@ def _publish(rec, pump, n, kind=EventKind.BLOCKS_ALLOCATED):
     pump.pump_once()
 
 
+def _publish_until_heard(rec, pump, sub, timeout_s=30.0) -> list:
+    """Publish a few events at a time until the subscription has joined (PUB/SUB slow joiner):
+    the first batches it hears (empty on timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _publish(rec, pump, 2)
+        got = sub.poll_batches(timeout_ms=50)
+        if got:
+            return got
+    return []
+
+
 def _poll_until(sub, cond, timeout_s=30.0, into=None):
     deadline = time.monotonic() + timeout_s
     while not cond() and time.monotonic() < deadline:
@@ -287,11 +299,7 @@ def test_every_batch_names_the_engine_and_its_parallel_layout_and_nothing_else_o
         rec = Recorder(rank=rank)
         pump = BatchPump(rec, [sink], start=False)
         try:
-            batches: list = []
-            deadline = time.monotonic() + 30
-            while not batches and time.monotonic() < deadline:
-                _publish(rec, pump, 3)
-                batches = sub.poll_batches(timeout_ms=50)
+            batches = _publish_until_heard(rec, pump, sub)
             assert batches, f"{name}: nothing received"
             got[name] = batches[0].header
         finally:
@@ -310,11 +318,7 @@ def test_the_header_says_what_the_meta_says_now_when_it_changes_between_batches(
     rec = Recorder(rank=0)
     pump = BatchPump(rec, [sink], start=False)
     try:
-        seen: list = []
-        deadline = time.monotonic() + 30
-        while not seen and time.monotonic() < deadline:
-            _publish(rec, pump, 2)
-            seen = sub.poll_batches(timeout_ms=50)
+        seen = _publish_until_heard(rec, pump, sub)
         assert seen and seen[-1].header.meta == {"engine": "engine_model"} == sub.meta
         meta["remediation"] = "mode=on policy=draft-reserve previous=off previous_policy=draft-reserve enforcing=1"
         _publish(rec, pump, 2)
