@@ -11,8 +11,9 @@ stream can never make the reader run code.
 The header is a fixed ``struct`` (magic, wire version, schema fingerprint, message type, batch
 sequence number, index of the batch's first event, row count, drop counters, rank, pid) followed by
 a short JSON tail (run id, the recorder's anchor and what the engine side knows of itself --
-:data:`STREAM_META_KEYS` of its recording's header meta -- the same bytes for every batch of a
-run: a follower labels what it exports with them, as a file export does from the file header).
+:data:`STREAM_META_KEYS` of its recording's header meta: a follower labels what it exports with
+them, as a file export does from the file header; the same bytes for every batch of a run until
+the remediation state in force changes).
 ``first_event`` counts every event handed to the publisher, sent or not, so a subscriber counts
 exactly the events it never saw, whether the publisher dropped them at its high-water mark or its
 own receive queue overflowed.
@@ -93,7 +94,8 @@ def stream_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def encode_tail(run_id: str, anchor: WallClockAnchor, meta: Mapping[str, Any] | None = None) -> bytes:
-    """The JSON tail of every header of one run (computed once per anchor by the publisher)."""
+    """The JSON tail of every header of one run (the publisher encodes it again only when the
+    anchor or what the meta says changes)."""
     tail: dict[str, Any] = {"run_id": run_id, "anchor": anchor.to_dict()}
     known = stream_meta(meta)
     if known:
