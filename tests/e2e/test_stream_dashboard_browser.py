@@ -3,8 +3,9 @@ engine process (``kvscope-instrument --sinks zmq`` around a paced glm5-dsa repla
 shadow through ``KVSCOPE_REMEDIATION``): the engine is SIGKILLed mid-run (no END), then restarted on the same endpoint.
 
 Checks from the DOM that the dashboard shows wall-clock times for the real-clock stream, the
-remediation mode the engine reported (read-only), that the killed engine reads ``silent`` (not
-``running``) with its last event's time, and that the restarted engine's refusal says what to do.
+remediation mode the engine reported (read-only; also for a dashboard opened on an engine that has
+been running, from the stream's header), that the killed engine reads ``silent`` (not ``running``)
+with its last event's time, and that the restarted engine's refusal says what to do.
 Screenshots go to ``$KVSCOPE_E2E_SHOTS`` (default: the test's tmp dir), pass or fail.
 """
 
@@ -119,3 +120,41 @@ def test_stream_dashboard_says_silent_for_a_killed_engine_and_what_to_do_for_a_r
         finally:
             _stop(first)
             _stop(second)
+
+
+def test_a_dashboard_opened_on_a_running_engine_shows_the_remediation_mode_in_force(tmp_path):
+    """The on-call case: the engine (remediation shadow) has been running and publishing before the
+    dashboard subscribes, so the mode change's event is long gone; the stream's header says the mode
+    in force, and the read-only widgets show it instead of "not reported"."""
+    shots = Path(os.environ.get("KVSCOPE_E2E_SHOTS", tmp_path / "shots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    engine = _engine(tmp_path, endpoint, "late")
+    try:
+        with jupyter_server("lab", NOTEBOOK, tmp_path, env={"KVSCOPE_LIVE_ENDPOINT": endpoint}) as server, \
+                chromium_page(tmp_path / "profile", width=1400, height=4000) as (page, errors):
+            stream = page.locator(".kvscope-dashboard").nth(1)
+            try:
+                page.goto(server.url, wait_until="domcontentloaded", timeout=120_000)
+                run_all_in_lab(page, server)  # the engine has published for a while by now
+                stream.wait_for(timeout=120_000)
+                status = stream.locator(".kvscope-status")
+                expect(status).to_have_class(re.compile(r"kvscope-state-running"), timeout=90_000)
+                # it joined late: the engine was past its first iterations (and its mode change)
+                expect(stream.locator(".kvscope-counters")).to_contain_text(re.compile(r"iteration ([2-9]\d|\d{3,})"))
+                shadow = stream.locator(".kvscope-remediation button", has_text=re.compile(r"^\s*shadow\s*$"))
+                expect(shadow).to_have_class(re.compile(r"\bmod-active\b"), timeout=30_000)
+                expect(shadow).to_be_disabled()
+                expect(status).to_contain_text("remediation shadow (as reported)")
+                expect(stream.locator(".kvscope-remediation")).not_to_contain_text("not reported")
+                stream.scroll_into_view_if_needed()
+                page.wait_for_timeout(500)
+                stream.screenshot(path=str(shots / "late-join-mode.png"))
+                print(f"screenshot: {shots / 'late-join-mode.png'}")
+            except Exception:
+                page.screenshot(path=str(shots / "late-join-failure.png"), full_page=True)
+                print("browser console errors:", errors[:10])
+                print("server log tail:", server.log.read_text()[-3000:])
+                raise
+    finally:
+        _stop(engine)
