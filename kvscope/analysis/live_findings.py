@@ -117,6 +117,7 @@ class LiveFindings:
                 if d > debt_cover(self.cfg.margin_blocks(ev["capacity_blocks"]), self._freed(p)):
                     if f.severity != Severity.CRITICAL:
                         ev["critical_at_iteration"], ev["critical_at_s"] = it, t
+                        self._turned.append(ep.index)
                     f = replace(f, severity=Severity.CRITICAL)
                 for rid in self._iter_admitted:
                     if rid not in ev["admitted_into_debt"]:
@@ -236,6 +237,7 @@ class LiveFindings:
             if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
                 ev["critical_at_iteration"], ev["critical_at_s"] = it, t
                 ep.turn = critical_from_text(it, util, what)
+                self._turned.append(ep.index)
             summary = ep.opening + ep.turn + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
                                                     avail, what)
             self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
@@ -492,6 +494,7 @@ class LiveFindings:
                         eps[p] = None
         for req in self._reqs.values():
             req.never_fitting = [i - 1 for i in req.never_fitting if i - 1 >= 0]
+        self._turned = [i - 1 for i in self._turned if i - 1 >= 0]
 
     def _alive(self, i: int) -> bool:
         return 0 <= i < len(self._findings)

@@ -150,6 +150,7 @@ class StreamingAnalyzer(LiveFindings):
         self._init_stalls()
         self._engine_stalls = EngineStallTracker(self.cfg)
         self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
+        self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
         self._levels_since = -math.inf
@@ -204,7 +205,9 @@ class StreamingAnalyzer(LiveFindings):
                 for p in self._configs if p in _KV}
 
     def feed(self, events: Iterable[KVEvent | tuple]) -> list[Finding]:
-        """Consume events in recording order; return the findings raised by them."""
+        """Consume events in recording order; return the findings raised by them, then those
+        raised earlier as warnings that they turned critical (again, as they stand now: a live
+        log of findings says when a warning became a page, and why)."""
         before = len(self._findings) + self.dropped_findings
         for e in events:
             row = e.as_row() if isinstance(e, KVEvent) else e
@@ -224,7 +227,13 @@ class StreamingAnalyzer(LiveFindings):
         raised = len(self._findings) + self.dropped_findings - before
         out = self._findings[len(self._findings) - raised:] if raised > 0 else []
         stalls, self._stalls_raised = self._stalls_raised, []
-        return out + self._new_incidents() + stalls
+        return out + self._turned_critical(len(self._findings) - raised) + self._new_incidents() + stalls
+
+    def _turned_critical(self, first_new: int) -> list[Finding]:
+        """Findings raised before index ``first_new`` (by an earlier feed) that this one turned
+        critical, as they stand now."""
+        turned, self._turned = self._turned, []
+        return [self._findings[i] for i in dict.fromkeys(turned) if 0 <= i < first_new]
 
     def _new_incidents(self) -> list[Finding]:
         """Stall incidents not returned by an earlier feed (keyed by pool and first request)."""
@@ -253,7 +262,7 @@ class StreamingAnalyzer(LiveFindings):
             for i in req.never_fitting:
                 self._set_end(i, t, it)
         self._reuse_summary()
-        return self._findings[raised_before:] + self._new_incidents()
+        return self._findings[raised_before:] + self._turned_critical(raised_before) + self._new_incidents()
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple, raw: bool = False) -> None:

@@ -48,3 +48,32 @@ def test_findings_become_logs_and_debt_gauges_update_when_analyzer_bridged(
     draft = ex[ex["pool"] == "draft"]
     want = draft[draft["iteration"] == draft["iteration"].max() - 1]["eta_s"].iloc[0]
     assert round(pts[n.TIME_TO_EXHAUSTION.name][D].value, 6) == round(want, 6)
+
+
+def test_a_warning_that_turns_critical_is_logged_again_as_critical_saying_where_and_why(
+    logger_provider, log_exporter, meter_provider, metric_reader
+):
+    """The KVScopePoolCritical runbook sends the on-call to the finding log records: an episode
+    that opened as a warning and turned critical later is logged again then, as it stands."""
+    from pathlib import Path
+
+    from kvscope.events import WallClockAnchor
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+    from kvscope.recording.sinks import EventBatch
+
+    path = Path(__file__).parents[1] / "analysis" / "data" / "glm5-dsa.parquet"
+    df = read_file(path)
+    anchor = WallClockAnchor.from_dict(df.attrs["kvscope"]["files"][0]["header"]["anchor"])
+    sink = OtelSink(logger_provider=logger_provider, meter_provider=meter_provider, threaded=False)
+    AnalyzerBridge(sink, StreamingAnalyzer())
+    rows = frame_to_rows(df)
+    for i in range(0, len(rows), 97):
+        sink.export(EventBatch.from_rows(rows[i : i + 97], anchor))
+    sink.shutdown()
+    tte = [x.log_record for x in log_exporter.get_finished_logs()
+           if x.log_record.event_name == n.LOG_FINDING and x.log_record.attributes[n.FINDING_KIND] == "time_to_exhaustion"]
+    assert [r.severity_number for r in tte] == [SeverityNumber.WARN, SeverityNumber.FATAL]  # critical: FATAL
+    opened, turned = (str(r.body) for r in tte)
+    assert "Critical from iteration" not in opened
+    assert "Critical from iteration 127 at 94% used (certain: admitted requests owe" in turned
