@@ -89,9 +89,13 @@ def replay_dashboard(source: str = "shared-prefix", *, pace: float = 0.5,
     return dash
 
 
-def stream_dashboard(endpoint: str, *, refresh_s: float = 0.5, start: bool = True) -> Dashboard:
-    """A dashboard on the live stream of another process (``kvscope-instrument --sinks zmq``)."""
-    dash = Dashboard(StreamFeed(endpoint), refresh_s=refresh_s, title=f"kvscope live: {endpoint}")
+def stream_dashboard(endpoint: str, *, refresh_s: float = 0.5, start: bool = True,
+                     events_file: str | os.PathLike[str] | None = None) -> Dashboard:
+    """A dashboard on the live stream of another process (``kvscope-instrument --sinks zmq``).
+    Opened on a running engine, it first reads the events it missed from the engine's event file
+    (``events_file``, else the one the stream names; see :class:`StreamFeed`)."""
+    feed = StreamFeed(endpoint, events_file=os.fspath(events_file) if events_file is not None else None)
+    dash = Dashboard(feed, refresh_s=refresh_s, title=f"kvscope live: {endpoint}")
     if start:
         dash.start()
     return dash

@@ -26,15 +26,28 @@ class StreamFeed:
         clock: monotonic nanoseconds, for the silence interval (injected in tests).
         epoch_clock: epoch nanoseconds: when the last event arrived, the time the status line gives
             for it on a simulated clock (on a real one, the event's own time is given).
+        events_file: the followed rank's event file, read for the events published before this feed
+            subscribed (default: the file the stream names, when the engine writes one beside it).
+
+    A feed that joins a running engine has missed the pool configuration and the arrivals of the
+    requests in flight: its first poll returns those events first, read from the engine's event
+    file (:mod:`kvscope.recording.catch_up`), so the view and its analyzer see the run from its
+    start. When they cannot be read, :attr:`analysis_off` says why (and the status line says it).
     """
 
     def __init__(self, endpoint: str, *, silent_after_s: float = DEFAULT_SILENT_AFTER_S,
                  clock: Callable[[], int] = time.monotonic_ns,
-                 epoch_clock: Callable[[], int] = time.time_ns) -> None:
+                 epoch_clock: Callable[[], int] = time.time_ns,
+                 events_file: str | None = None) -> None:
         if not silent_after_s > 0:
             raise ValueError(f"silent_after_s must be > 0, got {silent_after_s}")
         self.endpoint = endpoint
         self.subscriber = LiveSubscriber(endpoint)
+        self.events_file = events_file
+        self.caught_up = 0
+        """Events published before this feed subscribed, read from the engine's event file."""
+        self.analysis_off: str | None = None
+        """Why the findings cannot be trusted (joined late, the missed events unreadable), or None."""
         self.refused: str | None = None
         self.silent_after_s = silent_after_s
         self._clock, self._epoch_clock = clock, epoch_clock
@@ -47,17 +60,42 @@ class StreamFeed:
     def poll(self, max_events: int = 200_000) -> list[tuple]:
         if self.refused is not None:
             return []
+        first = self.subscriber.num_batches == 0
         try:
-            rows = self.subscriber.poll_rows(timeout_ms=0, max_batches=max(1, max_events // 64))
+            batches = self.subscriber.poll_batches(timeout_ms=0, max_batches=max(1, max_events // 64))
         except StreamRefusedError as e:  # another run on this endpoint: say so, show nothing of it
             self.refused = str(e)
             return []
+        rows = [r for b in batches for r in b.rows()]
+        if first and batches and self.subscriber.missed_at_start:
+            rows = self._missed(batches[0].header) + rows
         if rows:
             # The last event's own wall-clock time when the stream's clock is real (as the rest of
             # the dashboard reads it), else when it arrived here.
             offset_ns = self.wall_clock_offset_ns
             self._since_ns = self._clock()
             self._last_epoch_ns = rows[-1][0] + offset_ns if offset_ns is not None else self._epoch_clock()
+        return rows
+
+    def _missed(self, h) -> list[tuple]:
+        """The events published before the first batch, from the engine's event file ([] and
+        :attr:`analysis_off` set when they cannot be read)."""
+        from kvscope.recording.catch_up import CatchUpError, read_missed
+        from kvscope.recording.recorder import raw_to_rows
+
+        path = self.events_file or h.meta.get("events_file")
+        try:
+            if not path:
+                raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument "
+                                   "--sinks jsonl,zmq writes one)")
+            rows = raw_to_rows(read_missed(path, h.first_event, h.anchor, run_id=h.run_id), h.rank, h.pid)
+        except CatchUpError as e:
+            self.analysis_off = (f"joined the engine after it started ({h.first_event:,} event(s) missed, the pool "
+                                 f"configuration and the requests in flight among them) and could not read them: "
+                                 f"{e}. No findings can be trusted here: run kvscope analyze on the engine's "
+                                 f"event files")
+            return []
+        self.caught_up = len(rows)
         return rows
 
     def status(self) -> FeedStatus:
@@ -71,6 +109,10 @@ class StreamFeed:
         lost = s.gap_events
         dropped = f", {lost:,} lost on the way" if lost else ""
         counted = f"{s.num_received:,} events{dropped}"
+        if self.caught_up:
+            counted += f" (and the {self.caught_up:,} published before it subscribed, read from the engine's event file)"
+        elif self.analysis_off:
+            counted += f"; {self.analysis_off}"
         if s.ended:
             return FeedStatus(FINISHED, f"{self.endpoint}: the engine closed its stream (clean end): {counted}")
         silent_s = (self._clock() - self._since_ns) / 1e9

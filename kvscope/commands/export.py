@@ -152,6 +152,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --follow: run the streaming analyzer in this process (default: a child process "
              "that analyzes each batch while this one translates it)",
     )
+    p.add_argument(
+        "--events-file",
+        metavar="PATH",
+        help="with --follow: the followed rank's event file, read for the events published before this "
+             "follower joined (default: the file the stream names, when the engine writes one beside it)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
 
@@ -249,6 +255,7 @@ def follow(
     run_id: str | None = None,
     analyzer_process: bool = True,
     notify: Callable[[str], None] | None = None,
+    events_file: str | None = None,
 ) -> dict[str, Any]:
     """Subscribe to a live event stream and export it as it comes (out of the engine's process).
 
@@ -265,9 +272,12 @@ def follow(
     subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
     when a batch of another run or schema stopped the follow. ``cpu_s`` says what the follow cost
     in CPU: this process, and the analyzer's child process. ``analysis`` says whether the analyzer
-    ran: a follower that joins a stream after the engine started has missed the pool configuration
-    and the requests already in flight, so it exports the events without findings or analyzer
-    gauges rather than findings that cannot be right (``analysis.off``).
+    ran. A follower that joins a stream after the engine started has missed the pool configuration
+    and the requests already in flight: it reads those events from the engine's event file
+    (``events_file``, else the one the stream names: :mod:`kvscope.recording.catch_up`) and exports
+    and analyzes them first, as if it had followed from the start (``stream.caught_up_events``).
+    Without that file it exports the events without findings or analyzer gauges rather than
+    findings that cannot be right (``analysis.off`` says why).
 
     ``notify`` (default: a log warning) hears, as they happen, what a long-running follower must not
     keep to itself until it exits: nothing received after :data:`WAIT_NOTICE_S`, a late join, and
@@ -304,6 +314,17 @@ def follow(
         sub.close()
         raise
     h0 = first[0].header if first else None
+    caught_up, missed_why = 0, None
+    if h0 is not None and sub.missed_at_start and analyze:
+        try:
+            missed, path = _missed_batches(h0, events_file)
+        except ValueError as e:  # CatchUpError: no file here, another run's, too short
+            missed_why = str(e)
+        else:
+            first = missed + first
+            caught_up = sum(b.header.num_rows for b in missed)
+            say(f"joined the stream after the engine started: read the {caught_up:,} event(s) published before "
+                f"from {path}; exporting and analyzing them first")
     pipeline = OtlpPipeline(config, resource=kvscope_resource(h0.meta if h0 else {}, rank=h0.rank if h0 else None,
                                                               service_name=service_name),
                             max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
@@ -327,10 +348,11 @@ def follow(
         while refused is None and (first or not (stop is not None and stop()) and not sub.ended):
             batches, first = first or sub.poll_batches(timeout_ms=200), []
             now = time.monotonic()
-            if batches and last is None and bridge is not None and sub.missed_at_start:
+            if batches and last is None and bridge is not None and sub.missed_at_start and not caught_up:
                 off = (f"joined the stream after the engine started ({sub.missed_at_start} event(s) published "
-                       "before, the pool configuration and the requests already in flight among them): no "
-                       "findings and no analyzer gauges for this run (start the follower before the engine, "
+                       "before, the pool configuration and the requests already in flight among them) and "
+                       f"could not read them: {missed_why}. No findings and no analyzer gauges for this run "
+                       "(give --events-file the engine's event file, start the follower before the engine, "
                        "or run kvscope analyze on the engine's event files)")
                 bridge.detach()
                 if remote is not None:
@@ -378,6 +400,7 @@ def follow(
     s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
     stream = sub.stats()
     stream["dropped_total"] = sub.gap_events
+    stream["caught_up_events"] = caught_up
     if refused is not None:
         stream["refused"] = refused
     s["stream"] = stream
@@ -386,6 +409,32 @@ def follow(
 
 def _stopped() -> bool:
     return True
+
+
+CATCH_UP_BATCH_ROWS = 4096
+"""Rows per batch of the events read back from the engine's file (as a file export batches them)."""
+
+
+def _missed_batches(h0: Any, events_file: str | None) -> tuple[list, str]:
+    """The events published before the first received batch (header ``h0``), read from the engine's
+    event file, as the stream's batches; and the file's path. Raises CatchUpError (a ValueError)."""
+    import dataclasses
+
+    from kvscope.engines.live import LiveBatch
+    from kvscope.recording.catch_up import CatchUpError, read_missed
+    from kvscope.recording.wire import encode_rows
+
+    path = events_file or h0.meta.get("events_file")
+    if not path:
+        raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument --sinks "
+                           "jsonl,zmq writes one and names it in the stream)")
+    raw = read_missed(path, h0.first_event, h0.anchor, run_id=h0.run_id)
+    out = []
+    for k in range(0, len(raw), CATCH_UP_BATCH_ROWS):
+        chunk = raw[k:k + CATCH_UP_BATCH_ROWS]
+        header = dataclasses.replace(h0, first_event=k, num_rows=len(chunk))
+        out.append(LiveBatch(header, chunk, encode_rows(chunk)))
+    return out, str(path)
 
 
 def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:
@@ -528,11 +577,14 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
             _sched_idle()
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
-                   analyzer_process=not args.analyze_inline,
+                   analyzer_process=not args.analyze_inline, events_file=args.events_file,
                    notify=lambda m: print(f"kvscope export: {m}", file=sys.stderr, flush=True))
     else:
         if not args.events:
             raise ValueError("give event files to export, or --follow a live stream")
+        if args.events_file:
+            raise ValueError("--events-file goes with --follow (the events a late follower missed); "
+                             "export event files by naming them")
         from kvscope.commands._inputs import check_input_paths
 
         check_input_paths(args.events)  # missing, directories, one file twice: refused before any export

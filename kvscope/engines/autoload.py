@@ -62,7 +62,9 @@ class ProcessSession:
         self.pid = os.getpid()
         self.recorder = Recorder(rank=self.rank)
         self.binding = instrument(recorder=self.recorder, engine=kind)
-        out_dir = Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events"))
+        # Absolute from the start: the file sinks open on the first batch, and an engine may change
+        # its working directory before; the live stream names the file by this path too.
+        out_dir = Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")).absolute()
         meta = {
             "engine": "engine_model" if kind == "model" else "tensorrt_llm",
             "engine_version": _engine_version(kind),
@@ -77,6 +79,11 @@ class ProcessSession:
             meta["pp_size"] = int(pp)  # the layout the user declared (remediation reads it too): labels the export
         self.closers: list = []
         self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta, self.closers)
+        # For the live stream only (file sinks copied the meta when opened): where a subscriber
+        # that joins late reads the events it missed (kvscope.recording.catch_up).
+        files = [s.path for s in self.sinks if isinstance(getattr(s, "path", None), Path)]
+        if files:
+            meta["events_file"] = str(files[0])
         self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)
         self._closed = False
         self.remediation = None

@@ -53,12 +53,15 @@ def schema_fingerprint() -> int:
 FINGERPRINT = schema_fingerprint()
 
 
-STREAM_META_KEYS = ("engine", "engine_version", "scenario", "tp_size", "pp_size", "remediation")
+STREAM_META_KEYS = ("engine", "engine_version", "scenario", "tp_size", "pp_size", "remediation", "events_file")
 """The recording header's ``meta`` keys a stream carries: those an export's resource is made of
-(:func:`kvscope.otel.kvscope_resource`), and the remediation state in force (the reason text of the
-last applied ``remediation_mode_changed``, kept current by ``kvscope-instrument``): a subscriber
-that joins a running engine has missed that event, and reads the state from any batch's header.
-The rest of the meta (argv, the pools, failed sinks) stays in files."""
+(:func:`kvscope.otel.kvscope_resource`), the remediation state in force (the reason text of the
+last applied ``remediation_mode_changed``, kept current by ``kvscope-instrument``), and where the
+engine writes this rank's event file (``kvscope-instrument`` with a file sink beside the stream):
+a subscriber that joins a running engine has missed the mode's event, the pool configuration and
+the arrivals of the requests in flight, and reads the state from any batch's header and the missed
+events from that file (:mod:`kvscope.recording.catch_up`). The rest of the meta (argv, the pools,
+failed sinks) stays in files."""
 
 
 class StreamRefusedError(ValueError):

@@ -309,9 +309,10 @@ class Dashboard:
         # Findings change in place as well as arrive: an episode extends, escalates to critical and
         # rewrites its closing words. Redraw the table when any of that moved, not only the count.
         current = v.analyzer.findings
-        shown = (offset_ns, *((f.kind, f.severity, f.iteration_start, f.iteration_end, f.summary) for f in current))
+        off = getattr(self.feed, "analysis_off", None)
+        shown = (offset_ns, off, *((f.kind, f.severity, f.iteration_start, f.iteration_end, f.summary) for f in current))
         if shown != self._findings_shown:
-            self.findings.value = findings_html(current, wall)
+            self.findings.value = findings_html(current, wall, analysis_off=off)
             self._findings_shown = shown
         c = v.counts
         reserved = ", ".join(f"{p} {n:,}" for p, n in v.reserved_blocks().items())

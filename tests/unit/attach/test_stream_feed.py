@@ -210,3 +210,93 @@ def test_a_dashboard_that_joins_after_the_mode_change_shows_the_mode_in_force_un
         n = dash.view.counts["events"]
         _publish_until_received(rec, pump, feed, dash, n + 3)
         assert dash.mode.value == "off" and "as the engine reported at t=" in dash.mode.tooltips[0]
+
+
+def _engine_with_file(tmp_path, *, name_file: bool = True):
+    """An engine that recorded its incident before any dashboard subscribed, with its event file
+    beside the stream: (recorder, clock, pump, publisher, file path)."""
+    from kvscope.recording import JsonlSink
+    from kvscope.testing.incident import IncidentShape, file_meta, record_incident
+
+    path = tmp_path / "events-rank0.jsonl"
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", run_id="run-a",
+                           meta={"events_file": str(path)} if name_file else None)
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    pump = BatchPump(rec, [JsonlSink(path, meta={**file_meta(IncidentShape()), "run_id": "run-a"}), pub],
+                     start=False)
+    record_incident(rec, clock, IncidentShape(fail=False))
+    pump.pump_once()
+    return rec, clock, pump, pub, path
+
+
+def _join_late(rec, clock, pump, feed, dash) -> None:
+    deadline = time.monotonic() + 30
+    while feed.subscriber.num_batches == 0 and time.monotonic() < deadline:
+        rec.iteration += 1  # keep publishing until the subscription has joined (slow joiner)
+        rec.record(EventKind.REQUEST_ARRIVED, 900 + rec.iteration, PoolRole.NONE, 0, 100, 0)
+        clock.advance(1_000_000)
+        pump.pump_once()
+        time.sleep(0.01)
+        dash.refresh()
+    assert feed.subscriber.num_batches > 0
+
+
+def test_a_dashboard_opened_on_a_running_engine_reads_what_it_missed_from_the_engines_file(tmp_path):
+    """Opened when paged, after the engine started: the view and its analyzer see the run from its
+    start (the missed events read from the file the stream names), so its findings are those of the
+    streaming analyzer over the whole file, not "no findings yet" over a pool it never saw configured."""
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+
+    rec, clock, pump, pub, path = _engine_with_file(tmp_path)
+    feed = StreamFeed(pub.endpoint)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _join_late(rec, clock, pump, feed, dash)
+        pump.shutdown()
+        deadline = time.monotonic() + 30
+        while dash.state != "finished" and time.monotonic() < deadline:
+            dash.refresh()
+            time.sleep(0.01)
+        whole = StreamingAnalyzer()
+        whole.feed(frame_to_rows(read_file(path)))
+        missed = feed.subscriber.missed_at_start
+        assert missed > 100 and feed.caught_up == missed and feed.analysis_off is None
+        assert dash.view.counts["events"] == len(read_file(path))
+        assert [(f.kind, f.severity, f.iteration_start) for f in dash.view.analyzer.findings] == \
+            [(f.kind, f.severity, f.iteration_start) for f in whole.findings] and whole.findings
+        assert f"the {missed:,} published before it subscribed, read from the engine" in dash.status.value
+        assert "Analysis off" not in dash.findings.value
+    finally:
+        pump.shutdown()
+        feed.close()
+
+
+def test_a_dashboard_that_cannot_read_what_it_missed_says_analysis_is_off_not_no_findings(tmp_path):
+    rec, clock, pump, pub, path = _engine_with_file(tmp_path, name_file=False)
+    feed = StreamFeed(pub.endpoint)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _join_late(rec, clock, pump, feed, dash)
+        dash.refresh()
+        assert feed.caught_up == 0 and "writes no event file beside its stream" in feed.analysis_off
+        assert "<b>Analysis off:</b> joined the engine after it started" in dash.findings.value
+        assert "no findings yet" not in dash.findings.value
+        assert "could not read them" in dash.status.value
+    finally:
+        pump.shutdown()
+        feed.close()
+
+
+def test_a_dashboard_given_the_file_reads_it_when_the_stream_names_none(tmp_path):
+    rec, clock, pump, pub, path = _engine_with_file(tmp_path, name_file=False)
+    feed = StreamFeed(pub.endpoint, events_file=str(path))
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _join_late(rec, clock, pump, feed, dash)
+        assert feed.caught_up == feed.subscriber.missed_at_start > 100 and feed.analysis_off is None
+    finally:
+        pump.shutdown()
+        feed.close()

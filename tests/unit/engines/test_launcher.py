@@ -262,6 +262,54 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
         session.close()
 
 
+def test_a_subscriber_that_joins_a_running_engine_finds_the_events_it_missed_in_the_file_the_stream_names(tmp_path):
+    """kvscope-instrument with a file sink beside the stream names that file (absolute) in the
+    stream's header: a late subscriber reads there exactly the events published before it joined."""
+    import os
+    import socket
+    import time
+
+    from kvscope.engines.autoload import ProcessSession
+    from kvscope.engines.live import LiveSubscriber
+    from kvscope.events import PoolRole
+    from kvscope.events.schema import RAW_FIELDS
+    from kvscope.recording.catch_up import read_missed
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # a relative output dir: the name in the stream must not depend on the reader's cwd
+    try:
+        session = ProcessSession("model", {"KVSCOPE_OUTPUT_DIR": "ev", "KVSCOPE_SINKS": "zmq,jsonl",
+                                           "KVSCOPE_ZMQ_ENDPOINT": endpoint})
+    finally:
+        os.chdir(cwd)
+    sub = None
+    try:
+        exec(compile(CHILD, "child", "exec"), {})
+        session.pump.flush()
+        sub = LiveSubscriber(endpoint)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            session.recorder.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=0,
+                                    capacity_blocks=32, free_blocks=32, evictable_blocks=0, reserved_blocks=0)
+            got = sub.poll_batches(timeout_ms=100)
+        assert got and sub.missed_at_start > 0
+        named = sub.meta["events_file"]
+        assert named == str(tmp_path / "ev" / f"events-rank0-pid{os.getpid()}.jsonl")
+        h = got[0].header
+        missed = read_missed(named, h.first_event, h.anchor, run_id=h.run_id)  # the file trails the stream
+        assert len(missed) == sub.missed_at_start
+        kind = RAW_FIELDS.index("kind")
+        assert {r[kind].value for r in missed} >= {"pool_configured", "request_arrived"}  # what an analyzer needs
+    finally:
+        if sub is not None:
+            sub.close()
+        session.close()
+
+
 def test_kvscope_remediation_names_its_mode_and_policy_in_any_case_and_refuses_unknown_ones_in_one_line():
     from kvscope.engines.binding import Binding
     from kvscope.engines.model.state import ModelPoolReader

@@ -349,6 +349,90 @@ def test_a_follower_that_joins_a_running_engine_says_it_cannot_analyze_and_expor
     assert err.count("kvscope export: warning: joined the stream after the engine started (110 event(s)") == 1
 
 
+def _late_join(tmp_path, *, file_meta_run: str | None = None):
+    """An engine that published its start and incident to nobody, with its event file beside the
+    stream (the stream names it): (publisher, pump, recorder, clock, file path)."""
+    from kvscope.engines.live import ZmqPublisherSink
+    from kvscope.recording import JsonlSink
+
+    path = tmp_path / "events-rank0.jsonl"
+    pub = ZmqPublisherSink("tcp://127.0.0.1:*", run_id="run-a", meta={"events_file": str(path)})
+    clock = FakeClock()
+    rec = Recorder(clock=clock, clock_name="simulated")
+    meta = {**file_meta(IncidentShape()), "run_id": file_meta_run or "run-a"}
+    pump = BatchPump(rec, [JsonlSink(path, meta=meta), pub], start=False)
+    record_incident(rec, clock, IncidentShape(fail=False))  # published to nobody
+    pump.pump_once()
+    return pub, pump, rec, clock, path, len(path.read_text().splitlines()) - 1
+
+
+def _go_on(pub, pump, rec, clock) -> None:
+    """The engine goes on after a follower subscribed: three more arrivals, then its clean end."""
+    from kvscope.events import EventKind, PoolRole
+
+    _wait_subscribed(pub)
+    for i in range(3):
+        rec.iteration += 1
+        rec.record(EventKind.REQUEST_ARRIVED, 900 + i, PoolRole.NONE, 0, 100, 0)
+        clock.advance(1_000_000)
+    pump.shutdown()
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["analyzer-process", "inline"])
+def test_a_follower_that_joins_a_running_engine_reads_what_it_missed_from_the_engines_file(tmp_path, inline):
+    """The stream names the engine's event file: a follower that joins late exports and analyzes the
+    events it missed from there first, so its findings are those of a follower that was there from
+    the start (the streaming analyzer over the whole file), not none."""
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+
+    pub, pump, rec, clock, path, missed = _late_join(tmp_path)
+    follower = _start_follower(pub, *(["--analyze-inline"] if inline else []))
+    try:
+        _go_on(pub, pump, rec, clock)
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    s = json.loads(out)
+    whole = StreamingAnalyzer()
+    expected = len(whole.feed(frame_to_rows(read_file(path)))) + len(whole.close())
+    assert s["stream"]["missed_at_start"] == s["stream"]["caught_up_events"] == missed > 100, s["stream"]
+    assert s["analysis"] == {"on": True, "off": None}, (s["analysis"], err)
+    assert s["events"] == missed + 3 and s["findings"] == expected > 0, (s, err)
+    assert f"read the {missed} event(s) published before from {path}" in err
+
+
+@pytest.mark.parametrize("case,said", [
+    ("other-run", "is another recording's file (run run-b"),
+    ("no-file", "is not here"),
+])
+def test_a_late_follower_that_cannot_read_the_missed_events_says_why_and_exports_without_findings(
+        tmp_path, case, said):
+    """The file the stream names is another run's (an earlier run's file left at that path), or not on
+    this host: no catch-up from it, and the follower says why it analyzes nothing."""
+    pub, pump, rec, clock, path, _ = _late_join(tmp_path, file_meta_run="run-b" if case == "other-run" else None)
+    if case == "no-file":
+        path.unlink()
+    follower = _start_follower(pub)
+    try:
+        _go_on(pub, pump, rec, clock)
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    s = json.loads(out)
+    assert s["stream"]["caught_up_events"] == 0 and s["events"] == 3 and s["findings"] == 0, s
+    assert s["analysis"]["on"] is False and said in s["analysis"]["off"], s["analysis"]
+    assert "could not read them" in err and follower.returncode == 1
+
+
+def test_events_file_goes_with_follow(tmp_path, capsys):
+    f = tmp_path / "e.jsonl"
+    _write_incident(f)
+    assert main(["export", str(f), "--events-file", str(f), "--otlp-endpoint", "http://127.0.0.1:9"]) == 2
+    assert "--events-file goes with --follow" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("endpoint,said", [
     ("/tmp/events.jsonl", "expected tcp://HOST:PORT or ipc://PATH"),
     ("127.0.0.1:5557", "expected tcp://HOST:PORT or ipc://PATH"),
