@@ -41,10 +41,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _engine(run_dir: Path, endpoint: str, tag: str) -> subprocess.Popen:
+def _engine(run_dir: Path, endpoint: str, tag: str, sinks: str = "zmq") -> subprocess.Popen:
     return subprocess.Popen(
         ["nice", "-n", "10", str(BIN / "kvscope-instrument"), "--output-dir", str(run_dir / f"ev-{tag}"),
-         "--sinks", "zmq", "--zmq-endpoint", endpoint, str(BIN / "kvscope"), "replay", "--scenario", "glm5-dsa",
+         "--sinks", sinks, "--zmq-endpoint", endpoint, str(BIN / "kvscope"), "replay", "--scenario", "glm5-dsa",
          "--set", "pace=0.5"],
         env={**os.environ, "KVSCOPE_REMEDIATION": "shadow"},  # attached by kvscope-instrument itself
         stdout=open(run_dir / f"engine-{tag}.out", "w"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -122,14 +122,18 @@ def test_stream_dashboard_says_silent_for_a_killed_engine_and_what_to_do_for_a_r
             _stop(second)
 
 
-def test_a_dashboard_opened_on_a_running_engine_shows_the_remediation_mode_in_force(tmp_path):
+@pytest.mark.parametrize("sinks", ["zmq", "jsonl,zmq"], ids=["stream-only", "file-beside"])
+def test_a_dashboard_opened_on_a_running_engine_shows_the_remediation_mode_in_force(tmp_path, sinks):
     """The on-call case: the engine (remediation shadow) has been running and publishing before the
-    dashboard subscribes, so the mode change's event is long gone; the stream's header says the mode
-    in force, and the read-only widgets show it instead of "not reported"."""
+    dashboard subscribes, so the mode change's event is long gone from the stream. Stream only: the
+    stream's header says the mode in force, and the read-only widgets show it instead of "not
+    reported"; the findings table says analysis is off (the pool configuration was missed), never
+    "no findings yet". With the engine's event file beside the stream: the dashboard reads what it
+    missed from there, and its findings cover the run, up to the engine's crash."""
     shots = Path(os.environ.get("KVSCOPE_E2E_SHOTS", tmp_path / "shots"))
     shots.mkdir(parents=True, exist_ok=True)
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
-    engine = _engine(tmp_path, endpoint, "late")
+    engine = _engine(tmp_path, endpoint, "late", sinks)
     try:
         with jupyter_server("lab", NOTEBOOK, tmp_path, env={"KVSCOPE_LIVE_ENDPOINT": endpoint}) as server, \
                 chromium_page(tmp_path / "profile", width=1400, height=4000) as (page, errors):
@@ -147,12 +151,25 @@ def test_a_dashboard_opened_on_a_running_engine_shows_the_remediation_mode_in_fo
                 expect(shadow).to_be_disabled()
                 expect(status).to_contain_text("remediation shadow (as reported)")
                 expect(stream.locator(".kvscope-remediation")).not_to_contain_text("not reported")
+                findings = stream.locator(".kvscope-findings")
+                if sinks == "zmq":
+                    expect(findings).to_contain_text("Analysis off: joined the engine after it started")
+                    expect(findings).not_to_contain_text("no findings yet")
+                else:
+                    expect(status).to_contain_text(re.compile(r"and the [\d,]+ published before it subscribed, "
+                                                              r"read from the engine's event file"))
+                    # glm5-dsa dies of its draft pool: the findings, read from the run's start, say so
+                    expect(status).to_have_class(re.compile(r"kvscope-state-engine-fatal"), timeout=180_000)
+                    expect(findings.locator("tr.kvscope-finding", has_text="critical").first).to_be_attached(
+                        timeout=30_000)
+                    expect(findings).not_to_contain_text("Analysis off")
+                tag = sinks.replace(",", "-")
                 stream.scroll_into_view_if_needed()
                 page.wait_for_timeout(500)
-                stream.screenshot(path=str(shots / "late-join-mode.png"))
-                print(f"screenshot: {shots / 'late-join-mode.png'}")
+                stream.screenshot(path=str(shots / f"late-join-{tag}.png"))
+                print(f"screenshot: {shots / f'late-join-{tag}.png'}")
             except Exception:
-                page.screenshot(path=str(shots / "late-join-failure.png"), full_page=True)
+                page.screenshot(path=str(shots / f"late-join-{sinks.replace(',', '-')}-failure.png"), full_page=True)
                 print("browser console errors:", errors[:10])
                 print("server log tail:", server.log.read_text()[-3000:])
                 raise
