@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kvscope.analysis.analyzer import wall_clock_offset_ns
 from kvscope.engines.live import LiveSubscriber, StreamRefusedError
@@ -44,8 +44,12 @@ class StreamFeed:
         self.endpoint = endpoint
         self.subscriber = LiveSubscriber(endpoint)
         self.events_file = events_file
+        self.missed = 0
+        """Events published before this feed subscribed, found in the engine's event file."""
         self.caught_up = 0
-        """Events published before this feed subscribed, read from the engine's event file."""
+        """How many of them have been handed out so far (all of them once caught up)."""
+        self._backlog: Iterator[list[tuple]] | None = None
+        self._held: list[tuple] = []
         self.analysis_off: str | None = None
         """Why the findings cannot be trusted (joined late, the missed events unreadable), or None."""
         self.refused: str | None = None
@@ -67,19 +71,27 @@ class StreamFeed:
             self.refused = str(e)
             return []
         rows = [r for b in batches for r in b.rows()]
-        if first and batches and self.subscriber.missed_at_start:
-            rows = self._missed(batches[0].header) + rows
         if rows:
             # The last event's own wall-clock time when the stream's clock is real (as the rest of
             # the dashboard reads it), else when it arrived here.
             offset_ns = self.wall_clock_offset_ns
             self._since_ns = self._clock()
             self._last_epoch_ns = rows[-1][0] + offset_ns if offset_ns is not None else self._epoch_clock()
+        if first and batches and self.subscriber.missed_at_start:
+            self._start_catch_up(batches[0].header, max_events)
+        if self._backlog is not None:
+            # The missed events first, a chunk per poll (a long history would freeze the view in
+            # one); the live rows received meanwhile wait behind them.
+            self._held.extend(rows)
+            rows = next(self._backlog, [])
+            self.caught_up += len(rows)
+            if not rows:
+                rows, self._held, self._backlog = self._held, [], None
         return rows
 
-    def _missed(self, h) -> list[tuple]:
-        """The events published before the first batch, from the engine's event file ([] and
-        :attr:`analysis_off` set when they cannot be read)."""
+    def _start_catch_up(self, h, chunk: int) -> None:
+        """The events published before the first batch (header ``h``), from the engine's event file,
+        to hand out before the live ones; or :attr:`analysis_off` set when they cannot be read."""
         from kvscope.recording.catch_up import CatchUpError, read_missed
         from kvscope.recording.recorder import raw_to_rows
 
@@ -88,15 +100,15 @@ class StreamFeed:
             if not path:
                 raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument "
                                    "--sinks jsonl,zmq writes one)")
-            rows = raw_to_rows(read_missed(path, h.first_event, h.anchor, run_id=h.run_id), h.rank, h.pid)
+            missed = read_missed(path, h.first_event, h.anchor, run_id=h.run_id)
         except CatchUpError as e:
             self.analysis_off = (f"joined the engine after it started ({h.first_event:,} event(s) missed, the pool "
                                  f"configuration and the requests in flight among them) and could not read them: "
                                  f"{e}. No findings can be trusted here: run kvscope analyze on the engine's "
                                  f"event files")
-            return []
-        self.caught_up = len(rows)
-        return rows
+            return
+        self.missed = len(missed)
+        self._backlog = (raw_to_rows(c, h.rank, h.pid) for c in missed.raw_chunks(max(1, chunk)))
 
     def status(self) -> FeedStatus:
         s = self.subscriber
@@ -109,7 +121,10 @@ class StreamFeed:
         lost = s.gap_events
         dropped = f", {lost:,} lost on the way" if lost else ""
         counted = f"{s.num_received:,} events{dropped}"
-        if self.caught_up:
+        if self._backlog is not None:
+            counted += (f"; catching up: {self.caught_up:,} of the {self.missed:,} events published before it "
+                        "subscribed read from the engine's event file")
+        elif self.caught_up:
             counted += f" (and the {self.caught_up:,} published before it subscribed, read from the engine's event file)"
         elif self.analysis_off:
             counted += f"; {self.analysis_off}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import logging
 import os
@@ -315,14 +316,15 @@ def follow(
         raise
     h0 = first[0].header if first else None
     caught_up, missed_why = 0, None
+    backlog: Iterator[Any] | None = None
+    """The missed events' batches, exported before ``first`` (which gathers the live batches received
+    meanwhile: the stream is kept drained while a long history is caught up)."""
     if h0 is not None and sub.missed_at_start and analyze:
         try:
-            missed, path = _missed_batches(h0, events_file)
+            backlog, caught_up, path = _missed_batches(h0, events_file)
         except ValueError as e:  # CatchUpError: no file here, another run's, too short
             missed_why = str(e)
         else:
-            first = missed + first
-            caught_up = sum(b.header.num_rows for b in missed)
             say(f"joined the stream after the engine started: read the {caught_up:,} event(s) published before "
                 f"from {path}; exporting and analyzing them first")
     pipeline = OtlpPipeline(config, resource=kvscope_resource(h0.meta if h0 else {}, rank=h0.rank if h0 else None,
@@ -345,8 +347,15 @@ def follow(
     off = None if analyze else "not asked for (--no-analyze)"
     said_drops = 0
     try:
-        while refused is None and (first or not (stop is not None and stop()) and not sub.ended):
-            batches, first = first or sub.poll_batches(timeout_ms=200), []
+        while refused is None and (first or backlog is not None or not (stop is not None and stop())
+                                   and not sub.ended):
+            if backlog is not None:
+                batches = list(itertools.islice(backlog, CATCH_UP_BATCHES_PER_ROUND))
+                first.extend(sub.poll_batches(timeout_ms=0))
+                if not batches:
+                    batches, first, backlog = first, [], None
+            else:
+                batches, first = first or sub.poll_batches(timeout_ms=200), []
             now = time.monotonic()
             if batches and last is None and bridge is not None and sub.missed_at_start and not caught_up:
                 off = (f"joined the stream after the engine started ({sub.missed_at_start} event(s) published "
@@ -413,11 +422,14 @@ def _stopped() -> bool:
 
 CATCH_UP_BATCH_ROWS = 4096
 """Rows per batch of the events read back from the engine's file (as a file export batches them)."""
+CATCH_UP_BATCHES_PER_ROUND = 16
+"""Catch-up batches exported between two reads of the live stream (a second or so of work)."""
 
 
-def _missed_batches(h0: Any, events_file: str | None) -> tuple[list, str]:
+def _missed_batches(h0: Any, events_file: str | None) -> tuple[Iterator[Any], int, str]:
     """The events published before the first received batch (header ``h0``), read from the engine's
-    event file, as the stream's batches; and the file's path. Raises CatchUpError (a ValueError)."""
+    event file: their batches as the stream's (built as they are taken), how many, and the file.
+    Raises CatchUpError (a ValueError)."""
     import dataclasses
 
     from kvscope.engines.live import LiveBatch
@@ -428,13 +440,14 @@ def _missed_batches(h0: Any, events_file: str | None) -> tuple[list, str]:
     if not path:
         raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument --sinks "
                            "jsonl,zmq writes one and names it in the stream)")
-    raw = read_missed(path, h0.first_event, h0.anchor, run_id=h0.run_id)
-    out = []
-    for k in range(0, len(raw), CATCH_UP_BATCH_ROWS):
-        chunk = raw[k:k + CATCH_UP_BATCH_ROWS]
-        header = dataclasses.replace(h0, first_event=k, num_rows=len(chunk))
-        out.append(LiveBatch(header, chunk, encode_rows(chunk)))
-    return out, str(path)
+    missed = read_missed(path, h0.first_event, h0.anchor, run_id=h0.run_id)
+
+    def batches() -> Iterator[Any]:
+        for chunk in missed.raw_chunks(CATCH_UP_BATCH_ROWS):
+            header = dataclasses.replace(h0, first_event=chunk[0][0], num_rows=len(chunk))
+            yield LiveBatch(header, chunk, encode_rows(chunk))
+
+    return batches(), len(missed), str(missed.path)
 
 
 def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +55,10 @@ def read_missed(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[RawRow]:
-    """The first ``first_event`` events of the recording at ``path``, as raw rows (the stream's
-    :data:`~kvscope.events.schema.RAW_FIELDS` order, numbered from 0), checked to be the recording
-    of the stream whose header gave ``anchor`` and ``run_id``.
+) -> MissedEvents:
+    """The first ``first_event`` events of the recording at ``path`` (:class:`MissedEvents`: handed
+    out in chunks of raw rows), checked to be the recording of the stream whose header gave
+    ``anchor`` and ``run_id``.
 
     Raises:
         CatchUpError: no readable file there, another recording's file, a row the reader refused
@@ -66,7 +67,7 @@ def read_missed(
     from kvscope.recording.reader import EventFileError, read_file
 
     if first_event <= 0:
-        return []
+        return MissedEvents(Path(path), None)
     deadline = clock() + timeout_s
     while True:
         found = next((c for c in file_candidates(path) if c.is_file()), None)
@@ -84,7 +85,7 @@ def read_missed(
         # A problem among the rows wanted shifts every row after it: those rows are not the stream's.
         bad = [p for p in problems if p.row is None or p.row < first_event]
         if len(df) >= first_event and not bad:
-            return _raw_rows(df.iloc[:first_event])
+            return MissedEvents(found, df.iloc[:first_event])
         if clock() >= deadline:
             why = f"; {bad[0]}" if bad else ""
             raise CatchUpError(f"the engine's event file {str(found)!r} holds {len(df):,} readable event(s), "
@@ -102,8 +103,27 @@ def _check_same_recording(path: Path, header: dict[str, Any] | None, anchor: Wal
                            f"rank {theirs.rank}), not the stream's (run {run_id}, pid {anchor.pid}, rank {anchor.rank})")
 
 
-def _raw_rows(df: pd.DataFrame) -> list[RawRow]:
-    from kvscope.recording.reader import frame_to_rows
+@dataclass(frozen=True)
+class MissedEvents:
+    """The events a late subscriber missed, kept as the reader's columns (a long run's history as
+    Python rows would take several times the memory) and handed out a chunk at a time."""
 
-    ts, it, rest = COL_TS_NS, COL_ITERATION, COL_REQUEST_ID
-    return [(i, r[ts], r[it], *r[rest:]) for i, r in enumerate(frame_to_rows(df))]
+    path: Path
+    """The file they were read from."""
+    frame: pd.DataFrame | None
+    """Rows ``0 .. first_event - 1`` of that file (None: nothing was missed)."""
+
+    def __len__(self) -> int:
+        return 0 if self.frame is None else len(self.frame)
+
+    def raw_chunks(self, rows: int) -> Iterator[list[RawRow]]:
+        """Raw rows (the stream's :data:`~kvscope.events.schema.RAW_FIELDS` order, numbered from
+        0: the stream's event index), ``rows`` at a time, in recording order."""
+        from kvscope.recording.reader import frame_to_rows
+
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        ts, it, rest = COL_TS_NS, COL_ITERATION, COL_REQUEST_ID
+        for k in range(0, len(self), rows):
+            assert self.frame is not None
+            yield [(k + i, r[ts], r[it], *r[rest:]) for i, r in enumerate(frame_to_rows(self.frame.iloc[k:k + rows]))]

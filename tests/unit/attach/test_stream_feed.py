@@ -300,3 +300,46 @@ def test_a_dashboard_given_the_file_reads_it_when_the_stream_names_none(tmp_path
     finally:
         pump.shutdown()
         feed.close()
+
+
+def test_a_long_history_is_caught_up_a_chunk_per_poll_with_the_live_events_behind_it(tmp_path):
+    """A dashboard joining an engine that has run for hours must not freeze on its history: each
+    poll hands out one chunk of it (the status says how far it got), and the live events received
+    meanwhile follow it, in order, none lost."""
+    rec, clock, pump, pub, path = _engine_with_file(tmp_path)
+    feed = StreamFeed(pub.endpoint)
+    got: list = []
+    try:
+        deadline = time.monotonic() + 30
+        while feed.subscriber.num_batches == 0 and time.monotonic() < deadline:
+            rec.iteration += 1
+            rec.record(EventKind.REQUEST_ARRIVED, 900 + rec.iteration, PoolRole.NONE, 0, 100, 0)
+            clock.advance(1_000_000)
+            pump.pump_once()
+            time.sleep(0.01)
+            got += feed.poll(max_events=40)
+        missed = feed.missed
+        assert missed > 100 and len(got) == 40 and feed.caught_up == 40
+        assert "catching up: 40 of the" in feed.status().detail
+        for _ in range(200):
+            rec.iteration += 1  # the engine goes on while the history is handed out
+            rec.record(EventKind.REQUEST_ARRIVED, 900 + rec.iteration, PoolRole.NONE, 0, 100, 0)
+            clock.advance(1_000_000)
+            pump.pump_once()
+            r = feed.poll(max_events=40)
+            if feed.caught_up < missed:
+                assert len(r) == 40  # one chunk of history per poll, the live rows held back
+            got += r
+        pump.shutdown()
+        deadline = time.monotonic() + 30
+        while feed.status().state != "finished" and time.monotonic() < deadline:
+            got += feed.poll(max_events=40)
+            time.sleep(0.01)
+        from kvscope.recording import read_file
+        from kvscope.recording.reader import frame_to_rows
+
+        assert got == frame_to_rows(read_file(path))  # the whole run, in order, nothing twice or lost
+        assert feed.caught_up == missed and "read from the engine's event file" in feed.status().detail
+    finally:
+        pump.shutdown()
+        feed.close()

@@ -403,6 +403,42 @@ def test_a_follower_that_joins_a_running_engine_reads_what_it_missed_from_the_en
     assert f"read the {missed} event(s) published before from {path}" in err
 
 
+def test_a_long_history_is_caught_up_in_rounds_with_the_live_stream_drained_between_them(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """Small catch-up batches, one per round: the engine publishes on while the follower works
+    through what it missed, and every event is exported once, in order, history first."""
+    import threading
+
+    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.commands import export
+    from kvscope.events import EventKind, PoolRole
+    from kvscope.recording import read_file
+    from kvscope.recording.reader import frame_to_rows
+
+    monkeypatch.setattr(export, "CATCH_UP_BATCH_ROWS", 8)
+    monkeypatch.setattr(export, "CATCH_UP_BATCHES_PER_ROUND", 1)
+    pub, pump, rec, clock, path, missed = _late_join(tmp_path)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(code=main(
+        ["export", "--follow", pub.endpoint, "--otlp-endpoint", f"http://127.0.0.1:{_closed_port()}",
+         "--timeout", "0.2", "--json"])))
+    t.start()
+    _wait_subscribed(pub)
+    for i in range(60):  # the engine goes on during the catch-up rounds
+        rec.iteration += 1
+        rec.record(EventKind.REQUEST_ARRIVED, 900 + i, PoolRole.NONE, 0, 100, 0)
+        clock.advance(1_000_000)
+        pump.pump_once()
+    pump.shutdown()
+    t.join(timeout=120)
+    assert not t.is_alive()
+    out = json.loads(capsys.readouterr().out)
+    whole = StreamingAnalyzer()
+    expected = len(whole.feed(frame_to_rows(read_file(path)))) + len(whole.close())
+    assert out["stream"]["caught_up_events"] == missed and out["stream"]["gap_events"] == 0, out["stream"]
+    assert out["events"] == missed + 60 and out["findings"] == expected > 0, out
+
+
 @pytest.mark.parametrize("case,said", [
     ("other-run", "is another recording's file (run run-b"),
     ("no-file", "is not here"),

@@ -36,8 +36,10 @@ def _published(mem) -> list[tuple]:
 def test_the_missed_events_are_the_files_first_rows_as_the_stream_carried_them(tmp_path, sink_cls, name, close):
     path, mem, anchor = _record(tmp_path, sink_cls, name, close=close)
     sent = _published(mem)
-    got = read_missed(path, 60, anchor, run_id="run-a", timeout_s=0)
-    assert len(got) == 60
+    missed = read_missed(path, 60, anchor, run_id="run-a", timeout_s=0)
+    chunks = list(missed.raw_chunks(25))
+    assert len(missed) == 60 and [len(c) for c in chunks] == [25, 25, 10]
+    got = [r for c in chunks for r in c]
     # Numbered from 0 (the stream's event index); as rows, every field as the stream would carry it.
     assert [g[0] for g in got] == list(range(60))
     assert raw_to_rows(got, anchor.rank, anchor.pid) == sent[:60]
@@ -86,4 +88,5 @@ def test_another_recordings_file_or_none_is_refused_in_one_line(tmp_path, what):
 
 
 def test_nothing_missed_reads_nothing(tmp_path):
-    assert read_missed(tmp_path / "none.jsonl", 0, _record(tmp_path)[2]) == []
+    missed = read_missed(tmp_path / "none.jsonl", 0, _record(tmp_path)[2])
+    assert len(missed) == 0 and list(missed.raw_chunks(10)) == []
