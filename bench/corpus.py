@@ -95,6 +95,19 @@ FULL: list[Run] = [
                prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (28,), (("max_requests=3500", "engine_version=main-00746ef"),),
                prefix="mooncake-synthetic"),
+    # Held out of the gate rule's hold (DetectorConfig.gate_hold_iterations, read against seed 28
+    # above): two healthy runs of the synthetic trace on main-00746ef whose gate rule flickered
+    # critical before it (1 critical each), a crash of that trace on main-00746ef whose only
+    # critical was such a flicker 1,575 iterations early (none since: one 14-request pass took the
+    # pool from 86 % to full), and gate crashes of the built-in scenarios (their rule holds 27-500
+    # iterations before the failure).
+    *_variants("trace:synthetic_trace.jsonl", (29, 30), (("engine_version=main-00746ef", "max_requests=3500"),),
+               prefix="mooncake-synthetic"),
+    *_variants("trace:synthetic_trace.jsonl", (31,), (("engine_version=main-00746ef",),), prefix="mooncake-synthetic"),
+    *_variants("glm5-dsa", (5, 6), (("engine_version=main-00746ef",),
+                                    ("engine_version=main-00746ef", "requests_in_flight=48"))),
+    *_variants("shared-prefix", (5, 6), (("engine_version=main-00746ef",),)),
+    *_variants("qwen-hybrid-mtp", (5,), (("engine_version=main-00746ef",),)),
 ]
 
 

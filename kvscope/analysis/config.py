@@ -31,6 +31,16 @@ class DetectorConfig:
     burst_window_iterations: int = 32
     """The resume-ceiling rule's "one scheduler pass like the largest recent one": the pages new
     mirrors took in one iteration, at most, over this many trailing iterations."""
+    gate_hold_iterations: int = 8
+    """On a build whose scheduler admits the mirror, the gate rule (the queue the target has room
+    for, let in below the resume ceiling, is more than the pool can back) is critical once it has
+    held this many consecutive iterations; before, a warning. Its projection spans several passes
+    (each admits what the token budget allows, and the gate reads the pool again), so a risk that
+    holds on one iteration and not the next is not one the scheduler will act out: on the synthetic
+    Mooncake trace on main-00746ef it flickered on healthy runs (a lone large pass, a lull in
+    frees) for 1-5 iterations at a time, while on every gate crash of the corpus and the held-out
+    runs it held from 27 to 500 iterations before the failure. 6 clears the healthy runs; 8 leaves a
+    margin (measured in session 13: README, analyzer scoreboard)."""
     arrival_min_samples: int = 4
     """The "one more request like the recent ones" projection is critical only when its median
     rests on at least this many recent admissions (fewer: a warning at most)."""
@@ -62,6 +72,8 @@ class DetectorConfig:
             raise ValueError(f"rate_window_iterations must be >= 1, got {self.rate_window_iterations}")
         if self.burst_window_iterations < 1:
             raise ValueError(f"burst_window_iterations must be >= 1, got {self.burst_window_iterations}")
+        if self.gate_hold_iterations < 1:
+            raise ValueError(f"gate_hold_iterations must be >= 1, got {self.gate_hold_iterations}")
         if not 0.0 <= self.risk_min_utilization <= 1.0:
             raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
         if self.stall_min_iterations < 1 or self.stall_min_s < 0 or self.stall_warn_s < 0:
@@ -86,3 +98,11 @@ def runs(mask: np.ndarray, it: np.ndarray, merge_gap: int) -> list[tuple[int, in
     return out
 
 
+def held(mask: np.ndarray, k: int) -> np.ndarray:
+    """True where ``mask`` has been True for at least the last ``k`` entries, this one included
+    (counted from the first entry: the streaming analyzer's running count, vectorized)."""
+    if k <= 1 or not len(mask):
+        return mask
+    idx = np.arange(len(mask))
+    last_false = np.maximum.accumulate(np.where(mask, -1, idx))
+    return (idx - last_false) >= k  # type: ignore[no-any-return]

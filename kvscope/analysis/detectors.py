@@ -15,7 +15,7 @@ import pandas as pd
 
 from kvscope.analysis.ceiling import admit_gate_at_risk, debt_cover, resume_at_risk
 from kvscope.analysis.columns import EventColumns, as_columns
-from kvscope.analysis.config import DetectorConfig, runs
+from kvscope.analysis.config import DetectorConfig, held, runs
 from kvscope.analysis.debt import DebtResult, eval_points, owing_at
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import K, kind_in
@@ -178,15 +178,18 @@ def exhaustion_arrays(
             alloc_it = np.where(span_i > 0, roll_alloc / span_i, np.nan)
             free_it = np.where(span_i > 0, (roll_alloc - net) / span_i, np.nan)
         gate_open = np.full(len(ends), True)
+        gate_seen = np.zeros(len(ends), dtype=bool)
         if "gate" in f:
             # The mirror's admission gate lets in what the pool cannot back: critical; closed, it
             # holds the queue back (what the target has room for is not admitted then).
             gate_risk, gate_open = admit_gate_at_risk(f["gate"], qi, cap, alloc_it, free_it, cfg)
-            admits = (admits & gate_open) | (~certain & ~guarded & gate_risk)
+            gate_risk &= ~certain & ~guarded
+            gate_seen = gate_risk  # at risk from the first iteration; critical once it holds
+            admits = (admits & gate_open) | held(gate_risk, cfg.gate_hold_iterations)
         # An enforcing admission policy reserves each admitted request's need and defers what the
         # pool cannot back, so what the queue (or the next arrival) would owe is never admitted:
         # no risk from a projection then, only from debt already owed or the usage trend.
-        queue = ~certain & ~guarded & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits
+        queue = ~certain & ~guarded & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits | gate_seen
                                        | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
         resume = np.zeros(len(ends), dtype=bool)
         past_ceiling = np.full(len(ends), -np.inf)

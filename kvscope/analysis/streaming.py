@@ -109,6 +109,7 @@ class StreamingAnalyzer(LiveFindings):
         self._cum_alloc: dict[str, float] = {p: 0.0 for p in _KV}
         self._new_iter: dict[str, float] = {p: 0.0 for p in _KV}  # taken by first growths this iteration
         self._new_window: dict[str, deque] = {}  # per iteration, over burst/rate_window_iterations
+        self._gate_held: dict[str, int] = {}  # iterations in a row the mirror's admission gate rule has held
         self._window: dict[str, deque] = {}
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
@@ -578,11 +579,15 @@ class StreamingAnalyzer(LiveFindings):
             if by_pass and drift > 0:
                 c = max(ceiling_room, 0.0) / (drift / span_i)
                 closing = c if c <= self.cfg.rate_window_iterations else math.inf
-            admits = (not certain and not self._guarded and head > margin and gate_open) or gate
+            # The gate rule is critical once it has held gate_hold_iterations in a row (the batch
+            # rule, exhaustion_arrays; DetectorConfig says why); at risk from the first.
+            held_for = self._gate_held[p] = self._gate_held.get(p, 0) + 1 if gate else 0
+            admits = (not certain and not self._guarded and head > margin and gate_open) or (
+                held_for >= self.cfg.gate_hold_iterations)
             # An enforcing admission policy defers what the pool cannot back: no projection risk
             # then (the batch rule, exhaustion_arrays, says why).
             queue = not certain and not self._guarded and (
-                (not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits or qnow > margin)
+                (not math.isnan(proj) and proj > self.cfg.min_debt_blocks) or admits or gate or qnow > margin)
             # Read only when the basis can be "arrival" (no other use): skipped otherwise.
             arr_med, arr_max = (arrival_debt(self, p) if not certain and not queue and not self._guarded
                                 and arrival_debt_bound(self, p) > self.cfg.min_debt_blocks else (-math.inf, -math.inf))

@@ -81,3 +81,49 @@ def test_a_queue_head_admitted_below_the_resume_ceiling_takes_it_past_and_the_ne
         lead, named_lead, basis = _first_critical_lead(findings, 12)
         assert lead >= 10 and named_lead >= 10, (who, lead, named_lead)
         assert basis == "resume", who
+
+
+def _gate_critical_at(hold: int) -> dict[str, int]:
+    """Where the first critical time-to-exhaustion finding of glm5-dsa-main turned critical, per
+    analyzer, with the gate rule held for ``hold`` iterations."""
+    from kvscope.analysis import DetectorConfig
+
+    cfg = DetectorConfig(gate_hold_iterations=hold)
+    path = DATA / "glm5-dsa-main.parquet"
+    sa = StreamingAnalyzer(cfg, max_findings=100_000)
+    sa.feed(frame_to_rows(read_frame(path)))
+    sa.close()
+    out = {}
+    for who, findings in {"batch": analyze_files(path, cfg).findings, "streaming": list(sa.findings)}.items():
+        crit = [f for f in findings if f.kind == FindingKind.TIME_TO_EXHAUSTION and f.severity == Severity.CRITICAL]
+        out[who] = min(f.evidence["critical_at_iteration"] for f in crit)
+    return out
+
+
+def test_the_gate_rule_is_critical_once_it_has_held_for_its_hold_not_on_its_first_iteration():
+    """A gate-rule risk that flickers for a few iterations (a lone large pass, a lull in frees: the
+    synthetic Mooncake trace on main-00746ef, healthy) is a warning; one that holds is critical from
+    its ``gate_hold_iterations``-th iteration in a row. Here the rule holds from iteration 122 to the
+    crash at 154: critical at 122 unheld, 7 iterations later with the default hold of 8, the same in
+    both analyzers."""
+    from kvscope.analysis import DetectorConfig
+
+    assert DetectorConfig().gate_hold_iterations == 8
+    unheld, default = _gate_critical_at(1), _gate_critical_at(8)
+    assert unheld == {"batch": 122, "streaming": 122}, unheld
+    assert default == {"batch": 129, "streaming": 129}, default
+
+
+def test_held_counts_consecutive_entries_as_the_streaming_analyzers_running_count():
+    import numpy as np
+
+    from kvscope.analysis.config import held
+
+    rng = np.random.default_rng(7)
+    for k in (1, 2, 3, 8):
+        mask = rng.random(500) < 0.7
+        run, want = 0, []
+        for m in mask:  # the streaming analyzer's count
+            run = run + 1 if m else 0
+            want.append(run >= k)
+        assert held(mask, k).tolist() == want, k
