@@ -70,18 +70,24 @@ def read_missed(
         return MissedEvents(Path(path), None)
     deadline = clock() + timeout_s
     while True:
-        found = next((c for c in file_candidates(path) if c.is_file()), None)
-        if found is None:
+        present = [c for c in file_candidates(path) if c.is_file()]
+        if not present:
             raise CatchUpError(f"the engine's event file {str(path)!r} is not here (the stream names it; "
                                "is this host's file system the engine's?)")
-        problems: list[RowProblem] = []
-        try:
-            df = read_file(found)
-        except EventFileError as e:  # most often the line being written as it was read
-            df, problems = e.frame, e.problems
-        except OSError as e:
-            raise CatchUpError(f"the engine's event file {str(found)!r} cannot be read: {e}") from e
-        _check_same_recording(found, df.attrs["kvscope"]["files"][0].get("header"), anchor, run_id)
+        for i, found in enumerate(present):  # a closed file of an earlier run may lie beside the live one
+            problems: list[RowProblem] = []
+            try:
+                df = read_file(found)
+            except EventFileError as e:  # most often the line being written as it was read
+                df, problems = e.frame, e.problems
+            except OSError as e:
+                raise CatchUpError(f"the engine's event file {str(found)!r} cannot be read: {e}") from e
+            try:
+                _check_same_recording(found, df.attrs["kvscope"]["files"][0].get("header"), anchor, run_id)
+                break
+            except CatchUpError:
+                if i == len(present) - 1:
+                    raise
         # A problem among the rows wanted shifts every row after it: those rows are not the stream's.
         bad = [p for p in problems if p.row is None or p.row < first_event]
         if len(df) >= first_event and not bad:
@@ -119,11 +125,11 @@ class MissedEvents:
     def raw_chunks(self, rows: int) -> Iterator[list[RawRow]]:
         """Raw rows (the stream's :data:`~kvscope.events.schema.RAW_FIELDS` order, numbered from
         0: the stream's event index), ``rows`` at a time, in recording order."""
-        from kvscope.recording.reader import frame_to_rows
+        from kvscope.recording.reader import frame_columns
 
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
-        ts, it, rest = COL_TS_NS, COL_ITERATION, COL_REQUEST_ID
         for k in range(0, len(self), rows):
             assert self.frame is not None
-            yield [(k + i, r[ts], r[it], *r[rest:]) for i, r in enumerate(frame_to_rows(self.frame.iloc[k:k + rows]))]
+            cols = frame_columns(self.frame.iloc[k:k + rows])
+            yield list(zip(range(k, k + len(cols[0])), cols[COL_TS_NS], cols[COL_ITERATION], *cols[COL_REQUEST_ID:]))

@@ -118,13 +118,27 @@ def read_frame(
 
 def frame_to_rows(df: pd.DataFrame) -> list[Row]:
     """Inverse of reading: canonical rows (FIELDS order) with enums restored."""
+    return list(zip(*frame_columns(df)))
+
+
+def frame_columns(df: pd.DataFrame) -> list[list]:
+    """The frame's :data:`FIELDS` as Python lists, enums restored: what rows are zipped from. A
+    categorical column (the reader's) maps its codes through one enum per category, not one
+    lookup per row."""
     from kvscope.events import EventKind, PoolRole
 
-    kinds = [EventKind(k) for k in df["kind"].astype(str)]
-    pools = [PoolRole(p) for p in df["pool"].astype(str)]
-    cols = {f: df[f].tolist() for f in FIELDS if f not in ("kind", "pool")}
-    cols["kind"], cols["pool"] = kinds, pools
-    return list(zip(*(cols[f] for f in FIELDS)))
+    def enums(col: pd.Series, cls: type) -> list:
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            codes = col.cat.codes.to_numpy()
+            if not len(codes) or codes.min() >= 0:
+                import numpy as np
+
+                lut = np.array([cls(c) for c in col.cat.categories], dtype=object)
+                return lut[codes].tolist()  # type: ignore[no-any-return]
+        return [cls(v) for v in col.astype(str)]  # a missing value raises, naming it
+
+    return [enums(df[f], EventKind) if f == "kind" else enums(df[f], PoolRole) if f == "pool" else df[f].tolist()
+            for f in FIELDS]
 
 
 __all__ = [

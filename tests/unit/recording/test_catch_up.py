@@ -90,3 +90,11 @@ def test_another_recordings_file_or_none_is_refused_in_one_line(tmp_path, what):
 def test_nothing_missed_reads_nothing(tmp_path):
     missed = read_missed(tmp_path / "none.jsonl", 0, _record(tmp_path)[2])
     assert len(missed) == 0 and list(missed.raw_chunks(10)) == []
+
+
+def test_the_live_partial_file_is_read_when_an_earlier_runs_closed_file_has_its_name(tmp_path):
+    """Parquet: an earlier run's closed file at the name, the live run's ``.partial`` beside it."""
+    _record(tmp_path, ParquetSink, "e.parquet", close=True)  # the earlier run, closed
+    path, _mem, anchor = _record(tmp_path, ParquetSink, "e.parquet", close=False)
+    missed = read_missed(path, 30, anchor, timeout_s=0)
+    assert len(missed) == 30 and missed.path.name == "e.parquet.partial"
