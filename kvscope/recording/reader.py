@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -121,13 +121,13 @@ def frame_to_rows(df: pd.DataFrame) -> list[Row]:
     return list(zip(*frame_columns(df)))
 
 
-def frame_columns(df: pd.DataFrame) -> list[list]:
+def frame_columns(df: pd.DataFrame) -> list[list[Any]]:
     """The frame's :data:`FIELDS` as Python lists, enums restored: what rows are zipped from. A
     categorical column (the reader's) maps its codes through one enum per category, not one
     lookup per row."""
     from kvscope.events import EventKind, PoolRole
 
-    def enums(col: pd.Series, cls: type) -> list:
+    def enums(col: pd.Series, cls: type) -> list[Any]:
         if isinstance(col.dtype, pd.CategoricalDtype):
             codes = col.cat.codes.to_numpy()
             if not len(codes) or codes.min() >= 0:
