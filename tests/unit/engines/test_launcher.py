@@ -225,15 +225,33 @@ def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_u
     assert gate.state_of(binding).error_path is None and binding.executor is not None
 
 
+def _subscribe_late(session, endpoint: str):
+    """The engine runs (CHILD) under ``session`` and publishes; then a subscriber joins, and hears
+    the engine's next batch. Returns (subscriber, its first batches)."""
+    import time
+
+    from kvscope.engines.live import LiveSubscriber
+    from kvscope.events import PoolRole
+
+    exec(compile(CHILD, "child", "exec"), {})
+    session.pump.flush()
+    sub = LiveSubscriber(endpoint)
+    got: list = []
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        session.recorder.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=0,
+                                capacity_blocks=32, free_blocks=32, evictable_blocks=0, reserved_blocks=0)
+        got = sub.poll_batches(timeout_ms=100)
+    assert got and sub.missed_at_start > 0  # it joined after the engine's first events
+    return sub, got
+
+
 def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force_from_its_stream(tmp_path):
     """kvscope-instrument keeps the state in force in the live stream's header: the mode change's
     event was published before anyone subscribed, and a late subscriber still knows the mode."""
     import socket
-    import time
 
     from kvscope.engines.autoload import ProcessSession
-    from kvscope.engines.live import LiveSubscriber
-    from kvscope.events import PoolRole
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -243,16 +261,7 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
     session = ProcessSession("model", env)
     sub = None
     try:
-        exec(compile(CHILD, "child", "exec"), {})  # the engine runs; its first pass applies the mode
-        session.pump.flush()
-        sub = LiveSubscriber(endpoint)
-        got: list = []
-        deadline = time.monotonic() + 30
-        while not got and time.monotonic() < deadline:
-            session.recorder.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=0,
-                                    capacity_blocks=32, free_blocks=32, evictable_blocks=0, reserved_blocks=0)
-            got = sub.poll_batches(timeout_ms=100)
-        assert got and sub.missed_at_start > 0  # it joined after the engine's events, the change's among them
+        sub, _got = _subscribe_late(session, endpoint)  # after the engine's events, the mode change's among them
         assert sub.meta["remediation"].split()[:2] == ["mode=on", "policy=draft-reserve"]
         assert "enforcing=1" in sub.meta["remediation"].split()
         assert (sub.meta["engine"], sub.meta["pp_size"]) == ("engine_model", 2)  # what its export is labelled with
@@ -267,11 +276,8 @@ def test_a_subscriber_that_joins_a_running_engine_finds_the_events_it_missed_in_
     stream's header: a late subscriber reads there exactly the events published before it joined."""
     import os
     import socket
-    import time
 
     from kvscope.engines.autoload import ProcessSession
-    from kvscope.engines.live import LiveSubscriber
-    from kvscope.events import PoolRole
     from kvscope.events.schema import RAW_FIELDS
     from kvscope.recording.catch_up import read_missed
 
@@ -287,16 +293,7 @@ def test_a_subscriber_that_joins_a_running_engine_finds_the_events_it_missed_in_
         os.chdir(cwd)
     sub = None
     try:
-        exec(compile(CHILD, "child", "exec"), {})
-        session.pump.flush()
-        sub = LiveSubscriber(endpoint)
-        got: list = []
-        deadline = time.monotonic() + 30
-        while not got and time.monotonic() < deadline:
-            session.recorder.record(EventKind.POOL_SNAPSHOT, -1, PoolRole.DRAFT, 0, 0, num_requests=0,
-                                    capacity_blocks=32, free_blocks=32, evictable_blocks=0, reserved_blocks=0)
-            got = sub.poll_batches(timeout_ms=100)
-        assert got and sub.missed_at_start > 0
+        sub, got = _subscribe_late(session, endpoint)
         named = sub.meta["events_file"]
         assert named == str(tmp_path / "ev" / f"events-rank0-pid{os.getpid()}.jsonl")
         h = got[0].header

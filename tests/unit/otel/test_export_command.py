@@ -378,6 +378,18 @@ def _go_on(pub, pump, rec, clock) -> None:
     pump.shutdown()
 
 
+def _follow_late(pub, pump, rec, clock, *extra: str) -> tuple[dict, str, int]:
+    """A follower process joins the engine of :func:`_late_join`, which then goes on to its end:
+    (the follower's --json summary, its stderr, its exit code)."""
+    follower = _start_follower(pub, *extra)
+    try:
+        _go_on(pub, pump, rec, clock)
+        out, err = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    return json.loads(out), err, follower.returncode
+
+
 @pytest.mark.parametrize("inline", [False, True], ids=["analyzer-process", "inline"])
 def test_a_follower_that_joins_a_running_engine_reads_what_it_missed_from_the_engines_file(tmp_path, inline):
     """The stream names the engine's event file: a follower that joins late exports and analyzes the
@@ -388,13 +400,7 @@ def test_a_follower_that_joins_a_running_engine_reads_what_it_missed_from_the_en
     from kvscope.recording.reader import frame_to_rows
 
     pub, pump, rec, clock, path, missed = _late_join(tmp_path)
-    follower = _start_follower(pub, *(["--analyze-inline"] if inline else []))
-    try:
-        _go_on(pub, pump, rec, clock)
-        out, err = follower.communicate(timeout=120)
-    finally:
-        follower.kill()
-    s = json.loads(out)
+    s, err, _code = _follow_late(pub, pump, rec, clock, *(["--analyze-inline"] if inline else []))
     whole = StreamingAnalyzer()
     expected = len(whole.feed(frame_to_rows(read_file(path)))) + len(whole.close())
     assert s["stream"]["missed_at_start"] == s["stream"]["caught_up_events"] == missed > 100, s["stream"]
@@ -450,16 +456,10 @@ def test_a_late_follower_that_cannot_read_the_missed_events_says_why_and_exports
     pub, pump, rec, clock, path, _ = _late_join(tmp_path, file_meta_run="run-b" if case == "other-run" else None)
     if case == "no-file":
         path.unlink()
-    follower = _start_follower(pub)
-    try:
-        _go_on(pub, pump, rec, clock)
-        out, err = follower.communicate(timeout=120)
-    finally:
-        follower.kill()
-    s = json.loads(out)
+    s, err, code = _follow_late(pub, pump, rec, clock)
     assert s["stream"]["caught_up_events"] == 0 and s["events"] == 3 and s["findings"] == 0, s
     assert s["analysis"]["on"] is False and said in s["analysis"]["off"], s["analysis"]
-    assert "could not read them" in err and follower.returncode == 1
+    assert "could not read them" in err and code == 1
 
 
 def test_events_file_goes_with_follow(tmp_path, capsys):
