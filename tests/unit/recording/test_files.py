@@ -157,3 +157,26 @@ def test_reason_is_trimmed_when_written(tmp_path, fake_clock):
     path = tmp_path / "r.jsonl"
     BatchPump(rec, [JsonlSink(path)], start=False).shutdown()
     assert len(read_frame(path)["reason"].iloc[0]) == 512
+
+
+def test_a_closed_parquet_gathers_the_pumps_batches_into_row_groups_of_up_to_row_group_rows(
+        tmp_path, fake_clock, monkeypatch):
+    """A reader pays per row group: one per pump batch made an hour's recording read 30x slower."""
+    import pyarrow.parquet as pq
+
+    from kvscope.recording import files
+
+    monkeypatch.setattr(files, "ROW_GROUP_ROWS", 40)
+    rec = Recorder(clock=fake_clock)
+    for _ in range(5):
+        record_every_kind(rec)
+    path = tmp_path / "g.parquet"
+    pump = BatchPump(rec, [sink_for_path(path)], start=False, max_batch=3)
+    pump.shutdown()
+    j, _ = write(tmp_path, "g.jsonl", fake_clock)
+    n = 5 * len(EventKind)
+    sizes = [pq.ParquetFile(path).metadata.row_group(i).num_rows for i in range(pq.ParquetFile(path).num_row_groups)]
+    assert sum(sizes) == n and max(sizes) == 40 and len(sizes) == -(-n // 40), sizes  # not n / 3 groups
+    df = read_frame(path)
+    assert list(df["kind"].astype(str)) == [k.value for k in EventKind] * 5
+    assert df.attrs["kvscope"]["files"][0]["complete"] and df.attrs["kvscope"]["files"][0]["num_rows"] == n
