@@ -83,6 +83,27 @@ def write_repeated(src: pd.DataFrame, header: bytes, n_events: int, path: Path) 
     return written
 
 
+def layouts(src_path: Path, tmp: Path, repeat: int) -> list[dict]:
+    """The source replay's events in two Parquet layouts: row groups of 48 rows (a real engine's
+    pump batch, one row group each: how the Parquet sink closed a recording before 2026-12-03) and
+    of ``ROW_GROUP_ROWS`` (the sink now). ``analyze_files`` and ``read_file`` events/s on each."""
+    from kvscope.recording import read_file
+    from kvscope.recording.files import ROW_GROUP_ROWS
+
+    pf = pq.ParquetFile(src_path)
+    table = pf.read().replace_schema_metadata(pf.schema_arrow.metadata)
+    out = []
+    for rows_per_group in (48, ROW_GROUP_ROWS):
+        path = tmp / f"layout{rows_per_group}.parquet"
+        pq.write_table(table, path, row_group_size=rows_per_group, compression="zstd")
+        t_a, (n_ev, n_find) = best_of(end_to_end, path, repeat)
+        t_r, _ = best_of(read_file, path, repeat)
+        out.append({"rows_per_group": rows_per_group, "row_groups": pq.ParquetFile(path).num_row_groups,
+                    "events": n_ev, "findings": n_find, "analyze_events_per_s": round(n_ev / t_a),
+                    "read_events_per_s": round(n_ev / t_r)})
+    return out
+
+
 def floor_pass(path: Path) -> int:
     """The plain vectorized pandas pass the issue names as ~4M events/s on this machine: read
     (the same fast loader), cumulative pool usage, per-request and per-iteration group-bys."""
@@ -133,13 +154,14 @@ def main() -> int:
                          "analyze_over_floor": round(t_e2e / t_floor, 2),
                          "file_mb": round(os.path.getsize(path) / 2**20, 1)})
             os.remove(path)
+        layout = layouts(src_path, tmp, args.repeat)
     base = rows[0]["analyze_s"]
     for r in rows:
         r["time_vs_1x"] = round(r["analyze_s"] / base, 2)
     # Other jobs share the machine's cores: the load average says how quiet the run was.
     load = [round(x, 2) for x in os.getloadavg()]
     if args.json:
-        print(json.dumps({"rows": rows, "target_events_per_s": 3_000_000, "load_avg_1_5_15": load,
+        print(json.dumps({"rows": rows, "layouts": layout, "target_events_per_s": 3_000_000, "load_avg_1_5_15": load,
                           "cpu_count": os.cpu_count()}))
         return 0
     print(f"source: {len(src)} events repeated; target >= 3,000,000 events/s end to end; "
@@ -150,6 +172,11 @@ def main() -> int:
         print(f"{r['scale']:>5} {r['events']:>10,} {r['findings']:>8} {r['analyze_s']:>10.3f} "
               f"{r['events_per_s']:>12,} {r['floor_s']:>8.3f} {r['floor_events_per_s']:>12,} "
               f"{r['analyze_over_floor']:>8.2f} {r['time_vs_1x']:>8.2f} {r['file_mb']:>6}")
+    print("the source replay as a recording's Parquet layout (row groups of a pump batch before 2026-12-03, "
+          "of up to 65,536 rows now):")
+    for r in layout:
+        print(f"  {r['rows_per_group']:>6} rows per group ({r['row_groups']:>5} groups, {r['events']:,} events): "
+              f"analyze_files {r['analyze_events_per_s']:>10,} events/s, read_file {r['read_events_per_s']:>10,} events/s")
     return 0
 
 
