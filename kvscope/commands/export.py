@@ -276,7 +276,7 @@ def follow(
     ran. A follower that joins a stream after the engine started has missed the pool configuration
     and the requests already in flight: it reads those events from the engine's event file
     (``events_file``, else the one the stream names: :mod:`kvscope.recording.catch_up`) and exports
-    and analyzes them first, as if it had followed from the start (``stream.caught_up_events``).
+    (and analyzes) them first, as if it had followed from the start (``stream.caught_up_events``).
     Without that file it exports the events without findings or analyzer gauges rather than
     findings that cannot be right (``analysis.off`` says why).
 
@@ -319,14 +319,14 @@ def follow(
     backlog: Iterator[Any] | None = None
     """The missed events' batches, exported before ``first`` (which gathers the live batches received
     meanwhile: the stream is kept drained while a long history is caught up)."""
-    if h0 is not None and sub.missed_at_start and analyze:
+    if h0 is not None and sub.missed_at_start:
         try:
             backlog, caught_up, path = _missed_batches(h0, events_file)
         except ValueError as e:  # CatchUpError: no file here, another run's, too short
             missed_why = str(e)
         else:
             say(f"joined the stream after the engine started: read the {caught_up:,} event(s) published before "
-                f"from {path}; exporting and analyzing them first")
+                f"from {path}; exporting {'and analyzing ' if analyze else ''}them first")
     pipeline = OtlpPipeline(config, resource=kvscope_resource(h0.meta if h0 else {}, rank=h0.rank if h0 else None,
                                                               service_name=service_name),
                             max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),

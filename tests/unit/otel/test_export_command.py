@@ -409,6 +409,15 @@ def test_a_follower_that_joins_a_running_engine_reads_what_it_missed_from_the_en
     assert f"read the {missed} event(s) published before from {path}" in err
 
 
+def test_a_late_follower_without_the_analyzer_still_exports_what_it_missed(tmp_path):
+    """--no-analyze keeps the follower cheap, not incomplete: the history is exported too."""
+    pub, pump, rec, clock, path, missed = _late_join(tmp_path)
+    s, err, _code = _follow_late(pub, pump, rec, clock, "--no-analyze")
+    assert s["stream"]["caught_up_events"] == missed > 100 and s["events"] == missed + 3, s["stream"]
+    assert s["findings"] == 0 and s["analysis"] == {"on": False, "off": "not asked for (--no-analyze)"}
+    assert f"read the {missed} event(s) published before from {path}; exporting them first" in err
+
+
 def test_a_long_history_is_caught_up_in_rounds_with_the_live_stream_drained_between_them(tmp_path, capsys,
                                                                                         monkeypatch):
     """Small catch-up batches, one per round: the engine publishes on while the follower works
