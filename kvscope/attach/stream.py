@@ -30,9 +30,9 @@ class StreamFeed:
             subscribed (default: the file the stream names, when the engine writes one beside it).
 
     A feed that joins a running engine has missed the pool configuration and the arrivals of the
-    requests in flight: its first poll returns those events first, read from the engine's event
-    file (:mod:`kvscope.recording.catch_up`), so the view and its analyzer see the run from its
-    start. When they cannot be read, :attr:`analysis_off` says why (and the status line says it).
+    requests in flight: its polls return those events first, a chunk each, read from the engine's
+    event file (:mod:`kvscope.recording.catch_up`), so the view and its analyzer see the run from
+    its start. When they cannot be read, :attr:`analysis_off` says why (and the status line says it).
     """
 
     def __init__(self, endpoint: str, *, silent_after_s: float = DEFAULT_SILENT_AFTER_S,
@@ -92,15 +92,11 @@ class StreamFeed:
     def _start_catch_up(self, h, chunk: int) -> None:
         """The events published before the first batch (header ``h``), from the engine's event file,
         to hand out before the live ones; or :attr:`analysis_off` set when they cannot be read."""
-        from kvscope.recording.catch_up import CatchUpError, read_missed
+        from kvscope.recording.catch_up import CatchUpError, read_missed_before
         from kvscope.recording.recorder import raw_to_rows
 
-        path = self.events_file or h.meta.get("events_file")
         try:
-            if not path:
-                raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument "
-                                   "--sinks jsonl,zmq writes one)")
-            missed = read_missed(path, h.first_event, h.anchor, run_id=h.run_id)
+            missed = read_missed_before(h, self.events_file)
         except CatchUpError as e:
             self.analysis_off = (f"joined the engine after it started ({h.first_event:,} event(s) missed, the pool "
                                  f"configuration and the requests in flight among them) and could not read them: "

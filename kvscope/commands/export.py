@@ -433,14 +433,10 @@ def _missed_batches(h0: Any, events_file: str | None) -> tuple[Iterator[Any], in
     import dataclasses
 
     from kvscope.engines.live import LiveBatch
-    from kvscope.recording.catch_up import CatchUpError, read_missed
+    from kvscope.recording.catch_up import read_missed_before
     from kvscope.recording.wire import encode_rows
 
-    path = events_file or h0.meta.get("events_file")
-    if not path:
-        raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument --sinks "
-                           "jsonl,zmq writes one and names it in the stream)")
-    missed = read_missed(path, h0.first_event, h0.anchor, run_id=h0.run_id)
+    missed = read_missed_before(h0, events_file)
 
     def batches() -> Iterator[Any]:
         for chunk in missed.raw_chunks(CATCH_UP_BATCH_ROWS):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from kvscope.recording.formats import RowProblem
+    from kvscope.recording.wire import BatchHeader
 
 DEFAULT_TIMEOUT_S = 5.0
 """How long to wait for a file sink that is behind the stream (it trails by one pump batch, 50 ms)."""
@@ -97,6 +98,18 @@ def read_missed(
             raise CatchUpError(f"the engine's event file {str(found)!r} holds {len(df):,} readable event(s), "
                                f"not the {first_event:,} published before this subscriber joined{why}")
         sleep(0.05)
+
+
+def read_missed_before(header: BatchHeader, events_file: str | os.PathLike[str] | None = None,
+                       **kwargs: Any) -> MissedEvents:
+    """:func:`read_missed` for the batch whose ``header`` a late subscriber received first: the
+    events published before it, from ``events_file`` (given by the user) or the file the stream
+    names (``events_file`` in the header's meta)."""
+    path = events_file or header.meta.get("events_file")
+    if not path:
+        raise CatchUpError("the engine writes no event file beside its stream (kvscope-instrument --sinks "
+                           "jsonl,zmq writes one and names it in the stream)")
+    return read_missed(path, header.first_event, header.anchor, run_id=header.run_id, **kwargs)
 
 
 def _check_same_recording(path: Path, header: dict[str, Any] | None, anchor: WallClockAnchor, run_id: str | None) -> None:

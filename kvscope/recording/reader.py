@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from kvscope.events import FIELDS
@@ -131,8 +132,6 @@ def frame_columns(df: pd.DataFrame) -> list[list[Any]]:
         if isinstance(col.dtype, pd.CategoricalDtype):
             codes = col.cat.codes.to_numpy()
             if not len(codes) or codes.min() >= 0:
-                import numpy as np
-
                 lut = np.array([cls(c) for c in col.cat.categories], dtype=object)
                 return lut[codes].tolist()  # type: ignore[no-any-return]
         return [cls(v) for v in col.astype(str)]  # a missing value raises, naming it
