@@ -250,6 +250,16 @@ def read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, A
         raise FileWideProblem(path, None, f"not a readable Parquet file, truncated or corrupt ({e})") from None
     anchor, header, end = _header_from_schema(path, pf.schema_arrow)
     problems: list[RowProblem] = []
+    if pf.num_row_groups > 1:
+        # Whole, in one conversion: a file closed by kvscope before 2026-12-03 has a row group per
+        # pump batch (tens of thousands), and converting each on its own cost 3x pyarrow's read.
+        # The conversion is row by row, so its problems are the loop's; a row group that cannot
+        # be read sends the file through the loop below, which names it.
+        try:
+            df = _table_to_frame(path, pf.read(columns=list(FIELDS)), 0, anchor, problems)
+            return df, problems, header, _end_status(path, header, end)
+        except (pa.ArrowException, OSError, ValueError, TypeError, OverflowError):
+            problems = []
     frames = []
     start = 0
     for g in range(pf.num_row_groups):

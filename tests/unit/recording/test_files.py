@@ -180,3 +180,35 @@ def test_a_closed_parquet_gathers_the_pumps_batches_into_row_groups_of_up_to_row
     df = read_frame(path)
     assert list(df["kind"].astype(str)) == [k.value for k in EventKind] * 5
     assert df.attrs["kvscope"]["files"][0]["complete"] and df.attrs["kvscope"]["files"][0]["num_rows"] == n
+
+
+def test_a_damaged_row_group_is_named_and_the_others_kept_when_a_many_group_file_is_read(
+        tmp_path, fake_clock, monkeypatch):
+    """The whole-file read (one conversion) falls back to reading row group by row group when one
+    cannot be read: the problem names that group, and every other row is there."""
+    import pyarrow.parquet as pq
+
+    from kvscope.recording import EventFileError, files, read_file
+
+    monkeypatch.setattr(files, "ROW_GROUP_ROWS", 10)
+    rec = Recorder(clock=fake_clock)
+    for _ in range(3):
+        record_every_kind(rec)
+    path = tmp_path / "d.parquet"
+    BatchPump(rec, [sink_for_path(path)], start=False, max_batch=4).shutdown()
+    whole = read_file(path)
+    md = pq.ParquetFile(path).metadata
+    assert md.num_row_groups >= 3
+    col = md.row_group(1).column(0)
+    data = bytearray(path.read_bytes())
+    at = col.data_page_offset + 8
+    data[at:at + 16] = b"\xff" * 16  # garbage inside row group 1's first page
+    path.write_bytes(bytes(data))
+    with pytest.raises(EventFileError) as e:
+        read_file(path)
+    n1 = md.row_group(1).num_rows
+    assert "row group 1 (" in str(e.value) and "unreadable" in str(e.value)
+    kept = e.value.frame
+    assert len(kept) == len(whole) - n1
+    pd.testing.assert_frame_equal(kept.drop(columns=["epoch_ns"]).reset_index(drop=True),
+                                  whole.drop(index=range(10, 10 + n1)).drop(columns=["epoch_ns"]).reset_index(drop=True))
