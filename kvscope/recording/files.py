@@ -11,8 +11,8 @@ batch per pump batch, header in the schema metadata). A stream needs no footer, 
 mid-run leaves a ``.partial`` file readable up to its last complete batch. On close the stream is
 rewritten as Parquet (the batches gathered into row groups of up to :data:`ROW_GROUP_ROWS`; header
 under the key-value metadata key ``kvscope``, end record under ``kvscope_end``) and renamed to
-``<path>``, so a Parquet file at its final name was
-closed by kvscope, and its end record says whether the recording was complete or interrupted.
+``<path>``, so a Parquet file at its final name was closed by kvscope, and its end record says
+whether the recording was complete or interrupted.
 
 The end record (both formats): ``status`` (``complete``, ``interrupted`` or ``error``),
 ``num_events`` written, ``dropped`` (events the recorder's ring lost before they reached the sink),
