@@ -15,7 +15,7 @@ import numpy as np
 from kvscope.analysis.config import DetectorConfig
 
 
-def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, free_per_it: np.ndarray,
+def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, freed: np.ndarray,
                    cfg: DetectorConfig, burst: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(at risk, blocks past the ceiling, at risk from one pass, blocks one pass takes it past) per
@@ -23,8 +23,12 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     query indices ``qi``): a new mirror's first resume will be refused.
 
     Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
-    allocation rate) decoding requests free pages at the current rate (``free_per_it``; all of them
-    when no rate is known yet): the queue adds what that leaves. Past the ceiling, by more than the
+    allocation rate, or longer: the target's token budget, ``budget_tokens`` per iteration, lets
+    the prompt it does not reuse -- what admitted requests still need there and the queue's share --
+    through no faster, :func:`budget_iterations`) decoding requests free pages at the rate the pool
+    freed over as many trailing iterations (:func:`span_free_rate` of ``freed``, the blocks it freed
+    up to each iteration end; all of them when no rate is known yet): the queue adds what that
+    leaves. Past the ceiling, by more than the
     projection margin, with the admitted requests (a request still waiting is the victim) or with
     the queue too (two waiting: its head is admitted before); and the target can still admit one
     then -- allocations of both pools taken in proportion, room for a first chunk, and under its
@@ -50,11 +54,15 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     head = r["headroom"][qi]
     admitted = r["admitted"][qi]
-    frees = _frees_until(r["decode_held"][qi], np.maximum(head, 0.0), alloc_per_it, free_per_it)
     q_rest, q_head = r["queued"][qi], r["head"][qi]
     with_head = (np.nan_to_num(admitted - head, nan=np.inf) < 0) & (q_head > q_rest)
     q_gross = np.where(with_head, q_head, q_rest)
     q_gross_t = np.where(with_head, r["head_target"][qi], r["queued_target"][qi])
+    paced = budget_iterations(r["target_need"][qi] + q_gross_t, r["target_tpb"], r["budget_tokens"][qi])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        span = np.maximum(np.where(alloc_per_it > 0, np.maximum(head, 0.0) / alloc_per_it, np.inf), paced)
+    free_per_it = span_free_rate(freed, span, cfg)
+    frees = _frees_until(r["decode_held"][qi], np.maximum(head, 0.0), alloc_per_it, free_per_it, paced)
     queued = np.maximum(q_gross - frees, 0.0)
     queued_t = q_gross_t * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
     coming = admitted + queued
@@ -84,12 +92,43 @@ def debt_cover(margin: float, freed: float) -> float:
     return np.minimum(margin, np.maximum(freed, 0.0))  # type: ignore[no-any-return]
 
 
-def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,
-                 free_per_it: np.ndarray) -> np.ndarray:
-    """Pages decoding requests free while ``blocks`` more are allocated at the current rates
-    (``blocks / alloc_per_it`` iterations at ``free_per_it``); all of them while no rate is known."""
+def free_window(span, cfg: DetectorConfig):
+    """Trailing iterations whose frees estimate the frees of a projection ``span`` iterations long:
+    as many, from ``rate_window_iterations`` to ``free_window_iterations``. Frees come in lumps (a
+    request frees its whole cache when it finishes): a window much shorter than the span falls in
+    a lull between them, one much longer extrapolates a lump the span may not see. Works on arrays
+    and on floats (NaN span: the rate window; infinite: the longest)."""
+    lo, hi = cfg.rate_window_iterations, max(cfg.free_window_iterations, cfg.rate_window_iterations)
+    return np.clip(np.nan_to_num(np.ceil(span), nan=lo, posinf=hi), lo, hi).astype(np.int64)
+
+
+def span_free_rate(freed: np.ndarray, span: np.ndarray, cfg: DetectorConfig) -> np.ndarray:
+    """Blocks freed per iteration over the :func:`free_window` of ``span`` ending at each iteration
+    end (``freed``: cumulative blocks freed up to each; fewer iterations at the start, NaN at the
+    first)."""
+    idx = np.arange(len(freed))
+    back = np.maximum(idx - free_window(span, cfg), 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        span = np.where(alloc_per_it > 0, blocks / alloc_per_it, np.inf)
+        return np.where(idx > back, (freed - freed[back]) / (idx - back), np.nan)
+
+
+def budget_iterations(target_blocks, target_tpb: float, budget_tokens):
+    """Iterations the target's token budget needs to schedule ``target_blocks`` of its blocks
+    (prompt the target does not reuse: what admitted requests still need there and the queue's
+    share); 0 while no budget is known. Works on arrays and on floats."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        it = np.maximum(target_blocks, 0.0) * target_tpb / budget_tokens
+    return np.where(np.isfinite(it) & (np.nan_to_num(budget_tokens, nan=0.0) > 0), it, 0.0)
+
+
+def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,
+                 free_per_it: np.ndarray, paced: np.ndarray | float = 0.0) -> np.ndarray:
+    """Pages decoding requests free while ``blocks`` more are allocated: over ``blocks /
+    alloc_per_it`` iterations at the current rates, or ``paced`` iterations when longer (the
+    token budget admits the queue no faster), at ``free_per_it``; all of them while no rate is
+    known."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        span = np.maximum(np.where(alloc_per_it > 0, blocks / alloc_per_it, np.inf), paced)
         return np.where(np.isfinite(free_per_it) & np.isfinite(span),
                         np.minimum(decode_held, np.maximum(free_per_it, 0.0) * span), decode_held)
 

@@ -41,6 +41,16 @@ class DetectorConfig:
     frees) for 1-5 iterations at a time, while on every gate crash of the corpus and the held-out
     runs it held from 27 to 500 iterations before the failure. 6 clears the healthy runs; 8 leaves a
     margin (measured in session 13: README, analyzer scoreboard)."""
+    free_window_iterations: int = 64
+    """The resume-ceiling rule counts what decoding requests free while the queue reaches the pool
+    (the projection's span, :func:`kvscope.analysis.ceiling.resume_at_risk`) at the rate the pool
+    freed over as many trailing iterations, from ``rate_window_iterations`` up to this many
+    (:func:`kvscope.analysis.ceiling.free_window`). Frees come in lumps (a request frees its whole
+    cache when it finishes). On a projection of tens of iterations the rate window alone falls in
+    the lulls between them: healthy synthetic Mooncake runs on 1.3.0rc27 (3,000-3,500 requests)
+    were critical. A fixed longer window extrapolates a lump the span will not see: a glm5-dsa
+    reuse-off crash, whose few long requests did not finish, was warned 4 iterations ahead instead
+    of 20 (session 14, README: analyzer scoreboard)."""
     arrival_min_samples: int = 4
     """The "one more request like the recent ones" projection is critical only when its median
     rests on at least this many recent admissions (fewer: a warning at most)."""
@@ -72,6 +82,8 @@ class DetectorConfig:
             raise ValueError(f"rate_window_iterations must be >= 1, got {self.rate_window_iterations}")
         if self.burst_window_iterations < 1:
             raise ValueError(f"burst_window_iterations must be >= 1, got {self.burst_window_iterations}")
+        if self.free_window_iterations < 1:
+            raise ValueError(f"free_window_iterations must be >= 1, got {self.free_window_iterations}")
         if self.gate_hold_iterations < 1:
             raise ValueError(f"gate_hold_iterations must be >= 1, got {self.gate_hold_iterations}")
         if not 0.0 <= self.risk_min_utilization <= 1.0:

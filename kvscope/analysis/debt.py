@@ -397,10 +397,23 @@ def compute_debt(
             ct = configs.loc[PoolRole.TARGET.value]
             key = "resume" if int(cf["admits_mirror"]) == 0 else "gate"
             f[key] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr, head_t), "waiting": queued_count(ev, q_below, nq),
+                           "budget_tokens": token_budget(ev, q_pos), "target_tpb": float(tgt["tpb"]),
                            "target_max_util": float(ct["max_util_for_resume"]),
                            "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
+
+
+def token_budget(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
+    """Per query position: the most tokens one iteration scheduled so far (ITERATION_SCHEDULED's
+    ``num_tokens``), the build's per-pass token budget as the engine shows it once a queue fills
+    it; NaN before the first iteration."""
+    ip = ev.positions(EventKind.ITERATION_SCHEDULED)
+    if len(ip) == 0:
+        return np.full(len(q_pos), np.nan)
+    most = np.maximum.accumulate(ev.num_tokens[ip].astype(np.float64))
+    at = np.searchsorted(ip, q_pos, side="right") - 1
+    return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
 
 
 def _policy_enforcing(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:

@@ -198,7 +198,7 @@ def exhaustion_arrays(
         past_pass = np.full(len(ends), -np.inf)
         if "resume" in f:
             resume, past_ceiling, by_pass, past_pass = resume_at_risk(
-                f["resume"], qi, cap, alloc_it, free_it, cfg, burst)
+                f["resume"], qi, cap, alloc_it, cs_alloc - used, cfg, burst)
             resume &= ~certain & ~guarded
             by_pass &= ~certain & ~guarded & ~resume
         # The pass hazard alone is a warning: whether such a pass comes soon is not in the events.

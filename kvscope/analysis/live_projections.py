@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvscope.events import PoolRole, blocks_needed
 
 if TYPE_CHECKING:
+    from kvscope.analysis.config import DetectorConfig
     from kvscope.analysis.streaming import StreamingAnalyzer
 
 _T = PoolRole.TARGET.value
@@ -98,11 +100,18 @@ def arrival_debt_bound(sa: StreamingAnalyzer, p: str) -> float:
     return sa._need[p] - sa._state[p][1] + sa._arrival_finals[(p, "sorted_p")][-1]
 
 
-def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float) -> float:
-    """:func:`kvscope.analysis.ceiling._frees_until` on one point."""
-    span = blocks / alloc_it if alloc_it > 0 else math.inf
+def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float, paced: float = 0.0) -> float:
+    """:func:`kvscope.analysis.ceiling._frees_until` on one point (``paced``:
+    :func:`kvscope.analysis.ceiling.budget_iterations`)."""
+    span = max(blocks / alloc_it if alloc_it > 0 else math.inf, paced)
     return (min(decode_held, max(free_it, 0.0) * span) if math.isfinite(free_it) and math.isfinite(span)
             else decode_held)
+
+
+def _free_window(span: float, cfg: DetectorConfig) -> int:
+    """:func:`kvscope.analysis.ceiling.free_window` on one span."""
+    lo, hi = cfg.rate_window_iterations, max(cfg.free_window_iterations, cfg.rate_window_iterations)
+    return lo if math.isnan(span) else hi if math.isinf(span) else min(max(math.ceil(span), lo), hi)
 
 
 def _target_gate(sa: StreamingAnalyzer, util_t: float) -> bool:
@@ -163,15 +172,16 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
     return got
 
 
-def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
+def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, freed: Sequence[float], burst: float
                 ) -> tuple[bool, float, float, bool, float]:
     """(at risk, blocks past the ceiling, room below it, at risk from one pass, blocks one pass
     takes it past) of ``p`` against its resume ceiling: the running-state form of
     :func:`kvscope.analysis.projections.resume_ceiling` and
-    :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` / ``free_it`` the
-    trailing blocks allocated / freed per iteration, NaN before a window exists; ``burst`` the most
-    pages new mirrors took in one recent iteration); (False, -inf, nan, False, -inf) when the build
-    admits the mirror, is unknown, or the pool is paired."""
+    :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` the trailing blocks
+    allocated per iteration, NaN before a window exists; ``freed`` the blocks freed up to each of
+    the trailing iteration ends, this one last; ``burst`` the most pages new mirrors took in one
+    recent iteration); (False, -inf, nan, False, -inf) when the build admits the mirror, is
+    unknown, or the pool is paired."""
     c = sa._configs.get(p)
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
         return False, -math.inf, math.nan, False, -math.inf
@@ -188,7 +198,12 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
         q_gross_t = _final(ct, float(head.prompt), head.reused.get(_T, 0.0)) if head is not None else 0.0
     else:
         q_gross, q_gross_t = q_rest, q_rest_t
-    frees = _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it)
+    budget = sa._budget
+    paced = (max(need_t, 0.0) + q_gross_t) * ct["tokens_per_block"] / budget if budget > 0 else 0.0
+    span = max(max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf, paced)
+    back = min(_free_window(span, sa.cfg), len(freed) - 1)
+    free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
+    frees = _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it, paced)
     queued = max(q_gross - frees, 0.0)
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
@@ -207,8 +222,8 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     return not certain and risk, past, headroom, not certain and by_pass, past_pass
 
 
-def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float
-                 ) -> tuple[bool, float, float, bool, float, bool, bool]:
+def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float,
+                 freed: Sequence[float]) -> tuple[bool, float, float, bool, float, bool, bool]:
     """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
     build meets it: a refused resume, or the mirror's admission gate)."""
-    return (*resume_risk(sa, p, certain, alloc_it, free_it, burst), *gate_risk(sa, p, certain, alloc_it, free_it))
+    return (*resume_risk(sa, p, certain, alloc_it, freed, burst), *gate_risk(sa, p, certain, alloc_it, free_it))

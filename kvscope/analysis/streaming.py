@@ -111,6 +111,8 @@ class StreamingAnalyzer(LiveFindings):
         self._new_window: dict[str, deque] = {}  # per iteration, over burst/rate_window_iterations
         self._gate_held: dict[str, int] = {}  # iterations in a row the mirror's admission gate rule has held
         self._window: dict[str, deque] = {}
+        self._freed_window: dict[str, deque] = {}  # blocks freed up to each iteration end, free_window_iterations
+        self._budget = math.nan  # most tokens one iteration scheduled (ceiling.budget_iterations)
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
         self._arrivals_now: list[tuple[int, int]] = []  # (request, iteration) arrived this iteration
@@ -305,6 +307,8 @@ class StreamingAnalyzer(LiveFindings):
             self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
             return
         elif kind == _ITER:
+            if not nt <= self._budget:  # NaN before the first
+                self._budget = float(nt)
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             self._check_gap(t, it)
@@ -569,8 +573,13 @@ class StreamingAnalyzer(LiveFindings):
             margin = self.cfg.margin_blocks(cap)
             head, qnow = head_debt(self, p), queue_now_debt(self, p)
             alloc_it, free_it = (roll / span_i, (roll - net) / span_i) if span_i else (math.nan, math.nan)
+            freed = self._freed_window.get(p)
+            if freed is None:
+                freed = self._freed_window[p] = deque(
+                    maxlen=max(self.cfg.free_window_iterations, self.cfg.rate_window_iterations) + 1)
+            freed.append(self._cum_alloc[p] - (cap - avail))
             resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
-                self, p, certain or self._guarded, alloc_it, free_it, burst)
+                self, p, certain or self._guarded, alloc_it, free_it, burst, freed)
             # The pass hazard turns critical where the net growth, less the window's largest pass,
             # reaches the ceiling within the rate window anyway (the batch rule, exhaustion_arrays,
             # says why).

@@ -89,7 +89,7 @@ def _pieces(*, headroom, admitted, waiting, target_available=500.0, target_capac
             "queued_all": one(0), "head_target": one(0), "queued_target": one(0), "waiting": one(waiting),
             "decode_held": one(0), "available": one(headroom + 400), "target_available": one(target_available),
             "target_need": one(0), "target_capacity": one(target_capacity), "target_max_util": 0.95,
-            "target_resumes_early": resumes_early}
+            "target_resumes_early": resumes_early, "budget_tokens": one(np.nan), "target_tpb": 64.0}
 
 
 def _at_risk(r, burst):

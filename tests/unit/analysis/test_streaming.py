@@ -108,7 +108,7 @@ def test_streaming_rejects_bad_bound():
 
 REPLAY_FILES = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba",
                 "glm5-dsa-reuse-off", "glm5-dsa-rc27-reuse-off", "glm5-dsa-main", "shared-prefix-reuse-off",
-                "mooncake-conversation-main", "glm5-dsa-rc27-seed5", "glm5-dsa-seed1"]
+                "mooncake-conversation-main", "glm5-dsa-rc27-seed5", "glm5-dsa-seed1", "glm5-dsa-reuse-off-seed15"]
 
 
 @pytest.mark.parametrize("name", REPLAY_FILES)
