@@ -150,7 +150,12 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     room and request slots for needs more than the pool has left by more than the projection
     margin, counting what decoding requests free (at the current rate) while all of it is
     allocated (at the current rate). Gate closed: the queue head waits for pages to be freed, so
-    no projection of what the target admits is critical then."""
+    no projection of what the target admits is critical then.
+
+    The frees stay at the rate window's rate over the queue's fill time: the resume rule's span
+    (the token budget's pace, frees over as long a window) changed no finding of the corpus' gate
+    runs (its ``gate_hold_iterations`` already waits out a lull) and took 6-8 iterations off two
+    held-out crashes' critical lead (session 14)."""
     margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     admitted, q_all = r["admitted"][qi], r["queued_all"][qi]
     frees = _frees_until(r["decode_held"][qi], admitted + q_all, alloc_per_it, free_per_it)
