@@ -79,17 +79,21 @@ def test_critical_ten_iterations_before_the_drift_reaches_the_resume_ceiling(rep
     assert fatal.evidence["open_alarm"]["critical_lead_iterations"] >= MIN_LEAD_ITERATIONS
 
 
-def test_the_streaming_analyzer_turns_critical_at_the_same_iteration(replays):
+def _streamed(path):
     from kvscope.analysis.streaming import StreamingAnalyzer
     from kvscope.recording import read_frame
     from kvscope.recording.reader import frame_to_rows
 
-    _summary, path = replays["crash"]
-    batch = _draft_tte(analyze_files(path).findings)
     sa = StreamingAnalyzer(max_findings=100_000)
     sa.feed(frame_to_rows(read_frame(path)))
     sa.close()
-    live = _draft_tte(sa.findings)
+    return sa.findings
+
+
+def test_the_streaming_analyzer_turns_critical_at_the_same_iteration(replays):
+    _summary, path = replays["crash"]
+    batch = _draft_tte(analyze_files(path).findings)
+    live = _draft_tte(_streamed(path))
 
     def key(f):
         return (f.iteration_start, f.iteration_end, f.severity, f.evidence["critical_at_iteration"],
@@ -99,29 +103,20 @@ def test_the_streaming_analyzer_turns_critical_at_the_same_iteration(replays):
     assert any(f.evidence["ceiling_closing"] for f in live)
 
 
-def test_no_critical_finding_on_the_held_out_near_miss(replays):
-    summary, path = replays["near-miss"]
+@pytest.mark.parametrize("name", ["near-miss", "rc27-3000"])
+def test_no_critical_finding_on_the_held_out_healthy_runs(replays, name):
+    summary, path = replays[name]
     assert not summary["engine_fatal"] and summary["peak_utilization"]["draft"] > 0.9
-    a = analyze_files(path)
-    assert [f.summary for f in a.findings if f.severity == Severity.CRITICAL] == []
-    assert _draft_tte(a.findings)  # the pool was at risk: warned, not paged
+    for findings in (analyze_files(path).findings, _streamed(path)):
+        assert [f.summary for f in findings if f.severity == Severity.CRITICAL] == []
+        assert _draft_tte(findings)  # the pool was at risk: warned, not paged
 
 
-def test_no_critical_finding_when_the_budget_lets_the_queue_in_slowly_and_requests_finish_in_lumps(replays):
+def test_frees_read_over_the_rate_window_alone_make_the_rc27_cut_critical(replays):
+    """What made the 3,000-request cut on 1.3.0rc27 critical before session 14: the rule reading
+    frees over the trailing 16 iterations whatever its span."""
     from kvscope.analysis.config import DetectorConfig
-    from kvscope.analysis.streaming import StreamingAnalyzer
-    from kvscope.recording import read_frame
-    from kvscope.recording.reader import frame_to_rows
 
-    summary, path = replays["rc27-3000"]
-    assert not summary["engine_fatal"] and summary["peak_utilization"]["draft"] > 0.9
-    a = analyze_files(path)
-    assert [f.summary for f in a.findings if f.severity == Severity.CRITICAL] == []
-    assert _draft_tte(a.findings)  # the pool was at risk: warned, not paged
-    sa = StreamingAnalyzer(max_findings=100_000)
-    sa.feed(frame_to_rows(read_frame(path)))
-    sa.close()
-    assert [f.summary for f in sa.findings if f.severity == Severity.CRITICAL] == []
-    # what made it critical before: frees read over the rate window alone
+    _summary, path = replays["rc27-3000"]
     short = analyze_files(path, DetectorConfig(free_window_iterations=DetectorConfig().rate_window_iterations))
     assert any(f.severity == Severity.CRITICAL and f.evidence.get("resume_ceiling") for f in short.findings)
