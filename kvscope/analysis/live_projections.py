@@ -198,13 +198,15 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
         q_gross_t = _final(ct, float(head.prompt), head.reused.get(_T, 0.0)) if head is not None else 0.0
     else:
         q_gross, q_gross_t = q_rest, q_rest_t
-    budget = sa._budget
-    paced = (max(need_t, 0.0) + q_gross_t) * ct["tokens_per_block"] / budget if budget > 0 else 0.0
-    span = max(max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf, paced)
-    back = min(_free_window(span, sa.cfg), len(freed) - 1)
-    free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
-    frees = _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it, paced)
-    queued = max(q_gross - frees, 0.0)
+    if q_gross > 0:  # what frees meanwhile only offsets the queue
+        budget = sa._budget
+        paced = (max(need_t, 0.0) + q_gross_t) * ct["tokens_per_block"] / budget if budget > 0 else 0.0
+        span = max(max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf, paced)
+        back = min(_free_window(span, sa.cfg), len(freed) - 1)
+        free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
+        queued = max(q_gross - _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it, paced), 0.0)
+    else:
+        queued = 0.0
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
     coming_t = min(max(need_t, 0.0), avail_t) + queued_t
