@@ -108,6 +108,15 @@ FULL: list[Run] = [
                prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (89,), (("arrival_time_scale=1.4", "engine_version=1.3.0rc27"),),
                prefix="mooncake-synthetic"),
+    # Held out (session 14's last sweep), crashes no rule warns: 1.3.0rc27 with reuse off, both pools
+    # at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
+    # suspended generating request whose target cache resumed at the ceiling, its mirror refused);
+    # the Mooncake conversation trace on a new request admitted with the target just under its
+    # ceiling, whose mirror met the ceiling after the pass's context resizes.
+    *_variants("trace:kv-cache-tester_traces.tar.xz", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
+               prefix="claude-code"),
+    *_variants("trace:conversation_trace.jsonl", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
+               prefix="mooncake-trace"),
     *_variants("trace:synthetic_trace.jsonl", (28,), (("max_requests=3500", "engine_version=main-00746ef"),),
                prefix="mooncake-synthetic"),
     # Held out of the gate rule's hold (DetectorConfig.gate_hold_iterations, read against seed 28
