@@ -59,10 +59,8 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     q_gross = np.where(with_head, q_head, q_rest)
     q_gross_t = np.where(with_head, r["head_target"][qi], r["queued_target"][qi])
     paced = budget_iterations(r["target_need"][qi] + q_gross_t, r["target_tpb"], r["budget_tokens"][qi])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        span = np.maximum(np.where(alloc_per_it > 0, np.maximum(head, 0.0) / alloc_per_it, np.inf), paced)
-    free_per_it = span_free_rate(freed, span, cfg)
-    frees = _frees_until(r["decode_held"][qi], np.maximum(head, 0.0), alloc_per_it, free_per_it, paced)
+    span = fill_span(np.maximum(head, 0.0), alloc_per_it, paced)
+    frees = _frees_over(r["decode_held"][qi], span, span_free_rate(freed, span, cfg))
     queued = np.maximum(q_gross - frees, 0.0)
     queued_t = q_gross_t * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
     coming = admitted + queued
@@ -121,14 +119,17 @@ def budget_iterations(target_blocks, target_tpb: float, budget_tokens):
     return np.where(np.isfinite(it) & (np.nan_to_num(budget_tokens, nan=0.0) > 0), it, 0.0)
 
 
-def _frees_until(decode_held: np.ndarray, blocks: np.ndarray, alloc_per_it: np.ndarray,
-                 free_per_it: np.ndarray, paced: np.ndarray | float = 0.0) -> np.ndarray:
-    """Pages decoding requests free while ``blocks`` more are allocated: over ``blocks /
-    alloc_per_it`` iterations at the current rates, or ``paced`` iterations when longer (the
-    token budget admits the queue no faster), at ``free_per_it``; all of them while no rate is
-    known."""
+def fill_span(blocks: np.ndarray, alloc_per_it: np.ndarray, paced: np.ndarray | float = 0.0) -> np.ndarray:
+    """Iterations until ``blocks`` more are allocated at ``alloc_per_it`` (inf while no rate is
+    known), or ``paced`` when longer (the token budget admits the queue no faster)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        span = np.maximum(np.where(alloc_per_it > 0, blocks / alloc_per_it, np.inf), paced)
+        return np.maximum(np.where(alloc_per_it > 0, blocks / alloc_per_it, np.inf), paced)
+
+
+def _frees_over(decode_held: np.ndarray, span: np.ndarray, free_per_it: np.ndarray) -> np.ndarray:
+    """Pages decoding requests free over ``span`` iterations at ``free_per_it``, at most what they
+    hold; all of it while no rate or span is known."""
+    with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(free_per_it) & np.isfinite(span),
                         np.minimum(decode_held, np.maximum(free_per_it, 0.0) * span), decode_held)
 
@@ -158,7 +159,7 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     held-out crashes' critical lead (session 14)."""
     margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     admitted, q_all = r["admitted"][qi], r["queued_all"][qi]
-    frees = _frees_until(r["decode_held"][qi], admitted + q_all, alloc_per_it, free_per_it)
+    frees = _frees_over(r["decode_held"][qi], fill_span(admitted + q_all, alloc_per_it), free_per_it)
     coming = admitted + np.maximum(q_all - frees, 0.0)
     over = np.nan_to_num(coming - r["available"][qi], nan=-np.inf) > margin
     gate_open = np.nan_to_num(r["headroom"][qi] - admitted, nan=-np.inf) > 0

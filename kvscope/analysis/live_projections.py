@@ -100,10 +100,13 @@ def arrival_debt_bound(sa: StreamingAnalyzer, p: str) -> float:
     return sa._need[p] - sa._state[p][1] + sa._arrival_finals[(p, "sorted_p")][-1]
 
 
-def _frees_until(decode_held: float, blocks: float, alloc_it: float, free_it: float, paced: float = 0.0) -> float:
-    """:func:`kvscope.analysis.ceiling._frees_until` on one point (``paced``:
-    :func:`kvscope.analysis.ceiling.budget_iterations`)."""
-    span = max(blocks / alloc_it if alloc_it > 0 else math.inf, paced)
+def _fill_span(blocks: float, alloc_it: float, paced: float = 0.0) -> float:
+    """:func:`kvscope.analysis.ceiling.fill_span` on one point."""
+    return max(blocks / alloc_it if alloc_it > 0 else math.inf, paced)
+
+
+def _frees_over(decode_held: float, span: float, free_it: float) -> float:
+    """:func:`kvscope.analysis.ceiling._frees_over` on one point."""
     return (min(decode_held, max(free_it, 0.0) * span) if math.isfinite(free_it) and math.isfinite(span)
             else decode_held)
 
@@ -148,7 +151,7 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
         return False, True
     ct = sa._configs[_T]
     cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, q_all = _below_ceiling(sa, p, c, ct)
-    frees = _frees_until(sa._decode.get(p, 0.0), admitted + q_all, alloc_it, free_it)
+    frees = _frees_over(sa._decode.get(p, 0.0), _fill_span(admitted + q_all, alloc_it), free_it)
     coming = admitted + max(q_all - frees, 0.0)
     margin = sa.cfg.margin_blocks(cap)
     gate_open = headroom - admitted > 0
@@ -201,10 +204,10 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     if q_gross > 0:  # what frees meanwhile only offsets the queue
         budget = sa._budget
         paced = (max(need_t, 0.0) + q_gross_t) * ct["tokens_per_block"] / budget if budget > 0 else 0.0
-        span = max(max(headroom, 0.0) / alloc_it if alloc_it > 0 else math.inf, paced)
+        span = _fill_span(max(headroom, 0.0), alloc_it, paced)
         back = min(_free_window(span, sa.cfg), len(freed) - 1)
         free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
-        queued = max(q_gross - _frees_until(sa._decode.get(p, 0.0), max(headroom, 0.0), alloc_it, free_it, paced), 0.0)
+        queued = max(q_gross - _frees_over(sa._decode.get(p, 0.0), span, free_it), 0.0)
     else:
         queued = 0.0
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
