@@ -10,17 +10,35 @@ form is in :mod:`kvscope.analysis.live_projections`, and both word a finding wit
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from kvscope.analysis.config import DetectorConfig
 
 
+class ResumeRisk(NamedTuple):
+    """:func:`resume_at_risk` per iteration end."""
+
+    at_risk: np.ndarray
+    past: np.ndarray
+    """Blocks the admitted and queued requests take the pool past its ceiling."""
+    by_pass: np.ndarray
+    past_pass: np.ndarray
+    """Blocks one pass like the largest recent one takes it past."""
+    freed: np.ndarray
+    """Blocks counted as freed while the queue comes in (NaN where no queue is there to offset)."""
+    span: np.ndarray
+    """The iterations they are counted over (NaN likewise; inf: every block decoding requests
+    hold, no rate being known)."""
+
+
 def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.ndarray, freed: np.ndarray,
-                   cfg: DetectorConfig, burst: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(at risk, blocks past the ceiling, at risk from one pass, blocks one pass takes it past) per
-    iteration end from the :func:`~kvscope.analysis.projections.resume_ceiling` pieces ``r`` (at
-    query indices ``qi``): a new mirror's first resume will be refused.
+                   cfg: DetectorConfig, burst: np.ndarray | None = None) -> ResumeRisk:
+    """At risk, blocks past the ceiling, at risk from one pass, blocks one pass takes it past, and
+    what the projection counted as freed over what span (:class:`ResumeRisk`) per iteration end
+    from the :func:`~kvscope.analysis.projections.resume_ceiling` pieces ``r`` (at query indices
+    ``qi``): a new mirror's first resume will be refused.
 
     Until the pool reaches its ceiling (``headroom / alloc_per_it`` iterations at the current
     allocation rate, or longer: the target's token budget, ``budget_tokens`` per iteration, lets
@@ -78,10 +96,12 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
         np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
     target_ok = (room_t >= 1) & gate
     risk = (past > margin) & victim & target_ok
+    offset = q_gross > 0  # what frees meanwhile only offsets the queue
+    counted, over = np.where(offset, frees, np.nan), np.where(offset, span, np.nan)
     if burst is None:
-        return risk, past, np.zeros(len(qi), dtype=bool), np.full(len(qi), -np.inf)
+        return ResumeRisk(risk, past, np.zeros(len(qi), dtype=bool), np.full(len(qi), -np.inf), counted, over)
     past_pass = np.nan_to_num(admitted + burst - head, nan=-np.inf)
-    return risk, past, (past_pass > margin) & (waiting >= 2) & target_ok, past_pass
+    return ResumeRisk(risk, past, (past_pass > margin) & (waiting >= 2) & target_ok, past_pass, counted, over)
 
 
 def debt_cover(margin: float, freed: float) -> float:

@@ -196,8 +196,9 @@ def exhaustion_arrays(
         burst = rolling_max(f["new_by_run"], cfg.burst_window_iterations)
         by_pass = np.zeros(len(ends), dtype=bool)
         past_pass = np.full(len(ends), -np.inf)
+        ceiling_freed = ceiling_span = np.full(len(ends), np.nan)
         if "resume" in f:
-            resume, past_ceiling, by_pass, past_pass = resume_at_risk(
+            resume, past_ceiling, by_pass, past_pass, ceiling_freed, ceiling_span = resume_at_risk(
                 f["resume"], qi, cap, alloc_it, cs_alloc - used, cfg, burst)
             resume &= ~certain & ~guarded
             by_pass &= ~certain & ~guarded & ~resume
@@ -248,6 +249,7 @@ def exhaustion_arrays(
             "projected_queue_now_debt_blocks": f["projected_queue_now"][qi],
             "arrival_debt_blocks": f["arrival_median"][qi], "arrival_max_debt_blocks": f["arrival_max"][qi],
             "resume_ceiling": resume, "past_ceiling_blocks": past_ceiling,
+            "ceiling_freed_blocks": ceiling_freed, "ceiling_span_iterations": ceiling_span,
             "pass_blocks": burst, "pass_past_ceiling_blocks": past_pass, "pass_closing_iterations": closing_it,
             "freed_blocks": window_freed(debt, f, w),
             "guarded": guarded,
@@ -270,7 +272,9 @@ def exhaustion_frame(
     resume_at_risk`); 'pass': at risk, one scheduler pass like the largest recent one would take
     the pool past its resume ceiling (``pass_blocks``, ``pass_past_ceiling_blocks``), critical
     when its net growth less that window's largest pass reaches the ceiling within
-    ``rate_window_iterations`` as well (``pass_closing_iterations``, inf otherwise); 'trend':
+    ``rate_window_iterations`` as well (``pass_closing_iterations``, inf otherwise; the resume
+    projection counted ``ceiling_freed_blocks`` freed over ``ceiling_span_iterations``, NaN where
+    no queue was there to offset); 'trend':
     projection of the net usage growth; '' no exhaustion in sight), headroom_blocks (available
     minus what admitted requests still need), target_headroom_blocks (the target's, in this pool's
     blocks), is_binding (this pool would run out before the target pushes back: its headroom is
@@ -444,7 +448,8 @@ def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.nda
         arrival_typical=float(g["arrival_debt_blocks"][i]), min_debt=cfg.min_debt_blocks,
         past=float(g["pass_past_ceiling_blocks"][i] if b == 6 else g["past_ceiling_blocks"][i]),
         ceiling=ceiling, pass_blocks=float(g["pass_blocks"][i]), burst_window=cfg.burst_window_iterations,
-        closing_iterations=float(g["pass_closing_iterations"][i]) if b == 6 else np.inf)
+        closing_iterations=float(g["pass_closing_iterations"][i]) if b == 6 else np.inf,
+        freed=float(g["ceiling_freed_blocks"][i]), span=float(g["ceiling_span_iterations"][i]))
 
 
 def rolling_max(values: np.ndarray, window: int) -> np.ndarray:

@@ -169,7 +169,8 @@ class LiveFindings:
                         self.cfg.risk_margin_fraction)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
-                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0, closing=math.inf) -> None:
+                  arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0, closing=math.inf,
+                  freed=math.nan, span=math.nan) -> None:
         cover = debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
         certain = basis == "debt" and d > cover
         closes = math.isfinite(closing)
@@ -206,7 +207,7 @@ class LiveFindings:
         what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
                          admits=admits, arrival_max=arr_max, arrival_typical=arr_med, min_debt=self.cfg.min_debt_blocks,
                          past=past, ceiling=ceiling, pass_blocks=pass_blocks, burst_window=self.cfg.burst_window_iterations,
-                         closing_iterations=closing)
+                         closing_iterations=closing, freed=freed, span=span)
         if cont:
             ep.last_it = it
             ep.names = order

@@ -176,18 +176,19 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
 
 
 def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, freed: Sequence[float], burst: float
-                ) -> tuple[bool, float, float, bool, float]:
+                ) -> tuple[bool, float, float, bool, float, float, float]:
     """(at risk, blocks past the ceiling, room below it, at risk from one pass, blocks one pass
-    takes it past) of ``p`` against its resume ceiling: the running-state form of
+    takes it past, blocks counted as freed while the queue comes in, over how many iterations) of
+    ``p`` against its resume ceiling: the running-state form of
     :func:`kvscope.analysis.projections.resume_ceiling` and
     :func:`kvscope.analysis.ceiling.resume_at_risk` (same formulas; ``alloc_it`` the trailing blocks
     allocated per iteration, NaN before a window exists; ``freed`` the blocks freed up to each of
     the trailing iteration ends, this one last; ``burst`` the most pages new mirrors took in one
-    recent iteration); (False, -inf, nan, False, -inf) when the build admits the mirror, is
-    unknown, or the pool is paired."""
+    recent iteration); (False, -inf, nan, False, -inf, nan, nan) when the build admits the mirror,
+    is unknown, or the pool is paired."""
     c = sa._configs.get(p)
     if not _ready(sa, p) or c is None or c["paired"] or int(c.get("admits_mirror", -1)) != 0:
-        return False, -math.inf, math.nan, False, -math.inf
+        return False, -math.inf, math.nan, False, -math.inf, math.nan, math.nan
     ct = sa._configs[_T]
     cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, num_waiting, fits, q_all = _below_ceiling(
         sa, p, c, ct)
@@ -207,9 +208,10 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
         span = _fill_span(max(headroom, 0.0), alloc_it, paced)
         back = min(_free_window(span, sa.cfg), len(freed) - 1)
         free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
-        queued = max(q_gross - _frees_over(sa._decode.get(p, 0.0), span, free_it), 0.0)
+        counted = _frees_over(sa._decode.get(p, 0.0), span, free_it)
+        queued = max(q_gross - counted, 0.0)
     else:
-        queued = 0.0
+        queued, counted, span = 0.0, math.nan, math.nan
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
     coming_t = min(max(need_t, 0.0), avail_t) + queued_t
@@ -224,11 +226,11 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     risk = past > margin and victim and target_ok
     past_pass = admitted + burst - headroom
     by_pass = past_pass > margin and num_waiting >= 2 and target_ok and not risk
-    return not certain and risk, past, headroom, not certain and by_pass, past_pass
+    return not certain and risk, past, headroom, not certain and by_pass, past_pass, counted, span
 
 
 def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float,
-                 freed: Sequence[float]) -> tuple[bool, float, float, bool, float, bool, bool]:
+                 freed: Sequence[float]) -> tuple[bool, float, float, bool, float, float, float, bool, bool]:
     """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
     build meets it: a refused resume, or the mirror's admission gate)."""
     return (*resume_risk(sa, p, certain, alloc_it, freed, burst), *gate_risk(sa, p, certain, alloc_it, free_it))

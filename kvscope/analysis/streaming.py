@@ -578,7 +578,7 @@ class StreamingAnalyzer(LiveFindings):
                 freed = self._freed_window[p] = deque(
                     maxlen=max(self.cfg.free_window_iterations, self.cfg.rate_window_iterations) + 1)
             freed.append(self._cum_alloc[p] - (cap - avail))
-            resume, past, ceiling_room, by_pass, past_pass, gate, gate_open = ceiling_risk(
+            resume, past, ceiling_room, by_pass, past_pass, ceiling_freed, ceiling_span, gate, gate_open = ceiling_risk(
                 self, p, certain or self._guarded, alloc_it, free_it, burst, freed)
             # The pass hazard turns critical where the net growth, less the window's largest pass,
             # reaches the ceiling within the rate window anyway (the batch rule, exhaustion_arrays,
@@ -633,7 +633,7 @@ class StreamingAnalyzer(LiveFindings):
                 if certain or risk:
                     self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
                                    rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
-                                   burst, closing)
+                                   burst, closing, ceiling_freed, ceiling_span)
         # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
         # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
         for ep in self._tte.values():

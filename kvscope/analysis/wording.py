@@ -22,11 +22,16 @@ def debt_text(debt: float, cover: float, window: int) -> str:
             f"{window} iterations: close")
 
 
-def resume_text(past_blocks: float, ceiling: float) -> str:
-    """The ``resume`` basis (a new mirror's first resume refused past the ceiling) in words."""
+def resume_text(past_blocks: float, ceiling: float, freed: float = math.nan, span: float = math.nan) -> str:
+    """The ``resume`` basis (a new mirror's first resume refused past the ceiling) in words, with
+    what the projection counted as freed while the queue comes in (``freed`` blocks over ``span``
+    iterations; NaN: no queue to offset; an infinite span: every block decoding requests hold)."""
+    counted = ("" if math.isnan(freed) else
+               f", counting {freed:.0f} blocks freed over the {span:.0f} iterations the queue takes to come in,"
+               if math.isfinite(span) else f", counting every block decoding requests hold ({freed:.0f}) as freed,")
     return (f"a new mirror's first resume will be refused: admitted and queued requests take it "
-            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity) while the target can "
-            f"still admit another request, whose mirror this build creates suspended")
+            f"{past_blocks:.0f} blocks past the resume ceiling ({ceiling:.0%} of capacity){counted} while the "
+            f"target can still admit another request, whose mirror this build creates suspended")
 
 
 def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: int,
@@ -45,10 +50,12 @@ def pass_text(past_blocks: float, ceiling: float, pass_blocks: float, window: in
 
 def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projected: float, admits: bool,
               arrival_max: float, arrival_typical: float, min_debt: float, past: float, ceiling: float,
-              pass_blocks: float, burst_window: int, closing_iterations: float = math.inf) -> str:
+              pass_blocks: float, burst_window: int, closing_iterations: float = math.inf,
+              freed: float = math.nan, span: float = math.nan) -> str:
     """What a time-to-exhaustion basis says at one evaluation point, in words (the batch and
     streaming analyzers share it, so their findings read the same). ``closing_iterations``: the
-    ``pass`` basis's net growth reaching the ceiling (:func:`pass_text`)."""
+    ``pass`` basis's net growth reaching the ceiling (:func:`pass_text`); ``freed`` / ``span``:
+    the ``resume`` basis's frees (:func:`resume_text`)."""
     if basis == "debt":
         return debt_text(debt, cover, rate_window)
     if basis == "queue":
@@ -59,7 +66,7 @@ def risk_text(basis: str, *, debt: float, cover: float, rate_window: int, projec
                 + (f", a typical one {arrival_typical:.0f}" if arrival_typical > min_debt else "")
                 + ", and the target has room to admit it")
     if basis == "resume":
-        return resume_text(past, ceiling)
+        return resume_text(past, ceiling, freed, span)
     if basis == "pass":
         return pass_text(past, ceiling, pass_blocks, burst_window, closing_iterations, rate_window)
     return "at the current growth"

@@ -65,6 +65,10 @@ warning and turned critical later gains, after its opening sentence, "Critical f
 P% used (<the rule that made it critical>)." (four episodes here, and the verdict and open-alarm
 copies of their summaries); checked: removing that one sentence gives the previous objects exactly,
 N is the episode's ``critical_at_iteration``, and nothing else differs.
+Patched in place for one wording addition: a resume-ceiling reading says what it counted as freed,
+", counting F blocks freed over the S iterations the queue takes to come in" after "(95% of
+capacity)" (``glm5-dsa-reuse-off`` only: F is 0 in every reading, nothing having finished yet);
+checked: removing that clause gives the previous objects exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

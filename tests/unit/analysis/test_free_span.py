@@ -74,10 +74,12 @@ def test_a_queue_the_token_budget_lets_in_slowly_meets_the_frees_of_that_time(bu
     cap = np.full(n, 20000.0)
     alloc = np.full(n, 100.0)
     freed = 20.0 * np.arange(n)
-    risk, past, _by_pass, _ = resume_at_risk(r, np.arange(n), cap, alloc, freed, DetectorConfig())
-    assert bool(risk[-1]) is at_risk
+    got = resume_at_risk(r, np.arange(n), cap, alloc, freed, DetectorConfig())
+    assert bool(got.at_risk[-1]) is at_risk
     span = max(10.0, 0.0 if math.isnan(budget) else 1700 * 64 / budget)
-    assert past[-1] == pytest.approx(1700 - 20.0 * span - 1000, abs=1e-6)
+    assert got.past[-1] == pytest.approx(1700 - 20.0 * span - 1000, abs=1e-6)
+    # what the finding says it counted
+    assert (got.freed[-1], got.span[-1]) == pytest.approx((20.0 * span, span))
 
 
 def test_a_crash_after_a_lump_of_frees_stays_critical_ten_iterations_ahead_in_both_analyzers():
@@ -96,3 +98,14 @@ def test_a_crash_after_a_lump_of_frees_stays_critical_ten_iterations_ahead_in_bo
                 if f.kind == FindingKind.TIME_TO_EXHAUSTION and f.severity == Severity.CRITICAL]
         assert crit and fatal.iteration_start - min(crit) >= 10, [f.summary for f in findings]
         assert fatal.evidence["open_alarm"]["critical_lead_iterations"] >= 10
+
+
+def test_a_resume_reading_says_what_it_counted_as_freed_and_over_what_span():
+    from kvscope.analysis.wording import resume_text
+
+    said = resume_text(418.4, 0.95, 3115.2, 44.6)
+    assert ("take it 418 blocks past the resume ceiling (95% of capacity), counting 3115 blocks freed over the "
+            "45 iterations the queue takes to come in, while the target can still admit") in said
+    # no rate known yet: every block decoding requests hold; no queue to offset: nothing to say
+    assert "counting every block decoding requests hold (900) as freed, while" in resume_text(500, 0.95, 900, np.inf)
+    assert "(95% of capacity) while the target" in resume_text(500, 0.95)

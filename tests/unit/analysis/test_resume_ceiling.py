@@ -99,7 +99,7 @@ def _at_risk(r, burst):
     cap = np.array([20000.0])  # margin: 2 % of it, 400 blocks
     nan = np.array([np.nan])
     b = None if burst is None else np.array([float(burst)])
-    risk, past, by_pass, past_pass = resume_at_risk(r, np.array([0]), cap, nan, nan, DetectorConfig(), b)
+    risk, past, by_pass, past_pass, _freed, _span = resume_at_risk(r, np.array([0]), cap, nan, nan, DetectorConfig(), b)
     return bool(risk[0]), float(past[0]), bool(by_pass[0]), float(past_pass[0])
 
 
