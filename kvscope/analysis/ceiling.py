@@ -46,12 +46,11 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     through no faster, :func:`budget_iterations`) decoding requests free pages at the rate the pool
     freed over as many trailing iterations (:func:`span_free_rate` of ``freed``, the blocks it freed
     up to each iteration end; all of them when no rate is known yet): the queue adds what that
-    leaves. Past the ceiling, by more than the
-    projection margin, with the admitted requests (a request still waiting is the victim) or with
-    the queue too (two waiting: its head is admitted before); and the target can still admit one
-    then -- allocations of both pools taken in proportion, room for a first chunk, and under its
-    own resume gate (by the margin) unless the build resumed that request's target cache before
-    checking its budget, long before.
+    leaves. Past the ceiling, by more than the projection margin, with the admitted requests (a
+    request still waiting is the victim) or with the queue too (two waiting: its head is admitted
+    before); and the target can still admit one then -- allocations of both pools taken in
+    proportion, room for a first chunk, and under its own resume gate (by the margin) unless the
+    build resumed that request's target cache before checking its budget, long before.
 
     While the admitted requests alone leave room below the ceiling, the head of the queue is
     admitted (and resumed) below it and then grows its mirror by its whole prompt, even where the
