@@ -52,6 +52,11 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     proportion, room for a first chunk, and under its own resume gate (by the margin) unless the
     build resumed that request's target cache before checking its budget, long before.
 
+    Where that leaves it past the ceiling, requests certain to finish before the queue crosses it
+    (:func:`crossing_iterations`; ``r["finishes"]``, :class:`kvscope.analysis.finishes.CertainFinishes`)
+    free their pages: the decoding ones in place of their share of the rate, the ones in prefill
+    besides (``DetectorConfig.count_certain_finishes``).
+
     While the admitted requests alone leave room below the ceiling, the head of the queue is
     admitted (and resumed) below it and then grows its mirror by its whole prompt, even where the
     target holds only its first chunks (chunked prefill): what the queue adds is then at least the
@@ -77,7 +82,41 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     q_gross_t = np.where(with_head, r["head_target"][qi], r["queued_target"][qi])
     paced = budget_iterations(r["target_need"][qi] + q_gross_t, r["target_tpb"], r["budget_tokens"][qi])
     span = fill_span(np.maximum(head, 0.0), alloc_per_it, paced)
-    frees = _frees_over(r["decode_held"][qi], span, span_free_rate(freed, span, cfg))
+    rate = span_free_rate(freed, span, cfg)
+    frees = _frees_over(r["decode_held"][qi], span, rate)
+    waiting = r["waiting"][qi]
+    risk, past, victim, target_ok = _past_ceiling(r, qi, head, admitted, q_gross, q_gross_t, frees, waiting, margin, cfg)
+    finishes = r.get("finishes") if cfg.count_certain_finishes else None
+    ask = np.flatnonzero((past > margin) & victim & (q_gross > 0))
+    if finishes is not None and len(ask):
+        # Where the rate alone leaves it past the ceiling: requests certain to finish within the
+        # span (kvscope.analysis.finishes) free their pages -- the decoding ones at least that
+        # (the rate may count more), the ones in prefill besides. They can only lower the
+        # projection, so nowhere else can they change it.
+        a = qi[ask]
+        n_gross = np.where(with_head[ask], 1.0, np.maximum(r["fits"][a] * waiting[ask] - 1.0, 0.0))
+        sure_pre, sure_dec = finishes.sure_frees(a, crossing_iterations(
+            head[ask], admitted[ask], q_gross[ask], q_gross_t[ask], n_gross, r["target_need"][a], r["target_tpb"],
+            r["budget_tokens"][a], r["max_chunk"][a], span[ask]))
+        if sure_pre.any() or sure_dec.any():
+            frees = frees.copy()
+            rest = np.maximum(r["decode_held"][qi[ask]] - sure_dec, 0.0)
+            frees[ask] = sure_pre + sure_dec + _frees_over(rest, span[ask], rate[ask])
+            risk, past, victim, target_ok = _past_ceiling(r, qi, head, admitted, q_gross, q_gross_t, frees, waiting,
+                                                          margin, cfg)
+    offset = q_gross > 0  # what frees meanwhile only offsets the queue
+    counted, over = np.where(offset, frees, np.nan), np.where(offset, span, np.nan)
+    if burst is None:
+        return ResumeRisk(risk, past, np.zeros(len(qi), dtype=bool), np.full(len(qi), -np.inf), counted, over)
+    past_pass = np.nan_to_num(admitted + burst - head, nan=-np.inf)
+    return ResumeRisk(risk, past, (past_pass > margin) & (waiting >= 2) & target_ok, past_pass, counted, over)
+
+
+def _past_ceiling(r: dict, qi: np.ndarray, head: np.ndarray, admitted: np.ndarray, q_gross: np.ndarray,
+                  q_gross_t: np.ndarray, frees: np.ndarray, waiting: np.ndarray, margin, cfg: DetectorConfig
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`resume_at_risk`'s (at risk, blocks past the ceiling, a victim waits, the target can
+    admit) with ``frees`` offsetting the queue."""
     queued = np.maximum(q_gross - frees, 0.0)
     queued_t = q_gross_t * np.where(q_gross > 0, queued / np.where(q_gross > 0, q_gross, 1.0), 0.0)
     coming = admitted + queued
@@ -89,18 +128,11 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
         util_t = np.where(cap_t > 0, (cap_t - room_t) / cap_t, np.nan)
     by_admitted = np.nan_to_num(admitted - head, nan=-np.inf)
     past = np.nan_to_num(coming - head, nan=-np.inf)
-    waiting = r["waiting"][qi]
     victim = np.where(by_admitted > margin, waiting >= 1, waiting >= 2)
     gate = np.full(len(qi), True) if r["target_resumes_early"] else (
         np.nan_to_num(util_t, nan=np.inf) <= r["target_max_util"] - cfg.risk_margin_fraction)
     target_ok = (room_t >= 1) & gate
-    risk = (past > margin) & victim & target_ok
-    offset = q_gross > 0  # what frees meanwhile only offsets the queue
-    counted, over = np.where(offset, frees, np.nan), np.where(offset, span, np.nan)
-    if burst is None:
-        return ResumeRisk(risk, past, np.zeros(len(qi), dtype=bool), np.full(len(qi), -np.inf), counted, over)
-    past_pass = np.nan_to_num(admitted + burst - head, nan=-np.inf)
-    return ResumeRisk(risk, past, (past_pass > margin) & (waiting >= 2) & target_ok, past_pass, counted, over)
+    return (past > margin) & victim & target_ok, past, victim, target_ok
 
 
 def debt_cover(margin: float, freed: float) -> float:
@@ -127,6 +159,27 @@ def span_free_rate(freed: np.ndarray, span: np.ndarray, cfg: DetectorConfig) -> 
     back = np.maximum(idx - free_window(span, cfg), 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(idx > back, (freed - freed[back]) / (idx - back), np.nan)
+
+
+def crossing_iterations(head, admitted, q_gross, q_gross_t, n_gross, target_need, target_tpb: float, budget_tokens,
+                        max_chunk, span):
+    """Iterations until the queue's intake takes the pool past its ceiling, at the token budget's
+    pace (:func:`budget_iterations`); at most ``span``. What admitted requests still need in the
+    target goes first, then the share of the queue (``q_gross`` blocks here, ``q_gross_t`` in the
+    target, ``n_gross`` requests) that fills the room the admitted requests leave below the
+    ceiling. A queued request's unpaired mirror takes its whole prompt when it is admitted, and the
+    next one waits for the budget its prefill takes: its prompt not reused, or one chunk where
+    the build caps chunks below the budget (``max_chunk``, the largest seen; chunks at snapshot
+    points let several prefills run side by side). Frees count against the crossing only when
+    they come before it (hybrid Qwen, seed 0: prefills finishing at iteration 56 do not offset
+    mirrors admitted at 40, when those prefills gave the budget up). Works on arrays and on
+    floats."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip(np.where(q_gross > 0, (head - admitted) / q_gross, 0.0), 0.0, 1.0)
+        side_by_side = np.nan_to_num(max_chunk, nan=np.inf) * 2 <= np.nan_to_num(budget_tokens, nan=0.0)
+        chunks = np.where(side_by_side, np.ceil(share * n_gross) * max_chunk / target_tpb, np.inf)
+    return np.minimum(budget_iterations(target_need + np.minimum(share * q_gross_t, chunks), target_tpb,
+                                        budget_tokens), span)
 
 
 def budget_iterations(target_blocks, target_tpb: float, budget_tokens):

@@ -51,6 +51,13 @@ class DetectorConfig:
     were critical. A fixed longer window extrapolates a lump the span will not see: a glm5-dsa
     reuse-off crash, whose few long requests did not finish, was warned 4 iterations ahead instead
     of 20 (session 14, README: analyzer scoreboard)."""
+    count_certain_finishes: bool = True
+    """Where the rate alone leaves the resume-ceiling rule at risk, it also counts the pages of
+    requests certain to finish before the queue crosses the ceiling: their prompt in at their
+    last chunk's pace, then at most ``max_new_tokens`` decode steps
+    (:mod:`kvscope.analysis.finishes`, :func:`kvscope.analysis.ceiling.crossing_iterations`).
+    Sound where the engine honours ``max_new_tokens``; off, the rule reads the rate alone (as
+    before session 15), which made two healthy 1.8x-paced synthetic Mooncake runs critical."""
     arrival_min_samples: int = 4
     """The "one more request like the recent ones" projection is critical only when its median
     rests on at least this many recent admissions (fewer: a warning at most)."""

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns, count_below
+from kvscope.analysis.finishes import CertainFinishes
 from kvscope.analysis.frame import (
     END_KINDS,
     KV_POOLS,
@@ -306,7 +307,7 @@ def compute_debt(
         pos_rem = rem > 0
         owing_p = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
         track = {"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
-                 "final_blocks": final, "remaining_blocks": rem, "is_counted": counted}
+                 "final_blocks": final, "remaining_blocks": rem, "is_counted": counted, "is_done": done}
         sp = _last_state(ev, pc)[q_pos]  # the pool's last state at or before each query
         ok = sp >= 0
         sp = np.maximum(sp, 0)
@@ -396,10 +397,13 @@ def compute_debt(
                 and int(cf["admits_mirror"]) in (0, 1)):
             ct = configs.loc[PoolRole.TARGET.value]
             key = "resume" if int(cf["admits_mirror"]) == 0 else "gate"
+            budget = token_budget(ev, q_pos)
             f[key] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr, head_t), "waiting": queued_count(ev, q_below, nq),
-                           "budget_tokens": token_budget(ev, q_pos), "target_tpb": float(tgt["tpb"]),
-                           "target_max_util": float(ct["max_util_for_resume"]),
-                           "target_resumes_early": int(ct["resumes_before_budget"]) == 1}
+                      "budget_tokens": budget, "target_tpb": float(tgt["tpb"]),
+                      "max_chunk": largest_chunk(ev, q_pos),
+                      "target_max_util": float(ct["max_util_for_resume"]),
+                      "target_resumes_early": int(ct["resumes_before_budget"]) == 1,
+                      "finishes": CertainFinishes(ev, tracks[pools.index(role)], q_pos)}
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
 
@@ -413,6 +417,17 @@ def token_budget(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
         return np.full(len(q_pos), np.nan)
     most = np.maximum.accumulate(ev.num_tokens[ip].astype(np.float64))
     at = np.searchsorted(ip, q_pos, side="right") - 1
+    return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
+
+
+def largest_chunk(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
+    """Per query position: the largest context chunk one request was scheduled so far (a build
+    that ends chunks at snapshot points caps it below the budget); NaN before the first."""
+    cp = ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED)
+    if len(cp) == 0:
+        return np.full(len(q_pos), np.nan)
+    most = np.maximum.accumulate(ev.num_tokens[cp].astype(np.float64))
+    at = np.searchsorted(cp, q_pos, side="right") - 1
     return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
 
 

@@ -68,6 +68,14 @@ class _Req:
     stall_prev: tuple | None = None
     """``stall`` before its first change in iteration ``stall_it``: its value at the last iteration
     end while that iteration is open."""
+    max_new: int = 0
+    """Output token budget (REQUEST_ARRIVED ``num_blocks``)."""
+    chunk_end: float = 0.0
+    """Where its last context chunk ended (tokens; 0 before one)."""
+    chunk: float = 0.0
+    """Its last context chunk's size (tokens)."""
+    chunk_it: int = -1
+    """The iteration of its last context chunk."""
 
 
 @dataclass(slots=True)

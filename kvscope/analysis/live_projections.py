@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kvscope.analysis.ceiling import crossing_iterations
 from kvscope.events import PoolRole, blocks_needed
 
 if TYPE_CHECKING:
@@ -196,37 +197,79 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
     head_p = _final(c, float(head.prompt), 0.0) if head is not None and head.prompt > 0 else 0.0
     q_rest = max(q_all - head_p, 0.0)
     q_rest_t = fits * q_t * (q_rest / q_all if q_all > 0 else 0.0)
-    if admitted - headroom < 0 and head_p > q_rest:
+    with_head = admitted - headroom < 0 and head_p > q_rest
+    if with_head:
         # the head is admitted below the ceiling and then grows its mirror by its whole prompt
         q_gross = head_p
         q_gross_t = _final(ct, float(head.prompt), head.reused.get(_T, 0.0)) if head is not None else 0.0
     else:
         q_gross, q_gross_t = q_rest, q_rest_t
+    cfg = sa.cfg
+    margin = cfg.margin_blocks(cap)
+    victim = num_waiting >= (1 if admitted - headroom > margin else 2)
     if q_gross > 0:  # what frees meanwhile only offsets the queue
         budget = sa._budget
         paced = (max(need_t, 0.0) + q_gross_t) * ct["tokens_per_block"] / budget if budget > 0 else 0.0
         span = _fill_span(max(headroom, 0.0), alloc_it, paced)
         back = min(_free_window(span, sa.cfg), len(freed) - 1)
         free_it = (freed[-1] - freed[-1 - back]) / back if back > 0 else math.nan
-        counted = _frees_over(sa._decode.get(p, 0.0), span, free_it)
-        queued = max(q_gross - counted, 0.0)
+        decode_held = sa._decode.get(p, 0.0)
+        counted = _frees_over(decode_held, span, free_it)
     else:
-        queued, counted, span = 0.0, math.nan, math.nan
+        counted, span = math.nan, math.nan
+    risk, past, target_ok = _past_ceiling(admitted, headroom, q_gross, q_gross_t, counted, need_t, avail_t, cap_t,
+                                          margin, victim, sa)
+    if q_gross > 0 and past > margin and victim and cfg.count_certain_finishes:
+        # Requests certain to finish before the queue crosses the ceiling (ceiling.resume_at_risk).
+        n_gross = 1.0 if with_head else max(fits * num_waiting - 1.0, 0.0)
+        by = float(crossing_iterations(headroom, admitted, q_gross, q_gross_t, n_gross, max(need_t, 0.0),
+                                       ct["tokens_per_block"], sa._budget, sa._max_chunk, span))
+        sure_pre, sure_dec = sure_frees(sa, p, by)
+        if sure_pre > 0 or sure_dec > 0:
+            counted = sure_pre + sure_dec + _frees_over(max(decode_held - sure_dec, 0.0), span, free_it)
+            risk, past, target_ok = _past_ceiling(admitted, headroom, q_gross, q_gross_t, counted, need_t, avail_t,
+                                                  cap_t, margin, victim, sa)
+    past_pass = admitted + burst - headroom
+    by_pass = past_pass > margin and num_waiting >= 2 and target_ok and not risk
+    return not certain and risk, past, headroom, not certain and by_pass, past_pass, counted, span
+
+
+def _past_ceiling(admitted: float, headroom: float, q_gross: float, q_gross_t: float, counted: float, need_t: float,
+                  avail_t: float, cap_t: float, margin: float, victim: bool, sa: StreamingAnalyzer
+                  ) -> tuple[bool, float, bool]:
+    """:func:`kvscope.analysis.ceiling._past_ceiling` on one point: (at risk, blocks past the
+    ceiling, the target can admit) with ``counted`` blocks offsetting the queue (NaN: none)."""
+    queued = max(q_gross - counted, 0.0) if q_gross > 0 else 0.0
     queued_t = q_gross_t * (queued / q_gross if q_gross > 0 else 0.0)
     coming = admitted + queued
     coming_t = min(max(need_t, 0.0), avail_t) + queued_t
     share = min(max(headroom / (coming if coming > 0 else 1.0), 0.0), 1.0)
     room_t = avail_t - share * coming_t
     util_t = (cap_t - room_t) / cap_t if cap_t > 0 else math.nan
-    cfg = sa.cfg
-    margin = cfg.margin_blocks(cap)
     past = coming - headroom
-    victim = num_waiting >= (1 if admitted - headroom > margin else 2)
     target_ok = room_t >= 1 and _target_gate(sa, util_t)
-    risk = past > margin and victim and target_ok
-    past_pass = admitted + burst - headroom
-    by_pass = past_pass > margin and num_waiting >= 2 and target_ok and not risk
-    return not certain and risk, past, headroom, not certain and by_pass, past_pass, counted, span
+    return past > margin and victim and target_ok, past, target_ok
+
+
+def sure_frees(sa: StreamingAnalyzer, p: str, horizon: float) -> tuple[float, float]:
+    """(prefill, decoding): pages of ``p`` that requests certain to finish within ``horizon``
+    iterations free -- :meth:`kvscope.analysis.finishes.CertainFinishes.sure_frees` on the running
+    state (same definitions; a test compares them)."""
+    stride = max(sa._stride, 1) if math.isfinite(sa._stride) else 1
+    now = sa._iteration
+    pre = dec = 0.0
+    for req in sa._reqs.values():
+        if not req.counted or req.prompt < 0 or req.max_new <= 0:
+            continue
+        pages = req.held.get(p, 0) + req.rem.get(p, 0)
+        if req.context_done:
+            if req.chunk_it >= 0 and req.chunk_it + stride * req.max_new <= now + horizon:
+                dec += pages
+        elif req.chunk > 0:
+            steps = math.ceil(max(req.prompt - req.chunk_end, 0.0) / req.chunk) + req.max_new
+            if stride * steps <= horizon:
+                pre += pages
+    return pre, dec
 
 
 def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float,

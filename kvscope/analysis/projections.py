@@ -125,7 +125,7 @@ def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.
       ``queued_target`` the same requests in the target's blocks;
     - ``head`` / ``head_target``: what the head of the queue needs here / in the target; with
       ``queued_all`` the share of the queue the target has room and request slots for, head
-      included;
+      included, and ``fits`` that share;
     - ``available``: the pool's free and evictable blocks;
     - ``decode_held``: pages of decoding requests (freed when they finish);
     - ``target_available``, ``target_need``, ``target_capacity``: the target's state (its blocks).
@@ -141,5 +141,6 @@ def resume_ceiling(f: dict, tgt: dict, cp: pd.Series, ct: pd.Series, head_f: np.
             "admitted": np.maximum(f["need"] - f["shortfall"], 0.0), "queued": queued,
             "queued_target": fits * q_t * np.where(q_all > 0, queued / np.where(q_all > 0, q_all, 1.0), 0.0),
             "head": head_f, "head_target": head_f * 0.0 if head_t is None else head_t, "queued_all": q_all,
+            "fits": fits,
             "available": f["available"], "decode_held": f["decode_held"], "target_available": avail_t,
             "target_need": np.maximum(tgt["need"], 0.0), "target_capacity": tgt["capacity"]}

@@ -113,6 +113,8 @@ class StreamingAnalyzer(LiveFindings):
         self._window: dict[str, deque] = {}
         self._freed_window: dict[str, deque] = {}  # blocks freed up to each iteration end, free_window_iterations
         self._budget = math.nan  # most tokens one iteration scheduled (ceiling.budget_iterations)
+        self._stride = math.inf  # fewest iterations between two chunks of one request (finishes.py)
+        self._max_chunk = math.nan  # largest context chunk (debt.largest_chunk)
         self._gap: dict[str, _Episode | None] = {}
         self._tte: dict[str, _Episode | None] = {}
         self._arrivals_now: list[tuple[int, int]] = []  # (request, iteration) arrived this iteration
@@ -335,7 +337,7 @@ class StreamingAnalyzer(LiveFindings):
             req = self._reqs[rid] = _Req(rid, seq=self._seq)
         scope: str | tuple | None = None  # pools whose inputs this event changes (None: every pool)
         if kind == _ARRIVED:
-            req.prompt, req.arrival_s, req.arrival_it = nt, t, it
+            req.prompt, req.arrival_s, req.arrival_it, req.max_new = nt, t, it, nb
             self._arrivals_now.append((rid, it))
             self._never_fitting(rid, req, t)
             self._enqueue(req)
@@ -353,6 +355,11 @@ class StreamingAnalyzer(LiveFindings):
         elif kind == _CHUNK:
             if req.prompt >= 0 and nb + nt >= req.prompt:  # position before + chunk reaches the end
                 req.context_done = True
+            if req.chunk_it >= 0 and it - req.chunk_it < self._stride:
+                self._stride = it - req.chunk_it  # see kvscope.analysis.finishes.chunk_stride
+            if not nt <= self._max_chunk:  # NaN before the first
+                self._max_chunk = float(nt)
+            req.chunk_end, req.chunk, req.chunk_it = float(nb + nt), float(nt), it
         # The events below change one pool's inputs of the request's held and still-needed blocks
         # (scope: that pool); any other event not above changes none (scope: ()).
         elif kind in _GROWS:
