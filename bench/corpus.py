@@ -92,8 +92,10 @@ FULL: list[Run] = [
     # budget needs, frees over a window as long as the span: DetectorConfig.free_window_iterations),
     # with seed 43 and seed 67 of that session's sweeps and the glm5-dsa reuse-off crash whose few
     # long requests stopped finishing after a lump of frees (seed 15: a fixed 64-iteration window
-    # warned it 4 iterations ahead). Seeds 26 and 43 (1.8x slower arrivals on 1.3.0rc25) keep their
-    # critical: the two are one moment of the trace (iteration ~14,050).
+    # warned it 4 iterations ahead). Seeds 26 and 43 (1.8x slower arrivals on 1.3.0rc25) kept their
+    # critical: the two are one moment of the trace (iteration ~14,050), a long prompt with a short
+    # answer whose mirror frees before the queue crosses the ceiling. Read against in session 15
+    # (DetectorConfig.count_certain_finishes).
     *_variants("trace:synthetic_trace.jsonl", (26, 43), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic",
                tuned=True),
     *_variants("trace:synthetic_trace.jsonl", (27,), (("max_requests=3500", "engine_version=1.3.0rc27"),),
@@ -108,6 +110,12 @@ FULL: list[Run] = [
                prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (89,), (("arrival_time_scale=1.4", "engine_version=1.3.0rc27"),),
                prefix="mooncake-synthetic"),
+    # Held out of the certain finishes (session 15's sweep, scored after the choice): the same trace
+    # moment at 1.8x on two more seeds (critical before it, none after), a crash at 1.6x (critical 8
+    # iterations ahead before and after), and a glm5-dsa crash.
+    *_variants("trace:synthetic_trace.jsonl", (100, 101), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic"),
+    *_variants("trace:synthetic_trace.jsonl", (104,), (("arrival_time_scale=1.6",),), prefix="mooncake-synthetic"),
+    *_variants("glm5-dsa", (112,), ((),)),
     # Held out (session 14's last sweep), crashes no rule warns: 1.3.0rc27 with reuse off, both pools
     # at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
     # suspended generating request whose target cache resumed at the ceiling, its mirror refused);
