@@ -89,9 +89,9 @@ def resume_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: np.nd
     finishes = r.get("finishes") if cfg.count_certain_finishes else None
     ask = np.flatnonzero((past > margin) & victim & (q_gross > 0))
     if finishes is not None and len(ask):
-        # Where the rate alone leaves it past the ceiling: requests certain to finish within the
-        # span (kvscope.analysis.finishes) free their pages -- the decoding ones at least that
-        # (the rate may count more), the ones in prefill besides. They can only lower the
+        # Where the rate alone leaves it past the ceiling: requests certain to finish before the
+        # queue crosses it (kvscope.analysis.finishes) free their pages -- the decoding ones in
+        # place of their share of the rate, the ones in prefill besides. They can only lower the
         # projection, so nowhere else can they change it.
         a = qi[ask]
         n_gross = np.where(with_head[ask], 1.0, np.maximum(r["fits"][a] * waiting[ask] - 1.0, 0.0))
