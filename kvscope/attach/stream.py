@@ -85,8 +85,10 @@ class StreamFeed:
             self._held.extend(rows)
             rows = next(self._backlog, [])
             self.caught_up += len(rows)
-            if not rows:
-                rows, self._held, self._backlog = self._held, [], None
+            if not rows or self.caught_up >= self.missed:
+                # The last chunk ends the catch-up in the same poll: the status says so at once (not
+                # a poll later, which a quiet engine may never prompt) and the held rows follow it.
+                rows, self._held, self._backlog = rows + self._held, [], None
         return rows
 
     def _start_catch_up(self, h, chunk: int) -> None:

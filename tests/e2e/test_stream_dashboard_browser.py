@@ -157,7 +157,7 @@ def test_a_dashboard_opened_on_a_running_engine_shows_the_remediation_mode_in_fo
                     expect(findings).not_to_contain_text("no findings yet")
                 else:
                     expect(status).to_contain_text(re.compile(r"and the [\d,]+ published before it subscribed, "
-                                                              r"read from the engine's event file"))
+                                                              r"read from the engine's event file"), timeout=30_000)
                     # glm5-dsa dies of its draft pool: the findings, read from the run's start, say so
                     expect(status).to_have_class(re.compile(r"kvscope-state-engine-fatal"), timeout=180_000)
                     expect(findings.locator("tr.kvscope-finding", has_text="critical").first).to_be_attached(
