@@ -82,8 +82,8 @@ class DebtResult:
 
     Attributes:
         track_arrays: per pool, the (request, position) updates as arrays: pos, request_id,
-            held_blocks, final_blocks, remaining_blocks (float), is_counted, and the ``pool`` role
-            (``track`` builds the frame).
+            held_blocks, final_blocks, remaining_blocks (float), is_counted, is_done (prefill
+            done), and the ``pool`` role (``track`` builds the frame).
         full: pool role -> dict of arrays at the evaluation points ``pos`` (:func:`eval_points`
             plus ENGINE_FAILED events): need, decode_held, available, capacity (NaN before the
             pool is first observed), queued, shortfall, debt, projected (debt with the queue

@@ -17,7 +17,7 @@ iterations, the fewest seen between two chunks of one request (pipeline parallel
 request once per micro-batch round). A request whose bound fits the horizon frees
 ``max(held, final)`` pages of the pool. Exact where the engine generates ``max_new_tokens``; a real
 engine stopping early only frees sooner. Not bounded: a request without a REQUEST_ARRIVED event
-(no ``max_new_tokens``), or in prefill with no chunk yet.
+(no ``max_new_tokens``), in prefill with no chunk yet, or suspended in the target or the pool.
 
 The streaming analyzer's :func:`kvscope.analysis.live_projections.sure_frees` is the same on its
 running state (a test compares them).
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvscope.analysis.columns import EventColumns
-from kvscope.analysis.frame import group_pick, request_ids, request_index
-from kvscope.events import EventKind
+from kvscope.analysis.frame import P, group_pick, request_ids, request_index
+from kvscope.events import KIND_CODES, EventKind, PoolRole
 
 
 def chunk_stride(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
@@ -89,7 +89,16 @@ class CertainFinishes:
         pages = np.maximum(t["held_blocks"], t["final_blocks"])
         pre = counted & ~done
         dec = counted & done
-        self._prep = (prompt, max_new, has_arr, c_key, c_end, c_it, c_size, pos, nxt, g, pages, pre, dec, n)
+        # A request suspended in the target or this pool makes no progress (the latest of its
+        # SUSPENDED / RESUMED events there says which).
+        susp = []
+        for role in {PoolRole.TARGET.value, t["pool"]}:
+            sp = ev.request_positions(EventKind.SUSPENDED, EventKind.RESUMED)
+            sp = sp[ev.pool[sp] == P[PoolRole(role)]]
+            key = request_index(ev, ev.request_id[sp]).astype(np.int64) * (n + 1) + sp
+            o = np.argsort(key, kind="stable")
+            susp.append((key[o], (ev.kind[sp] == KIND_CODES[EventKind.SUSPENDED])[o]))
+        self._prep = (prompt, max_new, has_arr, c_key, c_end, c_it, c_size, pos, nxt, g, pages, pre, dec, n, susp)
         return self._prep
 
     def sure_frees(self, qi: np.ndarray, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +108,7 @@ class CertainFinishes:
         pre_out, dec_out = np.zeros(len(qi)), np.zeros(len(qi))
         if len(qi) == 0:
             return pre_out, dec_out
-        prompt, max_new, has_arr, c_key, c_end, c_it, c_size, pos, nxt, g, pages, pre, dec, n = (
+        prompt, max_new, has_arr, c_key, c_end, c_it, c_size, pos, nxt, g, pages, pre, dec, n, susp = (
             self._prep or self._prepare())
         q = self._q_pos[qi]
         q_it = self._ev.iteration[q].astype(np.float64)
@@ -117,6 +126,12 @@ class CertainFinishes:
         mine = (at >= 0) & (c_key[np.maximum(at, 0)] // (n + 1) == gr)
         progress = np.where(mine, c_end[np.maximum(at, 0)], 0.0)
         known = has_arr[gr] & (max_new[gr] > 0)
+        for s_key, s_on in susp:
+            if len(s_key):
+                sat = np.searchsorted(s_key, gr * (n + 1) + q[k], side="right") - 1
+                ok = sat >= 0
+                sat = np.maximum(sat, 0)
+                known &= ~(ok & (s_key[sat] // (n + 1) == gr) & s_on[sat])
         # Decoding: the chunk that ended the prefill is the request's last; then max_new steps.
         is_dec = dec[row]
         done_it = np.where(mine, c_it[np.maximum(at, 0)], np.inf)

@@ -259,7 +259,7 @@ def sure_frees(sa: StreamingAnalyzer, p: str, horizon: float) -> tuple[float, fl
     now = sa._iteration
     pre = dec = 0.0
     for req in sa._reqs.values():
-        if not req.counted or req.prompt < 0 or req.max_new <= 0:
+        if not req.counted or req.prompt < 0 or req.max_new <= 0 or req.susp.get(p) or req.susp.get(_T):
             continue
         pages = req.held.get(p, 0) + req.rem.get(p, 0)
         if req.context_done:

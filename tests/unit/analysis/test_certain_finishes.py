@@ -4,8 +4,11 @@ resume-ceiling rule counts where the trailing free rate alone leaves it past the
 Fixtures (``data/``): ``qwen-hybrid-mtp-rc27`` (``kvscope replay --scenario qwen-hybrid-mtp --set
 seed=0 --events ...``, 1.3.0rc27: twelve 80k-token prompts with 16 output tokens, chunks ending at
 2,048-token snapshot points, four prefills side by side; "Failed to resume draft KV cache for
-request 10" at iteration 42) and ``glm5-dsa-seed1`` (glm5-dsa, 1.3.0rc25, chunked prefill under the
-whole token budget).
+request 10" at iteration 42), ``glm5-dsa-seed1`` (glm5-dsa, 1.3.0rc25, chunked prefill under the
+whole token budget) and ``claude-code-rc27-reuse-off`` (the Claude Code traces, ``--set
+enable_block_reuse=false --set engine_version=1.3.0rc27 --set seed=30``: generating requests
+suspended in both pools while they sit at their ceilings; "Failed to resume draft KV cache for
+request 335" at iteration 6,413).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from kvscope.recording import read_frame
 from kvscope.recording.reader import frame_to_rows
 
 DATA = Path(__file__).parent / "data"
-FIXTURES = ["qwen-hybrid-mtp-rc27", "glm5-dsa-seed1"]
+FIXTURES = ["qwen-hybrid-mtp-rc27", "glm5-dsa-seed1", "claude-code-rc27-reuse-off"]
 HYBRID = DATA / "qwen-hybrid-mtp-rc27.parquet"
 HORIZONS = (0.0, 5.0, 20.0, 60.0, 200.0, math.inf)
 
@@ -125,3 +128,36 @@ def test_switched_off_the_rule_reads_the_rate_alone():
     over_span, _ = fin.sure_frees(qi[at : at + 1], np.array([80.0]))
     to_crossing, _ = fin.sure_frees(qi[at : at + 1], np.array([40.0 - 5]))
     assert over_span[0] > 0 and to_crossing[0] == 0
+
+
+def test_with_no_horizon_every_admitted_request_with_a_bound_counts_but_a_suspended_one():
+    """At an unbounded horizon the certain pages are those of every admitted request with an
+    output budget and a chunk scheduled, except the ones suspended in the target or the draft
+    pool (a suspended request makes no progress) -- derived here from the events and the debt's
+    per-request track, at the iterations where some admitted request is suspended."""
+    path = DATA / "claude-code-rc27-reuse-off.parquet"
+    frame = read_frame(path)
+    ev, qi, its, fin = _batch(path)
+    debt = compute_debt(ev)
+    track = debt.track
+    track = track[track["pool"] == "draft"]
+    kind = frame["kind"].astype(str).to_numpy()
+    arrived = frame[kind == "request_arrived"].drop_duplicates("request_id").set_index("request_id")["num_blocks"]
+    ends = ev.iteration_ends()
+    checked = 0
+    for j in np.flatnonzero(np.isin(its, [897, 898, 2908, 2909])):
+        q = int(ends[j])
+        upto = frame.iloc[: q + 1]
+        k = kind[: q + 1]
+        rows = track[track["pos"] <= q].groupby("request_id").last()
+        rows = rows[rows["is_counted"]]
+        sr = upto[np.isin(k, ["suspended", "resumed"]) & upto["pool"].astype(str).isin(["target", "draft"]).to_numpy()]
+        last = sr.groupby(["request_id", sr["pool"].astype(str)])["kind"].last().astype(str)
+        suspended = {rid for (rid, _pool), kd in last.items() if kd == "suspended"}
+        chunked = set(upto[k == "context_chunk_scheduled"]["request_id"])
+        want = sum(max(r.held_blocks, r.final_blocks) for rid, r in rows.iterrows()
+                   if arrived.get(rid, 0) > 0 and rid in chunked and rid not in suspended)
+        pre, dec = fin.sure_frees(qi[j : j + 1], np.array([math.inf]))
+        assert pre[0] + dec[0] == want, int(its[j])
+        checked += bool(suspended & set(rows.index))
+    assert checked  # an admitted request was suspended at one of them at least
