@@ -92,9 +92,9 @@ class CertainFinishes:
         # A request suspended in the target or this pool makes no progress (the latest of its
         # SUSPENDED / RESUMED events there says which).
         susp = []
+        sr = ev.request_positions(EventKind.SUSPENDED, EventKind.RESUMED)
         for role in {PoolRole.TARGET.value, t["pool"]}:
-            sp = ev.request_positions(EventKind.SUSPENDED, EventKind.RESUMED)
-            sp = sp[ev.pool[sp] == P[PoolRole(role)]]
+            sp = sr[ev.pool[sr] == P[PoolRole(role)]]
             key = request_index(ev, ev.request_id[sp]).astype(np.int64) * (n + 1) + sp
             o = np.argsort(key, kind="stable")
             susp.append((key[o], (ev.kind[sp] == KIND_CODES[EventKind.SUSPENDED])[o]))
