@@ -412,22 +412,22 @@ def token_budget(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
     """Per query position: the most tokens one iteration scheduled so far (ITERATION_SCHEDULED's
     ``num_tokens``), the build's per-pass token budget as the engine shows it once a queue fills
     it; NaN before the first iteration."""
-    ip = ev.positions(EventKind.ITERATION_SCHEDULED)
-    if len(ip) == 0:
-        return np.full(len(q_pos), np.nan)
-    most = np.maximum.accumulate(ev.num_tokens[ip].astype(np.float64))
-    at = np.searchsorted(ip, q_pos, side="right") - 1
-    return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
+    return _most_tokens_so_far(ev, ev.positions(EventKind.ITERATION_SCHEDULED), q_pos)
 
 
 def largest_chunk(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
     """Per query position: the largest context chunk one request was scheduled so far (a build
     that ends chunks at snapshot points caps it below the budget); NaN before the first."""
-    cp = ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED)
-    if len(cp) == 0:
+    return _most_tokens_so_far(ev, ev.request_positions(EventKind.CONTEXT_CHUNK_SCHEDULED), q_pos)
+
+
+def _most_tokens_so_far(ev: EventColumns, pos: np.ndarray, q_pos: np.ndarray) -> np.ndarray:
+    """Per query position: the largest ``num_tokens`` of the events at ``pos`` (ascending) at or
+    before it; NaN before the first."""
+    if len(pos) == 0:
         return np.full(len(q_pos), np.nan)
-    most = np.maximum.accumulate(ev.num_tokens[cp].astype(np.float64))
-    at = np.searchsorted(cp, q_pos, side="right") - 1
+    most = np.maximum.accumulate(ev.num_tokens[pos].astype(np.float64))
+    at = np.searchsorted(pos, q_pos, side="right") - 1
     return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
 
 
