@@ -116,6 +116,17 @@ FULL: list[Run] = [
     *_variants("trace:synthetic_trace.jsonl", (100, 101), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (104,), (("arrival_time_scale=1.6",),), prefix="mooncake-synthetic"),
     *_variants("glm5-dsa", (112,), ((),)),
+    # Held out (session 16's sweep, 17 replays, the same findings on HEAD and before session 15):
+    # the synthetic trace at 1.2x on 1.3.0rc27, a crash from one pass critical only 2 iterations
+    # ahead; the Claude Code traces with reuse off dying on 1.3.0rc25 and healthy on main-00746ef;
+    # 1.3.0rc27 reuse-off runs that stay healthy (glm5-dsa with 32 in flight, shared-prefix).
+    *_variants("trace:synthetic_trace.jsonl", (142,), (("arrival_time_scale=1.2", "engine_version=1.3.0rc27"),),
+               prefix="mooncake-synthetic"),
+    *_variants("trace:kv-cache-tester_traces.tar.xz", (140,),
+               (("enable_block_reuse=false", "engine_version=1.3.0rc25"),
+                ("enable_block_reuse=false", "engine_version=main-00746ef")), prefix="claude-code"),
+    *_variants("glm5-dsa", (143,), (("enable_block_reuse=false", "engine_version=1.3.0rc27", "requests_in_flight=32"),)),
+    *_variants("shared-prefix", (145,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
     # Held out (session 14's last sweep), crashes no rule warns: 1.3.0rc27 with reuse off, both pools
     # at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
     # suspended generating request whose target cache resumed at the ceiling, its mirror refused);
