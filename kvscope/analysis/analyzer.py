@@ -40,6 +40,7 @@ from kvscope.analysis.request_detectors import (
     find_engine_fatal,
     find_engine_stalls,
     find_never_fitting,
+    find_resume_near_misses,
     find_reuse_loss,
     find_stalled_requests,
 )
@@ -293,6 +294,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     findings += estimate_time_to_exhaustion(ev, debt, configs, cfg, ex, timeline)
     findings += find_stalled_requests(ev, cfg)
     findings += find_engine_stalls(ev, cfg)
+    findings += find_resume_near_misses(ev, configs, cfg)
     findings += find_never_fitting(ev, configs, timeline)
     findings += find_reuse_loss(ev, configs, timeline, cfg)
     findings += find_engine_fatal(ev, debt, findings, cfg)

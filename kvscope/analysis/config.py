@@ -58,6 +58,11 @@ class DetectorConfig:
     (:mod:`kvscope.analysis.finishes`, :func:`kvscope.analysis.ceiling.crossing_iterations`).
     Sound where the engine honours ``max_new_tokens``; off, the rule reads the rate alone (as
     before session 15), which made two healthy 1.8x-paced synthetic Mooncake runs critical."""
+    near_miss_quiet_s: float = 600.0
+    """A resume near miss (:mod:`kvscope.analysis.near_miss`) more than this many seconds after the
+    previous one in the same pool opens a new finding; closer ones join it. A near miss is news;
+    the next within ten minutes is the same condition (a pool running at its resume ceiling), not
+    a new one."""
     arrival_min_samples: int = 4
     """The "one more request like the recent ones" projection is critical only when its median
     rests on at least this many recent admissions (fewer: a warning at most)."""
@@ -97,6 +102,8 @@ class DetectorConfig:
             raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
         if self.stall_min_iterations < 1 or self.stall_min_s < 0 or self.stall_warn_s < 0:
             raise ValueError("stall_min_iterations must be >= 1, stall_min_s and stall_warn_s >= 0")
+        if not self.near_miss_quiet_s >= 0:
+            raise ValueError(f"near_miss_quiet_s must be >= 0, got {self.near_miss_quiet_s}")
         if self.max_named_requests < 1:
             raise ValueError(f"max_named_requests must be >= 1, got {self.max_named_requests}")
 

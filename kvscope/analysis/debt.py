@@ -342,7 +342,7 @@ def compute_debt(
         owing[role.value] = owing_p
         full[role.value] = {**full_p, "queued": q}
     tgt = full.get(PoolRole.TARGET.value)
-    guarded = _policy_enforcing(ev, q_pos)
+    guarded = policy_enforcing(ev, q_pos)
     head_prompt, head_reuse = queue_head(ev, q_pos) if tgt is not None else (None, None)
     for role in pools:
         f = full[role.value]
@@ -431,7 +431,7 @@ def _most_tokens_so_far(ev: EventColumns, pos: np.ndarray, q_pos: np.ndarray) ->
     return np.where(at >= 0, most[np.maximum(at, 0)], np.nan)
 
 
-def _policy_enforcing(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
+def policy_enforcing(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
     """Per query position: an admission policy was enforcing (the last REMEDIATION_MODE_CHANGED at
     or before it says ``enforcing=1``)."""
     mpos = ev.positions(EventKind.REMEDIATION_MODE_CHANGED)

@@ -35,6 +35,9 @@ class FindingKind(str, Enum):
     REMEDIATION_DEFERRAL = "remediation_deferral"
     """Requests the admission policy (remediation) deferred: the intended behaviour, reported as
     info with counts, never as a stall."""
+    RESUME_NEAR_MISS = "resume_near_miss"
+    """Mirror resumes a pool outside admission passed with less than one pass's token budget below
+    its resume ceiling, above which a resume aborts the engine (a warning: the pool runs at the edge)."""
 
 
 class Severity(str, Enum):
@@ -59,6 +62,7 @@ ALARM_KINDS: frozenset[FindingKind] = frozenset(
         FindingKind.NEVER_FITTING,
         FindingKind.ENGINE_FATAL,
         FindingKind.ENGINE_STALLED,
+        FindingKind.RESUME_NEAR_MISS,
     }
 )
 """Kinds that call for action. ``reuse_loss`` is a cost report and ``remediation_deferral`` the

@@ -110,9 +110,10 @@ def stall_incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorCo
 
 EXPORTED_ALARM_KINDS: frozenset[FindingKind] = frozenset({
     FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION, FindingKind.NEVER_FITTING,
-    FindingKind.STALLED_RESERVATION})
+    FindingKind.STALLED_RESERVATION, FindingKind.RESUME_NEAR_MISS})
 """The kinds behind the exported alarm level (``kvscope.analysis.alarm_level``): a pool heading for
-the failure. An engine failure or stall has its own metrics and alerts."""
+the failure, or one whose resumes pass its ceiling by less than a pass (a warning). An engine
+failure or stall has its own metrics and alerts."""
 
 
 EXHAUSTION_KINDS: frozenset[FindingKind] = frozenset({

@@ -1,5 +1,5 @@
 """Request-level detectors: starved requests, never-fitting requests, reuse loss, the fatal event,
-and the engine stall (requests live, nothing scheduled).
+the engine stall (requests live, nothing scheduled) and resume near misses.
 
 Pure functions over the event frame and the frames derived from it; vectorized over events, with
 Python loops only over findings.
@@ -14,14 +14,16 @@ import pandas as pd
 
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.debt import DebtResult
+from kvscope.analysis.debt import DebtResult, policy_enforcing, token_budget
 from kvscope.analysis.engine_stall import stall_finding
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
+from kvscope.analysis.near_miss import NearMissTracker, resume_pool
 from kvscope.analysis.wording import fatal_text, never_fitting_text
 from kvscope.events import EventKind, PoolRole, is_adopted_reason, is_remediation_reason
 
+_ROLES = frozenset(r.value for r in PoolRole)
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
 _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *END_KINDS)
 
@@ -163,6 +165,53 @@ def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig)
         out.append(stall_finding(t0, t1, it0, it1, int(live[b]),
                                  int(suspended[ipos[b]] - suspended[ipos[a]]), ongoing=ongoing))
     return out
+
+
+def find_resume_near_misses(events: pd.DataFrame | EventColumns, configs: pd.DataFrame,
+                            cfg: DetectorConfig) -> list[Finding]:
+    """Every stretch of resume near misses (the rule: :mod:`kvscope.analysis.near_miss`). The
+    candidate rows are picked with numpy: admissions, the growths of a watched pool in a request's
+    admission iteration, and its resumes; the tracker reads them in recording order."""
+    ev = as_columns(events)
+    tracker = NearMissTracker(cfg)
+    codes = {}
+    for pool in configs.index:
+        rp = resume_pool(configs.loc[pool].to_dict())
+        if rp is not None and str(pool) in _ROLES:
+            tracker.configure(str(pool), rp)
+            codes[P[PoolRole(str(pool))]] = str(pool)
+    if not tracker.watching:
+        return []
+    watched = np.array(sorted(codes), dtype=np.int8)
+    adm = ev.request_positions(EventKind.ADMITTED)
+    grow = ev.request_positions(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
+    grow = grow[np.isin(ev.pool[grow], watched)]
+    keys = lambda pos: ev.iteration[pos].astype(np.int64) * (1 << 32) + ev.request_id[pos]  # noqa: E731
+    grow = grow[np.isin(keys(grow), keys(adm))]
+    res = ev.request_positions(EventKind.RESUMED)
+    res = res[np.isin(ev.pool[res], watched)]
+    cand = np.sort(np.concatenate([adm, grow, res]))
+    if len(cand) == len(adm):
+        return []
+    budget = token_budget(ev, cand)
+    guarded = policy_enforcing(ev, cand)
+    kind, rid, it, pool = ev.kind[cand], ev.request_id[cand], ev.iteration[cand], ev.pool[cand]
+    t = ev.ts_ns[cand] / 1e9
+    nb, cap = ev.num_blocks[cand], ev.capacity_blocks[cand]
+    avail = np.maximum(ev.free_blocks[cand], 0) + np.maximum(ev.evictable_blocks[cand], 0)
+    k_adm, k_res = K[EventKind.ADMITTED], K[EventKind.RESUMED]
+    for j in range(len(cand)):
+        r, i = int(rid[j]), int(it[j])
+        if kind[j] == k_adm:
+            tracker.admitted(r, i)
+            continue
+        tracker.guarded = bool(guarded[j])
+        args = (codes[int(pool[j])], r, float(t[j]), i, int(cap[j]), int(avail[j]), int(nb[j]), float(budget[j]))
+        if kind[j] == k_res:
+            tracker.resumed(*args)
+        else:
+            tracker.growth(*args)
+    return tracker.findings
 
 
 def find_never_fitting(

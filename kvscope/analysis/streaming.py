@@ -42,6 +42,8 @@ from kvscope.analysis.live_projections import (
     head_debt,
     queue_now_debt,
 )
+from kvscope.analysis.near_miss import GROWTH_KINDS as _NEAR_MISS_GROWTH
+from kvscope.analysis.near_miss import NearMissTracker, resume_pool
 from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.wording import never_fitting_text
 from kvscope.events import (
@@ -154,7 +156,8 @@ class StreamingAnalyzer(LiveFindings):
         self._lost_open = False  # an admission raised it in the current instant (see _settle_lost)
         self._init_stalls()
         self._engine_stalls = EngineStallTracker(self.cfg)
-        self._stalls_raised: list[Finding] = []  # engine stalls raised by the current feed
+        self._near_misses = NearMissTracker(self.cfg)
+        self._stalls_raised: list[Finding] = []  # engine stalls and near-miss stretches raised by the current feed
         self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
@@ -165,7 +168,8 @@ class StreamingAnalyzer(LiveFindings):
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
         (:func:`order_findings`); stalls as incidents."""
-        return order_findings(self._findings + self._incidents() + self._engine_stalls.findings)
+        return order_findings(self._findings + self._incidents() + self._engine_stalls.findings
+                              + self._near_misses.findings)
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
@@ -296,13 +300,16 @@ class StreamingAnalyzer(LiveFindings):
             self._configs[pool] = config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
             self._configured()
+            self._near_misses.configure(pool, resume_pool(self._configs[pool]))
+        elif self._near_misses.watching and rid >= 0:
+            self._near_miss_row(kind, pool, rid, t, it, cap, free, evict, nb)
         if cap >= 0 and pool != _NONE:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if kind == _SNAPSHOT:
             if pool == _TGT:
                 self._live_target = int(_nr)
         elif kind == _MODE:
-            self._guarded = bool(parse_kv(reason or "").get("enforcing", 0))
+            self._guarded = self._near_misses.guarded = bool(parse_kv(reason or "").get("enforcing", 0))
         elif kind == _FAILED:
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
@@ -319,6 +326,23 @@ class StreamingAnalyzer(LiveFindings):
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             if kind == _ADMITTED:
                 self._iter_admitted.append(rid)
+
+    def _near_miss_row(self, kind: str, pool: str, rid: int, t: float, it: int, cap: int, free: int, evict: int,
+                       nb: int) -> None:
+        """Feed the near-miss rule (:mod:`kvscope.analysis.near_miss`) the rows it reads; a stretch
+        it opens is raised like an engine stall."""
+        nm = self._near_misses
+        if kind == _ADMITTED:
+            nm.admitted(rid, it)
+            return
+        if kind == _RESUMED:
+            f = nm.resumed(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
+        elif kind in _NEAR_MISS_GROWTH:
+            f = nm.growth(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
+        else:
+            return
+        if f is not None:
+            self._stalls_raised.append(f)
 
     def _configured(self) -> None:
         """A pool was configured: refresh what the per-event paths precompute from the configs."""

@@ -50,7 +50,8 @@ def finding_marks(findings: pd.DataFrame | None, pools: set[str] | None = None, 
     - info findings and ``reuse_loss`` (a whole-run cost summary) are not drawn;
     - a band covers only the part of a finding that is an alarm: an admission gap where the debt
       is real, a time-to-exhaustion episode from when it turned critical (``critical_at_s``; a
-      warning-only episode is a start line, never a band from t=0 over the chart);
+      warning-only episode is a start line, never a band from t=0 over the chart); a stretch of
+      resume near misses is the line of its first (each is a moment, not a span in alarm);
     - each kind is labelled once, criticals first; the engine failure gets its own horizontal
       label, anchored so it stays inside the chart.
     """
@@ -82,6 +83,8 @@ def finding_marks(findings: pd.DataFrame | None, pools: set[str] | None = None, 
             x0 = ev.get("critical_at_s") if row.severity == "critical" and ev.get("critical_at_s") is not None else None
         if row.kind == "stalled_reservation":
             x0 = None  # waits are drawn on the request timeline
+        if row.kind == "resume_near_miss":
+            x0 = None  # a stretch of single moments, minutes apart: its first is the line, no band
         color = SEVERITY_COLORS.get(row.severity, SEVERITY_COLORS["info"])
         if x0 is not None and row.t_end_s > x0:
             shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": x0, "x1": row.t_end_s, "y0": 0, "y1": 1,

@@ -69,6 +69,12 @@ Patched in place for one wording addition: a resume-ceiling reading says what it
 ", counting F blocks freed over the S iterations the queue takes to come in" after "(95% of
 capacity)" (``glm5-dsa-reuse-off`` only: F is 0 in every reading, nothing having finished yet);
 checked: removing that clause gives the previous objects exactly.
+Patched in place for one new rule, resume near misses (kvscope/analysis/near_miss.py): the kind
+``resume_near_miss`` in ``counts`` (0 in six files) and, in ``glm5-dsa-rc27-reuse-off``, its one
+finding (a new mirror resumed 123 blocks under the ceiling at iteration 365), which makes that
+healthy run's ``by_severity`` warning count 1 and its verdict ``num_findings`` 2 with
+``worst_severity`` warning; checked: dropping that finding and those keys gives the previous
+objects exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
@@ -115,7 +121,7 @@ def test_findings_identical_to_pre_column_analyzer_when_given_a_frame(name):
 def test_replays_cover_every_detector_that_fires_on_them():
     kinds = {f["kind"] for name in REPLAYS for f in _before(name)["findings"]}
     assert kinds == {"admission_gap", "time_to_exhaustion", "reuse_loss", "engine_fatal", "never_fitting",
-                     "stalled_reservation"}
+                     "stalled_reservation", "resume_near_miss"}
     bases = {f["evidence"]["basis"] for name in REPLAYS for f in _before(name)["findings"]
              if f["kind"] == "time_to_exhaustion"}
     assert "resume" in bases

@@ -130,3 +130,13 @@ def test_time_to_exhaustion_band_starts_when_it_turned_critical_not_at_t0():
     shapes, _ = finding_marks(f)
     rects = [s for s in shapes if s["type"] == "rect"]
     assert [(r["x0"], r["x1"]) for r in rects] == [(18.0, 20.0)]
+
+
+def test_a_stretch_of_resume_near_misses_is_a_line_at_its_first_never_a_band():
+    from kvscope.ui.figures import finding_marks
+
+    f = pd.DataFrame([{"kind": "resume_near_miss", "severity": "warning", "t_start_s": 20.0, "t_end_s": 1800.0,
+                       "pools": ["draft"], "request_ids": [7, 9], "evidence": {"num_near_misses": 2}}])
+    shapes, notes = finding_marks(f)
+    assert [s["type"] for s in shapes] == ["line"] and shapes[0]["x0"] == 20.0
+    assert [n["text"] for n in notes] == ["resume_near_miss (warning)"]
