@@ -6,7 +6,8 @@ analyzer and scored with :mod:`kvscope.analysis.scoreboard`.
 reuse on/off, paired/unpaired, batch sizes, requests in flight, a host tier, the engine versions
 the model knows, and the Mooncake and Claude Code traces. ``SHORT`` (the test profile,
 tests/integration/test_scoreboard.py) is a few shortened runs. Runs marked ``tuned`` are the ones
-the rules were read against (glm5-dsa seed 0); every other run is held out.
+the rules were read against (glm5-dsa seed 0, and the runs a later rule was read against, each
+commented where it is listed); every other run is held out.
 
     .venv/bin/python bench/corpus.py [--short] [--json]
 """
@@ -126,16 +127,34 @@ FULL: list[Run] = [
                (("enable_block_reuse=false", "engine_version=1.3.0rc25"),
                 ("enable_block_reuse=false", "engine_version=main-00746ef")), prefix="claude-code"),
     *_variants("glm5-dsa", (143,), (("enable_block_reuse=false", "engine_version=1.3.0rc27", "requests_in_flight=32"),)),
-    *_variants("shared-prefix", (145,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
-    # Held out (session 14's last sweep), crashes no rule warns: 1.3.0rc27 with reuse off, both pools
-    # at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
+    # Read against for the resume near misses (session 18), with the two silent crashes below and
+    # glm5-dsa reuse off on 1.3.0rc27 with 600 requests (engine_version_runs).
+    *_variants("shared-prefix", (145,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),), tuned=True),
+    # Held out of session 14's rules, crashes no rule warned then: 1.3.0rc27 with reuse off, both
+    # pools at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
     # suspended generating request whose target cache resumed at the ceiling, its mirror refused);
     # the Mooncake conversation trace on a new request admitted with the target just under its
-    # ceiling, whose mirror met the ceiling after the pass's context resizes.
+    # ceiling, whose mirror met the ceiling after the pass's context resizes. Read against for the
+    # resume near misses (session 18), which warn them.
     *_variants("trace:kv-cache-tester_traces.tar.xz", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
-               prefix="claude-code"),
+               prefix="claude-code", tuned=True),
     *_variants("trace:conversation_trace.jsonl", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
+               prefix="mooncake-trace", tuned=True),
+    # Held out of the resume near misses (session 18's sweep, scored after the choice): four more
+    # silent crashes on 1.3.0rc27 with reuse off (glm5-dsa seed 9 dies after 25,342 iterations; no
+    # other rule warns any of them), and healthy reuse-off runs on 1.3.0rc27 and main-00746ef,
+    # which run at the resume ceiling for hours (one near-miss warning each).
+    *_variants("glm5-dsa", (9,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
+    *_variants("trace:kv-cache-tester_traces.tar.xz", (31,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
+               prefix="claude-code"),
+    *_variants("trace:conversation_trace.jsonl", (31,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
                prefix="mooncake-trace"),
+    *_variants("mooncake-conversation", (163,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
+    *_variants("glm5-dsa", (160,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
+    *_variants("shared-prefix", (161,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),)),
+    *_variants("glm5-dsa", (164,), (("enable_block_reuse=false", "engine_version=main-00746ef"),)),
+    *_variants("trace:kv-cache-tester_traces.tar.xz", (33,),
+               (("enable_block_reuse=false", "engine_version=main-00746ef"),), prefix="claude-code"),
     *_variants("trace:synthetic_trace.jsonl", (28,), (("max_requests=3500", "engine_version=main-00746ef"),),
                prefix="mooncake-synthetic"),
     # Held out of the gate rule's hold (DetectorConfig.gate_hold_iterations, read against seed 28
@@ -204,7 +223,8 @@ SHORT: list[Run] = [
 
 
 def engine_version_runs() -> list[Run]:
-    """Per engine version the model knows: glm5-dsa reuse on and off, shared-prefix and qwen."""
+    """Per engine version the model knows: glm5-dsa reuse on and off, shared-prefix and qwen. The
+    1.3.0rc27 reuse-off run was read against for the resume near misses (session 18)."""
     try:
         from kvscope.engine_model.versions import ENGINE_BUILDS
     except ImportError:
@@ -214,7 +234,9 @@ def engine_version_runs() -> list[Run]:
         for src, sets in (("glm5-dsa", ()), ("glm5-dsa", ("enable_block_reuse=false", "max_requests=600")),
                           ("glm5-dsa", ("num_host_blocks=0",)), ("shared-prefix", ()), ("qwen-hybrid-mtp", ())):
             tag = ",".join(sets) or "default"
-            out.append(Run(f"{src}[{tag},engine_version={v},seed=4]", src, (*sets, f"engine_version={v}", "seed=4")))
+            read = v == "1.3.0rc27" and "enable_block_reuse=false" in sets
+            out.append(Run(f"{src}[{tag},engine_version={v},seed=4]", src, (*sets, f"engine_version={v}", "seed=4"),
+                           tuned=read))
     return out
 
 

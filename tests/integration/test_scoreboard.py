@@ -43,3 +43,18 @@ def test_scoreboard_on_the_short_corpus(scores):
     assert board["targets"]["zero_false_critical"] and board["targets"]["warnings_per_hour_le_5"], text
     assert overall["critical_ahead"] == 1.0, text
     assert board["targets"]["critical_ahead_100pct"], text
+
+
+def test_a_silent_rc27_reuse_off_crash_is_warned_by_its_near_misses_alone(tmp_path):
+    """The Mooncake conversation trace on 1.3.0rc27 with reuse off (seed 30, in the full corpus):
+    both pools sit at the resume ceiling in step and one pass kills it, so no projection warns it;
+    its resumes passing the ceiling by a few blocks do, at least 10 iterations ahead. Never a
+    critical: whether the next pass lands one over is not in the events."""
+    from corpus import FULL
+
+    (run,) = [r for r in FULL if r.name == "mooncake-trace[enable_block_reuse=false,engine_version=1.3.0rc27,seed=30]"]
+    (score,) = run_corpus([run], tmp_path, workers=1)
+    assert score.label.crashed and score.label.fatal_pool == "draft"
+    assert set(score.first_warning) == {"resume_near_miss", "overall"}
+    assert score.first_warning["resume_near_miss"]["lead_iterations"] >= 10
+    assert score.first_critical == {}
