@@ -95,8 +95,9 @@ class NearMissTracker:
         self._pools: dict[str, ResumePool] = {}
         self._open: dict[str, _Stretch] = {}
         self._ended: list[Finding] = []
-        self._admitted_it = -1
-        self._admitted: set[int] = set()  # requests admitted in iteration _admitted_it, before their first growth
+        self.admitted_iteration = -1
+        """The iteration of the latest admission: a growth in another iteration is no first resume."""
+        self._admitted: set[int] = set()  # admitted in admitted_iteration, before their first growth
         self.watching = False
         """Some pool is watched (a plain attribute: the streaming analyzer reads it per event)."""
         self.guarded = False
@@ -116,15 +117,15 @@ class NearMissTracker:
         return self._ended + [near_miss_finding(s, max_named=m) for s in self._open.values()]
 
     def admitted(self, rid: int, it: int) -> None:
-        if it != self._admitted_it:
-            self._admitted_it, self._admitted = it, set()
+        if it != self.admitted_iteration:
+            self.admitted_iteration, self._admitted = it, set()
         self._admitted.add(rid)
 
     def growth(self, pool: str, rid: int, t: float, it: int, cap: int, available: int, nb: int,
                budget_tokens: float) -> Finding | None:
         """A BLOCKS_ALLOCATED or RESIZED row: the first growth of a request admitted in this
         iteration follows its new mirror's first resume."""
-        if it != self._admitted_it or rid not in self._admitted:
+        if it != self.admitted_iteration or rid not in self._admitted:
             return None
         self._admitted.discard(rid)
         c = self._pools.get(pool)

@@ -72,6 +72,7 @@ _SUSPENDED, _RESUMED = EventKind.SUSPENDED.value, EventKind.RESUMED.value
 _CONFIGURED, _SNAPSHOT = EventKind.POOL_CONFIGURED.value, EventKind.POOL_SNAPSHOT.value
 _MODE, _FAILED = EventKind.REMEDIATION_MODE_CHANGED.value, EventKind.ENGINE_FAILED.value
 _RESERVED = EventKind.RESERVATION_MADE.value
+_NEAR_MISS_ROWS = frozenset({_ADMITTED, _RESUMED, *_NEAR_MISS_GROWTH})  # the rows near_miss.py reads
 
 
 def _div(a: float, b: float) -> float:
@@ -301,7 +302,7 @@ class StreamingAnalyzer(LiveFindings):
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
             self._configured()
             self._near_misses.configure(pool, resume_pool(self._configs[pool]))
-        elif self._near_misses.watching and rid >= 0:
+        elif kind in _NEAR_MISS_ROWS and self._near_misses.watching and rid >= 0:
             self._near_miss_row(kind, pool, rid, t, it, cap, free, evict, nb)
         if cap >= 0 and pool != _NONE:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
@@ -337,7 +338,7 @@ class StreamingAnalyzer(LiveFindings):
             return
         if kind == _RESUMED:
             f = nm.resumed(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
-        elif kind in _NEAR_MISS_GROWTH:
+        elif it == nm.admitted_iteration:  # a growth: only one in its request's admission iteration reads
             f = nm.growth(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
         else:
             return
