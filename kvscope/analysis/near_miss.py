@@ -15,7 +15,8 @@ iteration it happens; no projection sees that failure 10 iterations ahead (bench
 the silent family). What the events do show is the engine passing the check by a few blocks, again
 and again: a fact, not a forecast. So the finding is a warning, one per stretch of near misses (a
 near miss more than ``near_miss_quiet_s`` after the previous one opens a new finding), and it says
-how close the closest came.
+how close the closest came. A stretch ends at its last near miss, or at the engine's failure while
+it is still in force (its last near miss within that window).
 
 Counted only in pools outside admission (a paired pool's resume is the scheduler's), and not while
 an admission policy enforces (remediation reserves what every admitted mirror will take below the
@@ -115,6 +116,13 @@ class NearMissTracker:
     def findings(self) -> list[Finding]:
         m = self.cfg.max_named_requests
         return self._ended + [near_miss_finding(s, max_named=m) for s in self._open.values()]
+
+    def failed(self, t: float, it: int) -> None:
+        """The engine failed: a stretch still in force then (its last near miss within
+        ``near_miss_quiet_s``) was open at the failure, so it ends there (the verdict's open alarm)."""
+        for s in self._open.values():
+            if t - s.t1 <= self.cfg.near_miss_quiet_s:
+                s.t1, s.it1 = t, it
 
     def admitted(self, rid: int, it: int) -> None:
         if it != self.admitted_iteration:

@@ -190,20 +190,23 @@ def find_resume_near_misses(events: pd.DataFrame | EventColumns, configs: pd.Dat
     grow = grow[np.isin(keys(grow), keys(adm))]
     res = ev.request_positions(EventKind.RESUMED)
     res = res[np.isin(ev.pool[res], watched)]
-    cand = np.sort(np.concatenate([adm, grow, res]))
-    if len(cand) == len(adm):
+    if len(grow) + len(res) == 0:
         return []
+    cand = np.sort(np.concatenate([adm, grow, res, ev.positions(EventKind.ENGINE_FAILED)]))
     budget = token_budget(ev, cand)
     guarded = policy_enforcing(ev, cand)
     kind, rid, it, pool = ev.kind[cand], ev.request_id[cand], ev.iteration[cand], ev.pool[cand]
     t = ev.ts_ns[cand] / 1e9
     nb, cap = ev.num_blocks[cand], ev.capacity_blocks[cand]
     avail = np.maximum(ev.free_blocks[cand], 0) + np.maximum(ev.evictable_blocks[cand], 0)
-    k_adm, k_res = K[EventKind.ADMITTED], K[EventKind.RESUMED]
+    k_adm, k_res, k_fail = K[EventKind.ADMITTED], K[EventKind.RESUMED], K[EventKind.ENGINE_FAILED]
     for j in range(len(cand)):
         r, i = int(rid[j]), int(it[j])
         if kind[j] == k_adm:
             tracker.admitted(r, i)
+            continue
+        if kind[j] == k_fail:
+            tracker.failed(float(t[j]), i)
             continue
         tracker.guarded = bool(guarded[j])
         args = (codes[int(pool[j])], r, float(t[j]), i, int(cap[j]), int(avail[j]), int(nb[j]), float(budget[j]))

@@ -312,6 +312,7 @@ class StreamingAnalyzer(LiveFindings):
         elif kind == _MODE:
             self._guarded = self._near_misses.guarded = bool(parse_kv(reason or "").get("enforcing", 0))
         elif kind == _FAILED:
+            self._near_misses.failed(t, it)
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)

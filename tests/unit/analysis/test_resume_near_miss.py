@@ -40,6 +40,10 @@ def test_the_silent_rc27_crash_is_warned_long_before_it_and_both_analyzers_agree
     (f,) = _near(a.findings)
     assert f.severity == Severity.WARNING and f.pools == ("draft",)
     assert v["iteration"] - f.iteration_start >= 10  # the scoreboard's lead
+    # Still in force when the engine failed (its last near miss within the quiet window): it ends
+    # there, and the headline says the pool had been flagged.
+    assert f.iteration_end == v["iteration"] and v["open_alarm"]["kind"] == "resume_near_miss"
+    assert "had a resume_near_miss warning open from" in a.headline()
     # The margin is the run's own pass budget: 8,192 tokens in 64-token blocks.
     assert 0 <= f.evidence["closest_spare_blocks"] < f.evidence["margin_blocks"] == 8192 / 64
     assert f.evidence["num_near_misses"] == len(f.evidence["near_misses"]) > 1
@@ -154,3 +158,15 @@ def test_near_misses_within_the_quiet_window_are_one_finding_and_later_ones_a_ne
 def test_the_quiet_window_is_validated():
     with pytest.raises(ValueError, match="near_miss_quiet_s"):
         DetectorConfig(near_miss_quiet_s=-1.0)
+
+
+def test_a_stretch_ends_at_the_failure_only_while_it_is_still_in_force():
+    quiet = DetectorConfig().near_miss_quiet_s
+
+    def fail(t):
+        return [_ev(t, 50, EventKind.ENGINE_FAILED, 9, PoolRole.DRAFT, reason="Failed to resume draft KV cache")]
+
+    (f,) = _both(_configured() + _pass(1.0, 1, 7, spare=5) + fail(1.0 + quiet))
+    assert (f.iteration_end, f.t_end_s) == (50, 1.0 + quiet)
+    (g,) = _both(_configured() + _pass(1.0, 1, 7, spare=5) + fail(2.0 + quiet))
+    assert (g.iteration_end, g.t_end_s) == (1, 1.0)
