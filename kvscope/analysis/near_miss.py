@@ -131,13 +131,13 @@ class NearMissTracker:
 
     def growth(self, pool: str, rid: int, t: float, it: int, cap: int, available: int, nb: int,
                budget_tokens: float) -> Finding | None:
-        """A BLOCKS_ALLOCATED or RESIZED row: the first growth of a request admitted in this
-        iteration follows its new mirror's first resume."""
-        if it != self.admitted_iteration or rid not in self._admitted:
-            return None
-        self._admitted.discard(rid)
+        """A BLOCKS_ALLOCATED or RESIZED row: the first growth in a watched pool of a request
+        admitted in this iteration follows its new mirror's first resume."""
         c = self._pools.get(pool)
-        if c is None or not c.new_mirrors_resume:
+        if c is None or it != self.admitted_iteration or rid not in self._admitted:
+            return None  # another pool's growth (the target's) leaves the mirror's first one to come
+        self._admitted.discard(rid)
+        if not c.new_mirrors_resume:
             return None
         return self.resumed(pool, rid, t, it, cap, available, nb, budget_tokens)
 

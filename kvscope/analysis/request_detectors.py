@@ -19,7 +19,7 @@ from kvscope.analysis.engine_stall import stall_finding
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
-from kvscope.analysis.near_miss import NearMissTracker, resume_pool
+from kvscope.analysis.near_miss import NearMissTracker, ResumePool, resume_pool
 from kvscope.analysis.wording import fatal_text, never_fitting_text
 from kvscope.events import EventKind, PoolRole, is_adopted_reason, is_remediation_reason
 
@@ -170,50 +170,64 @@ def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig)
 def find_resume_near_misses(events: pd.DataFrame | EventColumns, configs: pd.DataFrame,
                             cfg: DetectorConfig) -> list[Finding]:
     """Every stretch of resume near misses (the rule: :mod:`kvscope.analysis.near_miss`). The
-    candidate rows are picked with numpy: admissions, the growths of a watched pool in a request's
-    admission iteration, and its resumes; the tracker reads them in recording order."""
+    resumes are picked and measured with numpy (a new mirror's: its request's first growth in a
+    watched pool after its admission, in that iteration; a suspended mirror's: RESUMED), and only
+    the near misses and the failures go through the tracker, in recording order, so both analyzers
+    build the same stretches."""
     ev = as_columns(events)
     tracker = NearMissTracker(cfg)
-    codes = {}
+    pools: dict[int, ResumePool] = {}
     for pool in configs.index:
         rp = resume_pool(configs.loc[pool].to_dict())
         if rp is not None and str(pool) in _ROLES:
             tracker.configure(str(pool), rp)
-            codes[P[PoolRole(str(pool))]] = str(pool)
-    if not tracker.watching:
+            pools[P[PoolRole(str(pool))]] = rp
+    if not pools:
         return []
-    watched = np.array(sorted(codes), dtype=np.int8)
-    adm = ev.request_positions(EventKind.ADMITTED)
+    watched = np.array(sorted(pools), dtype=np.int8)
     grow = ev.request_positions(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
     grow = grow[np.isin(ev.pool[grow], watched)]
-    keys = lambda pos: ev.iteration[pos].astype(np.int64) * (1 << 32) + ev.request_id[pos]  # noqa: E731
-    grow = grow[np.isin(keys(grow), keys(adm))]
+    adm = ev.request_positions(EventKind.ADMITTED)
+    if len(adm) and len(grow):
+        def key(pos: np.ndarray) -> np.ndarray:
+            return ev.iteration[pos].astype(np.int64) * (1 << 32) + ev.request_id[pos]
+
+        order = np.argsort(key(adm), kind="stable")  # the earliest admission first among equal keys
+        akey, apos = key(adm)[order], adm[order]
+        gkey = key(grow)
+        at = np.minimum(np.searchsorted(akey, gkey), len(akey) - 1)
+        grow = grow[(akey[at] == gkey) & (apos[at] < grow)]  # after its admission, in that iteration
+        grow = grow[np.sort(np.unique(key(grow), return_index=True)[1])]  # the first of each
+        new_pools = np.array([c for c, rp in pools.items() if rp.new_mirrors_resume], dtype=np.int8)
+        grow = grow[np.isin(ev.pool[grow], new_pools)]
+    else:
+        grow = grow[:0]
     res = ev.request_positions(EventKind.RESUMED)
     res = res[np.isin(ev.pool[res], watched)]
-    if len(grow) + len(res) == 0:
+    cand = np.sort(np.concatenate([grow, res]))
+    if not len(cand):
         return []
-    cand = np.sort(np.concatenate([adm, grow, res, ev.positions(EventKind.ENGINE_FAILED)]))
-    budget = token_budget(ev, cand)
-    guarded = policy_enforcing(ev, cand)
-    kind, rid, it, pool = ev.kind[cand], ev.request_id[cand], ev.iteration[cand], ev.pool[cand]
-    t = ev.ts_ns[cand] / 1e9
-    nb, cap = ev.num_blocks[cand], ev.capacity_blocks[cand]
+    ceiling_of, tpb_of = np.zeros(len(P)), np.ones(len(P))  # by pool code
+    for c, rp in pools.items():
+        ceiling_of[c], tpb_of[c] = rp.ceiling, rp.tokens_per_block
+    ceiling, tpb = ceiling_of[ev.pool[cand]], tpb_of[ev.pool[cand]]
+    cap, nb = ev.capacity_blocks[cand], ev.num_blocks[cand]
     avail = np.maximum(ev.free_blocks[cand], 0) + np.maximum(ev.evictable_blocks[cand], 0)
-    k_adm, k_res, k_fail = K[EventKind.ADMITTED], K[EventKind.RESUMED], K[EventKind.ENGINE_FAILED]
-    for j in range(len(cand)):
-        r, i = int(rid[j]), int(it[j])
-        if kind[j] == k_adm:
-            tracker.admitted(r, i)
+    budget = token_budget(ev, cand)
+    spare = np.floor(ceiling * cap + 1e-9) - (cap - avail - nb)  # as NearMissTracker.resumed
+    with np.errstate(invalid="ignore"):
+        near = (cap > 0) & (budget > 0) & (spare >= 0) & (spare < budget / tpb) & ~policy_enforcing(ev, cand)
+    if not near.any():
+        return []
+    rows = {int(j): (int(a), float(b)) for j, a, b in zip(cand[near], avail[near], budget[near])}
+    for j in np.sort(np.concatenate([cand[near], ev.positions(EventKind.ENGINE_FAILED)])):
+        t, it = float(ev.ts_ns[j]) / 1e9, int(ev.iteration[j])
+        if int(j) not in rows:  # an ENGINE_FAILED row
+            tracker.failed(t, it)
             continue
-        if kind[j] == k_fail:
-            tracker.failed(float(t[j]), i)
-            continue
-        tracker.guarded = bool(guarded[j])
-        args = (codes[int(pool[j])], r, float(t[j]), i, int(cap[j]), int(avail[j]), int(nb[j]), float(budget[j]))
-        if kind[j] == k_res:
-            tracker.resumed(*args)
-        else:
-            tracker.growth(*args)
+        a, b = rows[int(j)]
+        tracker.resumed(_pool_name(int(ev.pool[j])), int(ev.request_id[j]), t, it, int(ev.capacity_blocks[j]), a,
+                        int(ev.num_blocks[j]), b)
     return tracker.findings
 
 

@@ -170,3 +170,11 @@ def test_a_stretch_ends_at_the_failure_only_while_it_is_still_in_force():
     assert (f.iteration_end, f.t_end_s) == (50, 1.0 + quiet)
     (g,) = _both(_configured() + _pass(1.0, 1, 7, spare=5) + fail(2.0 + quiet))
     assert (g.iteration_end, g.t_end_s) == (1, 1.0)
+
+
+def test_the_targets_own_growth_after_the_admission_leaves_the_mirrors_first_growth_to_come():
+    events = _configured() + _pass(1.0, 1, 7, spare=30)
+    target = _ev(1.0, 1, EventKind.BLOCKS_ALLOCATED, 7, PoolRole.TARGET, 10, 640, CAP, 5_000, 0)
+    events.insert(events.index(next(e for e in events if e.kind == EventKind.ADMITTED)) + 1, target)
+    (f,) = _both(events)
+    assert f.evidence["closest_spare_blocks"] == 30
