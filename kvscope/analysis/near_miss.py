@@ -52,6 +52,15 @@ class ResumePool:
     """New requests' mirrors are first resumed in the draft manager (``admits_mirror == 0``)."""
 
 
+def resume_spare(ceiling, cap, available, nb):  # type: ignore[no-untyped-def]
+    """Blocks a resume's check had below the ceiling, from the row that reports the pool after it
+    (``available`` = free + evictable, ``nb`` the blocks it took); plain numbers or numpy arrays
+    alike (the batch driver measures every resume at once). The check refuses above ceiling x
+    capacity, so the last whole block under that product is the most the pool may hold and still
+    resume."""
+    return (ceiling * cap + 1e-9) // 1 - (cap - available - nb)
+
+
 @dataclass(slots=True)
 class _Stretch:
     pool: str
@@ -148,9 +157,7 @@ class NearMissTracker:
         c = self._pools.get(pool)
         if c is None or self.guarded or cap <= 0 or not budget_tokens > 0:
             return None
-        # Blocks the check had below the ceiling: it refuses above ceiling x capacity, so the last
-        # whole block under that product is the most the pool may hold and still resume.
-        spare = math.floor(c.ceiling * cap + 1e-9) - (cap - available - nb)
+        spare = int(resume_spare(c.ceiling, cap, available, nb))
         margin = budget_tokens / c.tokens_per_block
         if not 0 <= spare < margin:
             return None

@@ -19,7 +19,7 @@ from kvscope.analysis.engine_stall import stall_finding
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.frame import END_KINDS, K, P, _pool_name, kind_in
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
-from kvscope.analysis.near_miss import NearMissTracker, ResumePool, resume_pool
+from kvscope.analysis.near_miss import NearMissTracker, ResumePool, resume_pool, resume_spare
 from kvscope.analysis.wording import fatal_text, never_fitting_text
 from kvscope.events import EventKind, PoolRole, is_adopted_reason, is_remediation_reason
 
@@ -214,7 +214,7 @@ def find_resume_near_misses(events: pd.DataFrame | EventColumns, configs: pd.Dat
     cap, nb = ev.capacity_blocks[cand], ev.num_blocks[cand]
     avail = np.maximum(ev.free_blocks[cand], 0) + np.maximum(ev.evictable_blocks[cand], 0)
     budget = token_budget(ev, cand)
-    spare = np.floor(ceiling * cap + 1e-9) - (cap - avail - nb)  # as NearMissTracker.resumed
+    spare = resume_spare(ceiling, cap, avail, nb)
     with np.errstate(invalid="ignore"):
         near = (cap > 0) & (budget > 0) & (spare >= 0) & (spare < budget / tpb) & ~policy_enforcing(ev, cand)
     if not near.any():
