@@ -46,8 +46,11 @@ from remediation.sizing import (
 
 __all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts"]
 
-AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion")
-"""Streaming-analyzer finding kinds that switch ``auto`` on."""
+AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion", "resume_near_miss")
+"""Streaming-analyzer finding kinds that switch ``auto`` on. A resume near miss is one: on the
+builds where the mirror is resumed in the draft manager it is the only warning before a pool at its
+resume ceiling refuses one (bench/SCOREBOARD.md, the silent family), and reserving below that ceiling
+is what keeps every later resume under it."""
 
 
 def parse_remediation(value: str) -> tuple[str, str]:
@@ -78,7 +81,7 @@ def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: s
 
 class _FindingTrigger:
     """A sink collecting the recorded rows; :meth:`check` (engine thread, once per pass) feeds them
-    to the streaming analyzer, whose first gap/exhaustion finding triggers ``auto``."""
+    to the streaming analyzer, whose first finding of ``AUTO_TRIGGER_KINDS`` triggers ``auto``."""
 
     def __init__(self) -> None:
         from kvscope.analysis.streaming import StreamingAnalyzer

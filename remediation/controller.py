@@ -16,7 +16,7 @@ Modes:
 * ``on`` -- the policy's decisions are applied; never-fitting requests are rejected through the
   per-request error path; a draft failure that still happens is contained.
 * ``auto`` -- shadow until :meth:`Controller.trigger` (a composition layer calls it on the
-  streaming analyzer's first admission-gap or time-to-exhaustion finding), then on.
+  streaming analyzer's first admission-gap, time-to-exhaustion or resume near-miss finding), then on.
 
 Every change (from Python, from the channel, or the auto trigger) is applied at the start of a
 scheduling pass -- with a shared :mod:`~remediation.channel` at the same iteration on every rank --
@@ -159,8 +159,8 @@ class Controller:
         self._publish(None, policy, at_iteration=at_iteration)
 
     def trigger(self, reason: str) -> None:
-        """``auto``: switch decisions on (the streaming analyzer found an admission gap or a time to
-        exhaustion). Ignored in other modes and when already triggered. Any thread."""
+        """``auto``: switch decisions on (the streaming analyzer found an admission gap, a time to
+        exhaustion or a resume near miss). Ignored in other modes and when already triggered. Any thread."""
         if self._mode is not Mode.AUTO or self._triggered:
             return
         self._publish(Mode.AUTO, None, at_iteration=None, triggered=reason or "triggered")

@@ -22,6 +22,7 @@ import pytest
 from kvscope import read_frame, replay
 from kvscope.events import blocks_needed
 from kvscope.remedy import RemediatedSession, apply_rejections
+from kvscope.replay.scenarios import TRACES_DIR
 from remediation import ControlRecord, FileControlChannel
 
 pytestmark = pytest.mark.slow
@@ -107,6 +108,21 @@ def test_auto_switches_on_at_the_first_finding_and_the_replay_finishes(tmp_path)
     assert "trigger=" in changes["reason"].iloc[-1]
     shadowed = frame[frame["kind"] == "remediation_shadowed"]
     assert (shadowed["iteration"] <= changes["iteration"].iloc[-1]).all()
+
+
+def test_auto_switches_on_at_a_resume_near_miss_and_the_silent_crash_finishes(tmp_path):
+    # The silent family (1.3.0rc27, reuse off: both pools at the resume ceiling in step): no gap or
+    # exhaustion finding comes before the crash, only resume near misses (bench/SCOREBOARD.md).
+    source = str(TRACES_DIR / "conversation_trace.jsonl")
+    overrides = ["enable_block_reuse=false", "engine_version=1.3.0rc27", "seed=30", "max_requests=200"]
+    stock = replay.run(source, overrides)
+    assert stock.engine_fatal and "Failed to resume draft KV cache" in stock.fatal_message
+    summary, session, frame = _replay(source, overrides, tmp_path, mode="auto")
+    assert session.trigger is not None and session.trigger.first_finding == "resume_near_miss"
+    switched = frame[(frame["kind"] == "remediation_mode_changed") & frame["reason"].str.contains("trigger=")]
+    assert len(switched) == 1
+    assert int(switched["iteration"].iloc[0]) <= stock.iterations - 10  # ahead of the stock failure
+    _check(summary, session, frame, 0)
 
 
 def test_switching_off_releases_every_reservation(tmp_path):
