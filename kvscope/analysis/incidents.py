@@ -274,10 +274,12 @@ def _first_naming(findings: Sequence[Finding], fatal: Finding, req: int | None, 
             continue
         it = max(named.get(req, f.iteration_start), f.iteration_start)
         t = f.t_start_s
-        if at_least == Severity.CRITICAL and f.evidence.get("critical_at_iteration") is not None:
-            if f.evidence["critical_at_iteration"] >= it:
-                it, t = int(f.evidence["critical_at_iteration"]), float(f.evidence["critical_at_s"])
-        if time_of is not None and it != f.iteration_start:
+        if (at_least == Severity.CRITICAL and f.evidence.get("critical_at_iteration") is not None
+                and f.evidence["critical_at_iteration"] >= it):
+            # The finding's own record of when it turned critical (the time it was evaluated), the
+            # same time the open alarm's critical lead is measured from: one lead, not two.
+            it, t = int(f.evidence["critical_at_iteration"]), float(f.evidence["critical_at_s"])
+        elif time_of is not None and it != f.iteration_start:
             t = time_of(it)
         if not in_time(f.kind, it, fatal.iteration_start):
             continue

@@ -75,6 +75,11 @@ finding (a new mirror resumed 123 blocks under the ceiling at iteration 365), wh
 healthy run's ``by_severity`` warning count 1 and its verdict ``num_findings`` 2 with
 ``worst_severity`` warning; checked: dropping that finding and those keys gives the previous
 objects exactly.
+Patched in place for one lead, not two: the verdict's ``first_critical`` of a finding that turned
+critical after it opened is timed at the finding's ``critical_at_s`` (when it was evaluated
+critical, the time ``open_alarm.critical_lead_s`` is measured from), no longer at the start of that
+iteration; only ``t_s`` and ``lead_s`` of ``verdict.first_critical`` in ``glm5-dsa`` and
+``shared-prefix`` changed (same iteration); checked: nothing else differs.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """

@@ -357,3 +357,17 @@ def test_a_lead_under_a_second_is_not_rounded_to_zero_in_words():
     from kvscope.analysis.wording import seconds
 
     assert [seconds(x) for x in (0.0, 0.037, 0.4, 1.0, 12.94)] == ["0.0", "0.037", "0.400", "1.0", "12.9"]
+
+
+def test_a_critical_lead_is_one_number_in_the_verdict_and_its_open_alarm():
+    # glm5-dsa's time-to-exhaustion episode opens as a warning and turns critical at iteration 127;
+    # the verdict's first critical and the open alarm's critical lead are the same moment, so the
+    # report must not print two leads for it (one from the iteration's start, one from its end).
+    from pathlib import Path
+
+    from kvscope.analysis import analyze_files
+
+    v = analyze_files(Path(__file__).parent / "data" / "glm5-dsa.parquet").verdict()
+    fc, oa = v["first_critical"], v["open_alarm"]
+    assert fc["kind"] == oa["kind"] and fc["lead_iterations"] == oa["critical_lead_iterations"] == 33
+    assert fc["lead_s"] == oa["critical_lead_s"]
