@@ -99,6 +99,8 @@ def test_every_command_line_shown_uses_options_the_command_has_when_checked():
             key, args = "kvscope-instrument", ["-m", "kvscope.engines.launcher", "--help"]
         elif tokens[1].startswith("-"):  # an option of kvscope itself (kvscope --version)
             key, args = "kvscope", ["-m", "kvscope", "--help"]
+        elif tokens[1] == "remediation":  # its options are its actions' (set, status)
+            key, args = f"remediation {tokens[2]}", ["-m", "kvscope", "remediation", tokens[2], "--help"]
         else:
             key, args = tokens[1], ["-m", "kvscope", tokens[1], "--help"]
         if key not in helps:
