@@ -6,6 +6,8 @@ Policy (the same for every command that reads event files):
   unreadable as a whole: refused (one line naming the file and why; exit 2), even when other
   files are fine, so a bad rank is never dropped silently;
 * files that are not one run's (one file twice, two runs, two scenarios): refused the same way;
+* an output path that is one of the inputs (same path, hard link or symlink): refused before
+  anything is written, since writing would destroy the input (:func:`check_output_not_input`);
 * rows the reader refused, events the recorder dropped, a recording that was interrupted or cut
   off: the rest is analyzed and :class:`InputFacts` says what is missing (``--json`` key
   ``input``; exit code 1 instead of 0).
@@ -104,6 +106,38 @@ def check_input_paths(paths: Sequence[str]) -> None:
     check_distinct_paths(list(paths))
 
 
+def check_output_not_input(flag: str, output: str | os.PathLike[str], inputs: Sequence[tuple[str, str]], *,
+                           written: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Refuse an output that is one of the inputs: writing it would destroy the input being read.
+
+    Args:
+        flag: the output's flag, as the user typed it (``--html``).
+        output: the output path.
+        inputs: ``(label, path)`` pairs, e.g. ``("input", "a.parquet")`` or ``("--trace", "t.jsonl")``.
+        written: further files written on the way to ``output`` (a Parquet recording's ``.partial``).
+
+    Raises:
+        InputRefused: one line naming both files; nothing has been written.
+    """
+    for i, path in enumerate((output, *written)):
+        for label, source in inputs:
+            if not _same_file(path, source):
+                continue
+            via = "" if i == 0 else f" writes {path} while recording, which"
+            raise InputRefused(f"{flag} {output}{via} is the same file as {label} {source}; nothing was written")
+
+
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """One file under two names: the same inode when both exist (hard links, symlinks), else the
+    same resolved path (``./x`` and ``x``, a symlinked folder)."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass  # one of them does not exist (yet)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def load_checked(paths: Sequence[str], load: Any, *, work: str = "analyzed") -> tuple[pd.DataFrame, InputFacts]:
     """Load ``paths`` with ``load`` (a ``load_events``-like callable) under the policy above.
 
@@ -136,4 +170,4 @@ def load_checked(paths: Sequence[str], load: Any, *, work: str = "analyzed") -> 
     return frame, facts
 
 
-__all__ = ["InputFacts", "InputRefused", "check_input_paths", "load_checked"]
+__all__ = ["InputFacts", "InputRefused", "check_input_paths", "check_output_not_input", "load_checked"]

@@ -15,7 +15,8 @@ and are never renamed. ``input`` says what the input was and what of it is missi
 
 Exit status: 0 analyzed complete input; 1 analyzed, but the input is partial (rows unreadable, a
 recording interrupted or cut off, events dropped by the recorder: one line on stderr says what);
-2 nothing analyzed (a file unreadable as a whole, a directory, files of different runs).
+2 nothing analyzed (a file unreadable as a whole, a directory, files of different runs, an ``--html``
+path that is one of the inputs).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
-from kvscope.commands._inputs import load_checked
+from kvscope.commands._inputs import check_output_not_input, load_checked
 from kvscope.recording.files import check_writable
 
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
                          risk_horizon_s=args.risk_horizon_s)
     if args.html:
+        check_output_not_input("--html", args.html, [("input", p) for p in args.events])
         check_writable(args.html)
     groups = [[p] for p in args.events] if args.compare else [list(args.events)]
     loaded = []

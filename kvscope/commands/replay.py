@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
         # Read only to size from a recording: given with another plan (or none) it would be ignored.
         raise ValueError("--sizing-from EVENTS is read only with --sizing auto")
     if args.events:
-        _check_events_path(args.events)
+        inputs = ([("--trace", args.trace)] if args.trace else []) + [
+            ("--sizing-from", p) for p in getattr(args, "sizing_from", None) or []]
+        _check_events_path(args.events, inputs)
     if args.trace and not os.path.isfile(args.trace):
         why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
         raise ValueError(f"{args.trace}: {why}")
@@ -220,12 +222,16 @@ def _warn_if_other_traffic(frame: Any, path: str, source: str) -> None:
               f"{source!r}: the pools are sized for the traffic recorded there", file=sys.stderr)
 
 
-def _check_events_path(path: str) -> None:
-    """Refuse an event file path that cannot be written, before the replay starts."""
+def _check_events_path(path: str, inputs: list[tuple[str, str]]) -> None:
+    """Refuse, before the replay starts, an event file path that cannot be written or that is one of
+    the replay's inputs (``(flag, path)`` pairs): recording there would destroy the input."""
+    from kvscope.commands._inputs import check_output_not_input
     from kvscope.recording import sink_for_path
     from kvscope.recording.files import check_writable
 
-    sink_for_path(path)  # the suffix names the format: refused here, not after the replay
+    sink = sink_for_path(path)  # the suffix names the format: refused here, not after the replay
+    partial = getattr(sink, "partial_path", None)  # a Parquet recording is written there first
+    check_output_not_input("--events", path, inputs, written=[partial] if partial else [])
     check_writable(path)
 
 
