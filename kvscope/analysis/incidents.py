@@ -181,7 +181,7 @@ def verdict(findings: Sequence[Finding], time_of: Callable[[int], float] | None 
     t_s, iteration and message (the stall's summary).
 
     ``end_missing`` says the events stop before the run's end (a recording cut off, interrupted or
-    closed on an error: :func:`end_missing`). Then a run with neither failure nor stall is not called
+    closed on an error) or may miss part of it (rows unreadable: :func:`end_missing`). Then a run with neither failure nor stall is not called
     healthy but 'incomplete', with that ``message``: a process that dies outright (an abort, a
     kill) leaves exactly such a recording, so no failure in what was read proves nothing."""
     fatals = sorted((f for f in findings if f.kind == FindingKind.ENGINE_FATAL), key=lambda f: f.t_start_s)
@@ -339,11 +339,17 @@ def fatal_leads(prior: list[Finding], req: int, t: float, it: int) -> list[dict]
 
 
 def end_missing(files: Sequence[dict[str, Any]]) -> str | None:
-    """Why the events stop before the run's end, from the reader's per-file facts (the frame's
-    ``attrs["kvscope"]["files"]``: ``path``, ``status``), or None when every file ended."""
+    """Why the events read may not hold the run's end, from the reader's per-file facts (the
+    frame's ``attrs["kvscope"]["files"]``: ``path``, ``status``, ``rows_dropped``), or None when
+    every file ended and was read whole. A file with rows the reader refused is damaged: the lost
+    rows may hold the failure, so what was read proves nothing either."""
     cut = [f"{f.get('path')} ({f.get('status')})" for f in files
            if f.get("status") in ("interrupted", "cut off", "error")]
-    return f"the recording is not complete: {', '.join(cut)}" if cut else None
+    damaged = [f"{f.get('path')} ({int(f['rows_dropped'])} unreadable row(s) dropped)" for f in files
+               if f.get("rows_dropped")]
+    parts = ([f"the recording is not complete: {', '.join(cut)}"] if cut else []) + (
+        [f"the recording is damaged: {', '.join(damaged)}"] if damaged else [])
+    return "; ".join(parts) or None
 
 
 def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None = None,

@@ -33,6 +33,8 @@ _KIND_SET = frozenset(KIND_DTYPE.categories)
 _POOL_SET = frozenset(POOL_DTYPE.categories)
 _INT_RANGE = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 _ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
+TRUNCATED_LINE = "truncated line"
+"""A JSON Lines row cut mid-write: what a killed writer leaves at a file's end (a cut, not damage)."""
 
 
 def frame_dtypes() -> dict[str, Any]:
@@ -137,6 +139,11 @@ def _validate_value(f: str, v: Any) -> str | None:
     return None
 
 
+def _one_line(e: BaseException) -> str:
+    """An Arrow error's text on one line (its messages carry newlines; a problem is one line)."""
+    return " ".join(str(e).split())
+
+
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -178,7 +185,7 @@ def read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any
                 obj = json.loads(line)
             except (json.JSONDecodeError, RecursionError) as e:
                 truncated = not line.endswith("\n")
-                msg = "truncated line" if truncated else f"not JSON ({getattr(e, 'msg', e)})"
+                msg = TRUNCATED_LINE if truncated else f"not JSON ({getattr(e, 'msg', e)})"
                 problems.append(RowProblem(path, row, None, msg))
                 continue
             if not isinstance(obj, dict):
@@ -268,7 +275,7 @@ def read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, A
             t = pf.read_row_group(g, columns=list(FIELDS))
             frames.append(_table_to_frame(path, t, start, anchor, problems))
         except (pa.ArrowException, OSError, ValueError, TypeError, OverflowError) as e:
-            problems.append(RowProblem(path, start, None, f"row group {g} ({n} rows) unreadable: {e}", n))
+            problems.append(RowProblem(path, start, None, f"row group {g} ({n} rows) unreadable: {_one_line(e)}", n))
         start += n
     df = pd.concat(frames, ignore_index=True) if frames else empty_frame()
     return df, problems, header, _end_status(path, header, end)
@@ -297,7 +304,7 @@ def read_arrow_stream(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[s
             try:
                 frames.append(_table_to_frame(path, pa.Table.from_batches([rb]), start, anchor, problems))
             except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
-                problems.append(RowProblem(path, start, None, f"batch of {rb.num_rows} rows unreadable: {e}", rb.num_rows))
+                problems.append(RowProblem(path, start, None, f"batch of {rb.num_rows} rows unreadable: {_one_line(e)}", rb.num_rows))
             start += rb.num_rows
     df = pd.concat(frames, ignore_index=True) if frames else empty_frame()
     # A stream is what a Parquet recording leaves when it was never closed: never complete.

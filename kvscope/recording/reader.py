@@ -8,7 +8,9 @@ error carries every row that *was* readable (``err.frame``), so nothing readable
 
 ``frame.attrs["kvscope"]["files"]`` has one entry per file: ``path``, ``header``, ``format``,
 ``status`` (the end record's ``complete``/``interrupted``/``error``; ``cut off`` when the header
-promised an end record that is missing; ``unknown`` for files written before end records),
+promised an end record that is missing; ``unknown`` for files written before end records;
+``damaged`` when rows of a recording that ended, or of an ``unknown`` one, were refused;
+``unreadable`` when no event of the file could be read, and then ``readable`` is False),
 ``complete`` (True only for ``complete`` with nothing dropped), ``num_rows``, ``rows_dropped``
 (rows the reader refused) and ``events_dropped`` (events the recorder lost, from the end record).
 """
@@ -27,6 +29,7 @@ from kvscope.events.schema import Row
 from kvscope.recording.formats import (
     KIND_DTYPE,
     POOL_DTYPE,
+    TRUNCATED_LINE,
     EventFileError,
     FileWideProblem,
     RowProblem,
@@ -61,6 +64,15 @@ def read_file(
              "rows_dropped": rows_dropped, "readable": header is not None}
     if rows_dropped or (problems and header is not None):
         facts["complete"] = False
+    if rows_dropped and facts["status"] in ("complete", "unknown"):
+        # The recording ended (or says nothing of its end), but rows of it are lost: never "complete".
+        facts["status"] = "damaged"
+    if rows_dropped and len(df) == 0 and any(x.row is not None and x.message != TRUNCATED_LINE for x in problems):
+        # Not one event readable, and not because a writer was killed mid-line: the file is
+        # unreadable as a whole (e.g. its only row group corrupt), never a run that recorded nothing.
+        problems.insert(0, RowProblem(p, None, None, f"no event readable: all {rows_dropped} row(s) refused "
+                                                     f"(first: {problems[0].message})"))
+        facts.update(status="unreadable", readable=False)
     df.attrs["kvscope"] = {"files": [facts]}
     if problems:
         df.attrs["kvscope"]["problems"] = [str(x) for x in problems]
