@@ -16,7 +16,9 @@ and are never renamed. ``input`` says what the input was and what of it is missi
 Exit status: 0 analyzed complete input; 1 analyzed, but the input is partial (rows unreadable, a
 recording interrupted or cut off, events dropped by the recorder: one line on stderr says what);
 2 nothing analyzed (a file unreadable as a whole, a directory, files of different runs, an ``--html``
-path that is one of the inputs).
+path that is one of the inputs), or the ``--html`` report could not be written (a full disk): the
+findings are printed all the same, then one line names the report, which is written whole or not at
+all (a report already there is kept).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.commands._inputs import check_output_not_input, load_checked
+from kvscope.commands._outputs import OutputNotWritten, write_text_whole
 from kvscope.recording.files import check_writable
 
 
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     _paths, events, facts, analysis = loaded[0]
     out = analysis.to_dict()
     out["input"] = facts.to_dict()
+    unwritten: OutputNotWritten | None = None
     if args.compare:
         out["runs"] = [{"file": str(p[0]), "verdict": a.to_dict()["verdict"], "counts": a.to_dict()["counts"]}
                        for p, _e, _f, a in loaded]
@@ -99,27 +103,39 @@ def run(args: argparse.Namespace) -> int:
                                                 for p, e, _f, a in loaded}))
         title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
         runs = [(Path(p[0]).name, a) for p, _e, _f, a in loaded] if args.compare else ()
-        Path(args.html).write_text(render_html(analysis, figs, title=title, runs=runs), encoding="utf-8")
-        out["html"] = str(args.html)
+        try:
+            write_text_whole(args.html, render_html(analysis, figs, title=title, runs=runs), flag="--html")
+            out["html"] = str(args.html)
+        except OutputNotWritten as e:
+            # The findings are what an on-call reader needs: print them, then fail on the report.
+            unwritten = e
     status = 0 if all(x[2].complete for x in loaded) else 1
+    _print_findings(args, out, loaded)
+    if unwritten is not None:
+        raise unwritten
+    return status
+
+
+def _print_findings(args: argparse.Namespace, out: dict[str, Any], loaded: list[Any]) -> None:
+    analysis = loaded[0][3]
+    report = out.get("html")  # None when no report was asked for, or it could not be written
     if args.json:
         print(json.dumps(out, allow_nan=False))
-        return status
+        return
     if not args.compare:
-        _print_text(analysis, args)
-        return status
+        _print_text(analysis, report)
+        return
     # Each run in turn, led by a line per run: the verdicts side by side, then each run's findings.
     for p, _e, _f, a in loaded:
         print(f"{p[0]}: {a.headline()}")
     for p, _e, _f, a in loaded:
         print(f"\n== {p[0]}")
-        _print_text(a, args, report=False)
-    if args.html:
-        print(f"report: {args.html}")  # one report for all the runs compared
-    return status
+        _print_text(a, None)
+    if report:
+        print(f"report: {report}")  # one report for all the runs compared
 
 
-def _print_text(analysis, args: argparse.Namespace, *, report: bool = True) -> None:
+def _print_text(analysis, report: str | None) -> None:
     leads = lead_times(analysis.findings)
     print(analysis.headline())
     c = counts(analysis.findings)
@@ -142,5 +158,5 @@ def _print_text(analysis, args: argparse.Namespace, *, report: bool = True) -> N
                            else "") + "]")
         print(f"{f.t_start_s:10.3f}s it {f.iteration_start:>6}  {f.severity.value:8} {f.kind.value:20} "
               f"{f.summary}{lead_txt}")
-    if args.html and report:
-        print(f"report: {args.html}")
+    if report:
+        print(f"report: {report}")
