@@ -33,6 +33,7 @@ from typing import Any
 
 from kvscope.engines.binding import Binding
 from kvscope.engines.gate import executor_error_path
+from kvscope.engines.launcher import remediation_form_problem
 from kvscope.engines.model.session import EventFileSession
 from kvscope.engines.port import BindingPort, hidden_pools_for
 from remediation import DEFAULT_POLICY, MODES, POLICIES, Controller, FileControlChannel, attach
@@ -44,7 +45,7 @@ from remediation.sizing import (
     ratio_from_observation,
 )
 
-__all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts"]
+__all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts", "parse_remediation_env"]
 
 AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion", "resume_near_miss")
 """Streaming-analyzer finding kinds that switch ``auto`` on. A resume near miss is one: on the
@@ -63,6 +64,18 @@ def parse_remediation(value: str) -> tuple[str, str]:
         return "on", value
     raise ValueError(f"--remediation expects one of {', '.join(MODES)} or a policy ({', '.join(POLICIES)}); "
                      f"got {value!r}")
+
+
+def parse_remediation_env(value: str) -> tuple[str, str]:
+    """``KVSCOPE_REMEDIATION`` value -> (mode, policy): ``MODE``, ``POLICY`` (mode on) or
+    ``MODE:POLICY``, any case; empty is ``off``. ValueError (one line) on any other form: the
+    launcher refuses the same ones before the command runs (``launcher.remediation_problem``)."""
+    head, sep, tail = (part.strip() for part in value.strip().lower().partition(":"))
+    if head in MODES and (not sep or tail in POLICIES) or not value.strip():
+        return head or "off", tail or DEFAULT_POLICY
+    if head in POLICIES and not sep:
+        return "on", head
+    raise ValueError(remediation_form_problem(value))
 
 
 model_error_path = executor_error_path
@@ -373,11 +386,7 @@ def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None, *,
     channel_path = env.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
     if not value and not channel_path:
         return None
-    head, _, tail = value.partition(":")
-    mode, policy = parse_remediation(head or "off")
-    if tail:
-        parse_remediation(tail)  # a policy name, or ValueError naming the valid ones
-        policy = tail.strip().lower()
+    mode, policy = parse_remediation_env(value)
     channel = FileControlChannel(channel_path) if channel_path else None
     pp_size = int(env.get("KVSCOPE_PP_SIZE", "1") or 1)
     # The executor's per-request error path is found by the binding at the executor's first

@@ -95,8 +95,8 @@ class ProcessSession:
                 from kvscope.remedy import sizing_from_env
 
                 self.sizing = sizing_from_env(self.binding, env)
-            except Exception:
-                log.exception("kvscope: KVSCOPE_SIZING not applied; the engine splits its KV budget as stock")
+            except Exception as e:  # noqa: BLE001 - a bad value never stops the engine from starting
+                self._not_applied("KVSCOPE_SIZING", e, "the engine splits its KV budget as stock", env)
         if env.get("KVSCOPE_REMEDIATION") or env.get("KVSCOPE_REMEDIATION_CHANNEL"):
             try:
                 from kvscope.remedy import attach_from_env
@@ -106,9 +106,20 @@ class ProcessSession:
                 # the meta at each batch), for a subscriber that joins after the change's event.
                 if self.remediation is not None:
                     self.remediation.on_mode_change = lambda reason: meta.__setitem__("remediation", reason)
-            except Exception:
-                # A bad value must not stop the engine from starting: it runs as stock, and says so.
-                log.exception("kvscope: KVSCOPE_REMEDIATION not applied; the engine runs without remediation")
+            except Exception as e:  # noqa: BLE001
+                # A bad value must not stop the engine from starting: it runs as stock, and says so
+                # in one line (kvscope-instrument refuses such values before the command runs; this
+                # is a process given them some other way, e.g. by an MPI or Ray environment).
+                self._not_applied("KVSCOPE_REMEDIATION", e, "the engine runs without remediation", env)
+
+    def _not_applied(self, variable: str, error: Exception, outcome: str, env: Mapping[str, str]) -> None:
+        """One stderr line: ``variable`` was not applied, why, and what the engine does instead
+        (the traceback only with ``KVSCOPE_DEBUG=1``)."""
+        why = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+        print(f"kvscope-instrument: rank {self.rank} pid {self.pid}: {variable} not applied: {why}; {outcome}",
+              file=sys.stderr)
+        if env.get("KVSCOPE_DEBUG"):
+            log.error("kvscope: %s not applied", variable, exc_info=error)
 
     def close(self) -> None:
         if self._closed:

@@ -24,6 +24,8 @@ Configuration is by environment variables (options here only set them):
 ``KVSCOPE_DISABLE``         ``1``: load nothing
 ``KVSCOPE_SIZING``          re-split the KV byte budget at engine start: a draft byte share (``0.09``)
                             or draft tokens per target token (``4x``), as ``kvscope replay --sizing``
+``KVSCOPE_REMEDIATION``     attach remediation at engine start: ``MODE[:POLICY]`` or ``POLICY`` (mode
+                            ``on``), any case (``kvscope.remedy.parse_remediation_env``)
 ``KVSCOPE_RUN_ID``          id of this run in every file header (set here once, so the files of
                             all processes of one run are known to belong together)
 ==========================  ======================================================================
@@ -38,7 +40,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
@@ -50,6 +52,11 @@ connects to when given no endpoint."""
 SINK_NAMES = ("jsonl", "parquet", "zmq", "otlp")
 ENGINES = ("auto", "tensorrt_llm", "model")
 FILE_SINKS = ("jsonl", "parquet")
+REMEDIATION_MODES = ("off", "shadow", "on", "auto")
+"""``remediation.MODES``, named here without importing remediation (the launcher stays below it);
+a test keeps the two equal."""
+REMEDIATION_POLICIES = ("draft-reserve", "worst-case", "joint-admission")
+"""``remediation.POLICIES``' names (see ``REMEDIATION_MODES``)."""
 
 
 def check_env(env: dict[str, str]) -> list[str]:
@@ -79,6 +86,9 @@ def check_env(env: dict[str, str]) -> list[str]:
     sizing = sizing_problem(env.get("KVSCOPE_SIZING", ""))
     if sizing:
         problems.append(f"KVSCOPE_SIZING: {sizing}")
+    remediation = remediation_problem(env)
+    if remediation:
+        problems.append(remediation)
     if any(s in FILE_SINKS for s in sinks) and env.get("KVSCOPE_DISABLE") != "1":
         why = _unwritable_dir(Path(env.get("KVSCOPE_OUTPUT_DIR", "kvscope-events")))
         if why:
@@ -102,6 +112,39 @@ def sizing_problem(value: str) -> str | None:
     return (f"expected a draft byte share in (0, 1) (e.g. 0.09) or a draft token ratio (e.g. 4x), got {value!r}"
             + ("; auto needs a recorded run (kvscope replay --sizing auto --sizing-from EVENTS)"
                if text == "auto" else ""))
+
+
+def remediation_problem(env: Mapping[str, str]) -> str | None:
+    """Why ``KVSCOPE_REMEDIATION`` (and the numbers its controller reads) cannot attach at engine
+    start, as one line naming the variable (None: fine or unset). The forms are
+    ``kvscope.remedy.parse_remediation_env``'s, checked here without importing it."""
+    value = env.get("KVSCOPE_REMEDIATION", "")
+    head, sep, tail = (part.strip() for part in value.strip().lower().partition(":"))
+    if not value.strip():
+        policy = ""
+    elif head in REMEDIATION_MODES and (not sep or tail in REMEDIATION_POLICIES):
+        policy = tail
+    elif head in REMEDIATION_POLICIES and not sep:
+        policy = head
+    else:
+        return f"KVSCOPE_REMEDIATION: {remediation_form_problem(value)}"
+    if not (value.strip() or env.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()):
+        return None
+    for name, unit in (("KVSCOPE_MAX_SEQ_LEN", "tokens"), ("KVSCOPE_PP_SIZE", "pipeline ranks")):
+        number = env.get(name, "").strip()
+        if number and not (number.isdigit() and len(number) < 10):
+            return f"{name}: expected a number of {unit}, got {env[name]!r}"
+    if policy == "worst-case" and not int(env.get("KVSCOPE_MAX_SEQ_LEN", "").strip() or 0):
+        return ("KVSCOPE_REMEDIATION: the worst-case policy needs the engine's max_seq_len: "
+                "set KVSCOPE_MAX_SEQ_LEN (tokens)")
+    return None
+
+
+def remediation_form_problem(value: str) -> str:
+    """The one-line message for a ``KVSCOPE_REMEDIATION`` value of no valid form (shared with
+    ``kvscope.remedy.parse_remediation_env``, so the launcher and a worker say the same)."""
+    return (f"expected MODE[:POLICY] or POLICY, any case (modes: {', '.join(REMEDIATION_MODES)}; "
+            f"policies: {', '.join(REMEDIATION_POLICIES)}), got {value!r}")
 
 
 def _unwritable_dir(folder: Path) -> str | None:

@@ -321,5 +321,79 @@ def test_kvscope_remediation_names_its_mode_and_policy_in_any_case_and_refuses_u
     assert parse_remediation("Auto") == ("auto", "draft-reserve") and parse_remediation("Worst-Case") == ("on", "worst-case")
     import pytest
 
-    with pytest.raises(ValueError, match="expects one of"):
+    with pytest.raises(ValueError, match=r"expected MODE\[:POLICY\] or POLICY"):
         attach_from_env(Binding(Recorder(), ModelPoolReader()), {"KVSCOPE_REMEDIATION": "enable"}, real_engine=False)
+
+
+REMEDIATION_VALUES = ["on", " ON:Worst-Case ", "Auto", "shadow:joint-admission", "off:draft-reserve", "worst-case",
+                      "Draft-Reserve", "on:draft-reserv", "on:shadow", "enable", "worst-case:draft-reserve",
+                      ":worst-case", "on:", "on:draft-reserve:x", "draft reserve"]
+
+
+def test_the_launcher_refuses_exactly_the_kvscope_remediation_values_a_worker_cannot_attach():
+    """The launcher checks without importing remediation: its names and forms must stay the worker's."""
+    from kvscope.engines.launcher import (
+        REMEDIATION_MODES,
+        REMEDIATION_POLICIES,
+        remediation_problem,
+    )
+    from kvscope.remedy import parse_remediation_env
+    from remediation import MODES, POLICIES
+
+    assert (REMEDIATION_MODES, REMEDIATION_POLICIES) == (MODES, tuple(POLICIES))
+    refused = []
+    for value in REMEDIATION_VALUES:
+        problem = remediation_problem({"KVSCOPE_REMEDIATION": value, "KVSCOPE_MAX_SEQ_LEN": "4096"})
+        try:
+            parse_remediation_env(value)
+        except ValueError as e:
+            assert problem == f"KVSCOPE_REMEDIATION: {e}"
+            refused.append(value)
+        else:
+            assert problem is None, value
+    assert refused == REMEDIATION_VALUES[7:]
+
+
+def test_kvscope_remediation_worst_case_without_max_seq_len_is_refused_before_the_command_runs():
+    from kvscope.engines.launcher import check_env
+
+    assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_REMEDIATION": "on:worst-case"}) == [
+        "KVSCOPE_REMEDIATION: the worst-case policy needs the engine's max_seq_len: set KVSCOPE_MAX_SEQ_LEN (tokens)"]
+    assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_REMEDIATION": "Worst-Case", "KVSCOPE_MAX_SEQ_LEN": "8192"}) == []
+    assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "two"}) == [
+        "KVSCOPE_PP_SIZE: expected a number of pipeline ranks, got 'two'"]
+
+
+def test_misspelt_kvscope_remediation_policy_exits_2_in_one_line_and_the_command_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    env["KVSCOPE_REMEDIATION"] = "on:draft-reserv"
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(tmp_path / "ev"),
+                           sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not marker.exists()
+    assert done.stderr.splitlines() == [
+        "kvscope-instrument: error: KVSCOPE_REMEDIATION: expected MODE[:POLICY] or POLICY, any case (modes: off, "
+        "shadow, on, auto; policies: draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'"]
+
+
+def test_a_worker_given_a_bad_kvscope_remediation_says_so_in_one_line_and_runs_without_it(tmp_path, capfd):
+    """A process given the variable past the launcher (an MPI or Ray environment) cannot refuse to
+    start: one stderr line, no traceback, the engine as stock."""
+    from kvscope.engines.autoload import ProcessSession
+
+    session = ProcessSession("model", {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "jsonl",
+                                       "KVSCOPE_REMEDIATION": "on:draft-reserv", "KVSCOPE_SIZING": "lots"})
+    try:
+        assert session.remediation is None and session.sizing is None
+    finally:
+        session.close()
+    err = capfd.readouterr().err
+    prefix = f"kvscope-instrument: rank 0 pid {os.getpid()}: "
+    sizing, remediation = err.splitlines()  # one line each, no traceback
+    assert sizing.startswith(prefix + "KVSCOPE_SIZING not applied: ") and "got 'lots'" in sizing
+    assert sizing.endswith("; the engine splits its KV budget as stock")
+    assert remediation == (
+        prefix + "KVSCOPE_REMEDIATION not applied: expected MODE[:POLICY] or POLICY, any case (modes: off, shadow, "
+                 "on, auto; policies: draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'; "
+                 "the engine runs without remediation")
