@@ -79,6 +79,9 @@ class MooncakeTraceWorkload:
         self._next: WorkloadRequest | None = None
         self._in_flight: set[int] = set()
         self._read_ahead()
+        if self._next is None:  # the first row is read here, so an empty trace is refused up front
+            lines = f"its {self._line_no} line(s) are blank" if self._line_no else "the file is empty"
+            raise TraceFormatError(self.path, "file", "<rows>", f"trace holds no requests ({lines})")
 
     # ----------------------------------------------------------------- protocol
     def pop_arrivals(self, now_s: float) -> list[WorkloadRequest]:

@@ -3,6 +3,7 @@ starts where they can be; never an engine crash, never a traceback, never a sile
 
 from __future__ import annotations
 
+import io
 import json
 import lzma
 import os
@@ -56,6 +57,40 @@ def test_truncated_tar_xz_is_an_input_error_when_replayed(tmp_path, capsys):
     cut.write_bytes(data[: len(data) // 2])
     assert lzma.LZMADecompressor().decompress(data[:64])  # really xz, cut in half
     assert str(cut) in one_line_error(capsys, "replay", "--trace", str(cut), "--json")
+
+
+def _archive(path: Path, members: dict[str, object]) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, doc in members.items():
+            data = (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+SESSION = {"id": "s", "block_size": 64, "hash_id_scope": "local", "tool_tokens": 0, "system_tokens": 0}
+NO_REQUEST_TRACES = {
+    "empty.jsonl": ("", "trace holds no requests (the file is empty)"),
+    "blank.jsonl": ("\n  \n\n", "trace holds no requests (its 3 line(s) are blank)"),
+    "none.tar.xz": ({}, "holds no *.json session member"),
+    "readme-only.tar.xz": ({"traces/README.txt": "no sessions here"}, "holds no *.json session member"),
+    "no-turn.tar.xz": ({"traces/trace_0000.json": {**SESSION, "requests": []}}, "holds no main-agent LLM request"),
+    "empty-subagent.tar.xz": ({"traces/trace_0000.json": {**SESSION, "requests": [
+        {"type": "subagent", "t": 0.0, "requests": []}]}}, "holds no main-agent LLM request"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_REQUEST_TRACES))
+def test_a_trace_with_no_request_is_an_input_error_never_a_healthy_replay(tmp_path, capsys, name):
+    content, problem = NO_REQUEST_TRACES[name]
+    trace = tmp_path / name
+    if isinstance(content, str):
+        trace.write_text(content)
+    else:
+        _archive(trace, content)
+    line = one_line_error(capsys, "replay", "--trace", str(trace), "--json")
+    assert line.startswith(f"kvscope replay: error: {trace}: ") and line.endswith(problem)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])

@@ -155,3 +155,12 @@ def test_replays_every_synthetic_row_when_reading_the_shared_trace() -> None:
     assert len(popped) == 3993
     assert popped[-1].arrival_s == 1022.025
     assert sum(len(r.block_keys) for r in popped) == sum(r.prompt_len // 32 for r in popped)
+
+
+@pytest.mark.parametrize("text,lines", [("", "the file is empty"), ("\n \n", "its 2 line(s) are blank")])
+def test_refuses_a_trace_with_no_request_when_opened(tmp_path: Path, text: str, lines: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as caught:
+        create_mooncake_workload(path, tokens_per_block=64)
+    assert str(caught.value) == f"{path}: file: field '<rows>': trace holds no requests ({lines})"
