@@ -102,7 +102,11 @@ def check_input_paths(paths: Sequence[str]) -> None:
         if os.path.isdir(p):
             raise InputRefused(f"{p}: is a directory, not an event file (give the files in it)")
         if not os.path.exists(p):
-            raise InputRefused(f"{p}: no such event file")
+            partial = f"{p}.partial"
+            # A Parquet recording killed before it closed is still its .partial stream, beside it.
+            hint = (f"; {partial} is beside it (an unfinished recording): give that file instead"
+                    if os.path.isfile(partial) else "")
+            raise InputRefused(f"{p}: no such event file{hint}")
     check_distinct_paths(list(paths))
 
 

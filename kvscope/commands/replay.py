@@ -186,7 +186,10 @@ def run(args: argparse.Namespace) -> int:
         data["events"] = recording
         if recording["dropped"] or recording["sink_errors"]:
             status = 1
-            print(f"kvscope replay: warning: event file {args.events}: {recording['dropped']} event(s) dropped, "
+            # A Parquet recording that could not close is still its .partial stream: name that file.
+            partial = _partial_path(args.events)
+            kept = str(partial) if partial is not None and partial.exists() else args.events
+            print(f"kvscope replay: warning: event file {kept}: {recording['dropped']} event(s) dropped, "
                   f"{recording['sink_errors']} sink error(s) ({recording['why']}); what was written before "
                   "stays readable", file=sys.stderr)
     if args.json:
@@ -226,13 +229,18 @@ def _check_events_path(path: str, inputs: list[tuple[str, str]]) -> None:
     """Refuse, before the replay starts, an event file path that cannot be written or that is one of
     the replay's inputs (``(flag, path)`` pairs): recording there would destroy the input."""
     from kvscope.commands._inputs import check_output_not_input
-    from kvscope.recording import sink_for_path
     from kvscope.recording.files import check_writable
 
-    sink = sink_for_path(path)  # the suffix names the format: refused here, not after the replay
-    partial = getattr(sink, "partial_path", None)  # a Parquet recording is written there first
+    partial = _partial_path(path)  # the suffix names the format: refused here, not after the replay
     check_output_not_input("--events", path, inputs, written=[partial] if partial else [])
     check_writable(path)
+
+
+def _partial_path(path: str) -> Any:
+    """The ``.partial`` stream a Parquet recording is written through (None for JSON Lines)."""
+    from kvscope.recording import sink_for_path
+
+    return getattr(sink_for_path(path), "partial_path", None)
 
 
 def _print_policies(*, as_json: bool) -> None:

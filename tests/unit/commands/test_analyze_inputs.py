@@ -135,6 +135,22 @@ def test_interrupted_recording_is_reported_not_clean_when_analyzed(tmp_path, fak
     assert "OUTCOME UNKNOWN" in text and "HEALTHY" not in text
 
 
+def test_missing_file_names_the_partial_beside_it_when_analyzed(tmp_path, fake_clock, capsys):
+    path = tmp_path / "killed.parquet"
+    assert refused(capsys, path) == f"kvscope analyze: error: {path}: no such event file"
+    # A recording killed before it closed: only its .partial stream is on disk.
+    rec = Recorder(clock=fake_clock)
+    rec.record(EventKind.ADMITTED, 0, PoolRole.TARGET, 1, 64, 1)
+    sink = sink_for_path(path, meta={"run_id": "run-a"})
+    BatchPump(rec, [sink], start=False).flush()
+    sink.flush()
+    assert not path.exists()
+    assert refused(capsys, path) == (f"kvscope analyze: error: {path}: no such event file; {path}.partial is beside "
+                                     "it (an unfinished recording): give that file instead")
+    code, out, err = analyze(capsys, f"{path}.partial", "--json")
+    assert code == 1 and json.loads(out)["num_events"] == 1  # and it is readable, as said
+
+
 def test_same_file_twice_is_refused_when_analyzed(tmp_path, fake_clock, capsys):
     path = record(tmp_path / "a.parquet", fake_clock)
     assert "given twice" in refused(capsys, path, path)
