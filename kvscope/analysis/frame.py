@@ -258,12 +258,16 @@ def request_timeline(events: pd.DataFrame | EventColumns) -> pd.DataFrame:
     reason, and per KV pool ``reused_tokens_<pool>`` / ``peak_tokens_<pool>`` (largest cache
     capacity) / ``allocated_tokens_<pool>`` (peak minus reused: what the pool had to compute/hold
     privately).
+
+    ``attrs["recording_end_s"]``: the time of the last event read (NaN without events), where a
+    request still open (no end event) is last known to be open.
     """
     ev = as_columns(events)
     rid, ts, it, ntok = ev.request_id, ev.ts_ns, ev.iteration, ev.num_tokens
     ids = request_ids(ev)
     n_ids = len(ids)
     out = pd.DataFrame(index=pd.Index(ids, name="request_id", dtype="int64"))
+    out.attrs["recording_end_s"] = float(ts.max()) / 1e9 if len(ts) else float("nan")
 
     def rows(*kinds: EventKind) -> tuple[np.ndarray, np.ndarray]:
         pos = ev.request_positions(*kinds)

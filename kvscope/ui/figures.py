@@ -4,7 +4,8 @@ The HTML report (``kvscope analyze --html``) and the notebook front end call the
 
 * :func:`pool_usage_figure` — used fraction of each pool over time, findings marked as bands;
 * :func:`request_timeline_figure` — one bar per request: queued, prefill, decode, coloured by
-  outcome (every request up to a limit; failures always drawn);
+  outcome (every request up to a limit; failures always drawn; a request still open when the
+  recording ends drawn to that end and marked so);
 * :func:`debt_figure` — the draft debt (need minus available) per pool outside admission.
 
 Inputs are the analyzer's frames (:mod:`kvscope.analysis.frame`, ``Analysis.debt.series``,
@@ -150,22 +151,56 @@ def select_requests(timeline: pd.DataFrame, max_requests: int, always: tuple[int
     return timeline[keep]
 
 
+END_SYMBOLS = {"finished": "circle", "failed": "x", "rejected": "x-thin-open", "cancelled": "square-open"}
+OPEN_LABEL = "still open at end"
+"""Legend of a request with no end event: drawn to the recording's end, hatched, with an arrowhead there."""
+OPEN_PATTERN = {"shape": "/", "fgcolor": "rgba(255,255,255,0.8)", "size": 6}
+SHORT_FRACTION = 0.005
+"""A request whose whole bar is shorter than this share of the time axis (a rejection at arrival)
+gets a marker at its end: a bar that short does not show."""
+
+
+def recording_end_s(timeline: pd.DataFrame) -> float:
+    """Where the requests still open are last known open: the recording's last event
+    (``attrs["recording_end_s"]`` of :func:`kvscope.analysis.frame.request_timeline`), else the
+    latest time in the frame."""
+    t = timeline.attrs.get("recording_end_s")
+    cols = [c for c in ("arrival_s", "first_deferred_s", "admitted_s", "context_done_s", "end_s") if c in timeline]
+    times = timeline[cols].to_numpy(dtype=float, na_value=np.nan)
+    latest = float(np.nanmax(times)) if np.isfinite(times).any() else np.nan
+    if t is None or not np.isfinite(t):
+        return latest if np.isfinite(latest) else 0.0
+    return max(float(t), latest) if np.isfinite(latest) else float(t)
+
+
 def request_timeline_figure(timeline: pd.DataFrame, *, max_requests: int = 1000,
-                            always: tuple[int, ...] = ()) -> go.Figure:
+                            always: tuple[int, ...] = (), end_s: float | None = None) -> go.Figure:
     """One horizontal bar per request: queued (arrival -> admission), prefill (-> last chunk),
     decode (-> end), coloured by outcome with one legend entry per outcome.
+
+    A request with no end event is still open when the recording ends (``end_s``, by default
+    :func:`recording_end_s`): its bar runs to there, hatched ("queued, still open at end" when it
+    was never admitted, "running, still open at end" otherwise; prefill until a chunk reached the
+    prompt's end), and an arrowhead marks it there ("still open at end", the hover says since
+    when and in which stage). A request that ended (almost) at once, e.g. rejected at arrival,
+    is a marker at its end, as a zero-length bar would not show.
 
     Every request is drawn up to ``max_requests``; beyond that the failed, rejected and cancelled
     requests and ``always`` (e.g. the request that crashed the engine) are always drawn, the rest
     by arrival, and the title says "showing N of M". Unknown values (a request whose arrival was
-    not recorded, an unknown prompt length) show as "unknown" in the hover, never as -1."""
+    not recorded, an unknown prompt length) show as "unknown" in the hover, never as -1. Built in
+    time linear in the requests drawn: a bounded number of traces, no per-request call."""
     total = len(timeline)
+    t_end = recording_end_s(timeline) if end_s is None else float(end_s)
     tl = select_requests(timeline, max_requests, always).sort_values("arrival_s", kind="stable")
-    arrival = tl["arrival_s"].fillna(tl["admitted_s"])
-    end = tl["end_s"].fillna(tl[["admitted_s", "context_done_s", "arrival_s"]].max(axis=1))
+    is_open = tl["end_s"].isna().to_numpy()
+    last_seen = tl[["admitted_s", "context_done_s", "arrival_s"]].max(axis=1)
+    # Open: up to the recording's end (never before its own last known time).
+    end = tl["end_s"].fillna(last_seen.clip(lower=t_end)).fillna(t_end)
     adm = tl["admitted_s"].fillna(end)
-    ctx = tl["context_done_s"].fillna(adm).clip(lower=adm)
-    arrival = arrival.fillna(adm)
+    # An open request without a finished prefill is still prefilling; an ended one went to decode.
+    ctx = tl["context_done_s"].fillna(end.where(is_open, adm)).clip(lower=adm)
+    arrival = tl["arrival_s"].fillna(tl["admitted_s"]).fillna(adm)
     y = np.array([str(r) for r in tl.index])
     prompt = tl["prompt_tokens"].to_numpy()
     info = np.array([f"{int(p):,} prompt tokens" if p >= 0 else "prompt length unknown" for p in prompt]) \
@@ -173,18 +208,54 @@ def request_timeline_figure(timeline: pd.DataFrame, *, max_requests: int = 1000,
     outcome = tl["outcome"].astype(str).to_numpy()
     fig = go.Figure()
     q = (adm - arrival).clip(lower=0).to_numpy()
-    fig.add_trace(go.Bar(y=y, x=q, base=arrival.to_numpy(), orientation="h", name="queued",
-                         marker={"color": "#c7c7c7"}, customdata=info, legendgroup="queued",
+    waiting = is_open & tl["admitted_s"].isna().to_numpy()  # queued when the recording ends
+    fig.add_trace(go.Bar(y=y[~waiting], x=q[~waiting], base=arrival.to_numpy()[~waiting], orientation="h",
+                         name="queued", marker={"color": "#c7c7c7"}, customdata=info[~waiting], legendgroup="queued",
                          hovertemplate="request %{y} queued: %{base:.3f}s + %{x:.3f}s, %{customdata}<extra></extra>"))
+    if waiting.any():
+        fig.add_trace(go.Bar(y=y[waiting], x=q[waiting], base=arrival.to_numpy()[waiting], orientation="h",
+                             name=f"queued, {OPEN_LABEL}", legendgroup="queued",
+                             marker={"color": "#c7c7c7", "pattern": {**OPEN_PATTERN, "fgcolor": "#8c8c8c"}},
+                             customdata=info[waiting],
+                             hovertemplate="request %{y} queued since %{base:.3f}s, still waiting when the "
+                                           "recording ends (%{x:.3f}s later), %{customdata}<extra></extra>"))
     for oc in [o for o in OUTCOME_COLORS if (outcome == o).any()]:
         m = outcome == oc
+        if oc == "running":
+            m = m & ~waiting
+            if not m.any():
+                continue
+        name = f"{oc}, {OPEN_LABEL}" if oc == "running" else oc
         for seg, start, stop, opacity in (("prefill", adm, ctx, 1.0), ("decode", ctx, end, 0.55)):
+            marker = {"color": OUTCOME_COLORS[oc], "opacity": opacity}
+            if oc == "running":
+                marker["pattern"] = OPEN_PATTERN
             fig.add_trace(go.Bar(
                 y=y[m], x=(stop - start).clip(lower=0).to_numpy()[m], base=start.to_numpy()[m], orientation="h",
-                name=oc, legendgroup=oc, showlegend=(seg == "prefill"),
-                marker={"color": OUTCOME_COLORS[oc], "opacity": opacity}, customdata=info[m],
-                hovertemplate="request %{y} (" + oc + ") " + seg + ": %{base:.3f}s + %{x:.3f}s, %{customdata}<extra></extra>",
+                name=name, legendgroup=oc, showlegend=(seg == "prefill"), marker=marker, customdata=info[m],
+                hovertemplate="request %{y} (" + name + ") " + seg + ": %{base:.3f}s + %{x:.3f}s, %{customdata}"
+                              "<extra></extra>",
             ))
+    if is_open.any():
+        prefilling = tl["context_done_s"].isna().to_numpy()
+        stage = np.where(waiting, "queued", np.where(prefilling, "prefill", "decode"))
+        since = np.where(waiting, arrival.to_numpy(), np.where(prefilling, adm.to_numpy(), ctx.to_numpy()))
+        text = [f"{st} since {t:.3f}s" for st, t in zip(stage[is_open], since[is_open])]
+        fig.add_trace(go.Scatter(
+            x=end.to_numpy()[is_open], y=y[is_open], mode="markers", name=OPEN_LABEL, legendgroup="open",
+            marker={"symbol": "triangle-right", "size": 9, "color": "#444"}, text=text,
+            hovertemplate="request %{y} still open when the recording ends (%{x:.3f}s): %{text}<extra></extra>"))
+    t0 = float(np.nanmin(arrival.to_numpy())) if np.isfinite(arrival.to_numpy()).any() else t_end
+    took = (end - arrival).to_numpy()
+    short = ~is_open & (took <= SHORT_FRACTION * max(t_end - t0, 0.0))
+    for oc in [o for o in OUTCOME_COLORS if (short & (outcome == o)).any()]:
+        m = short & (outcome == oc)
+        fig.add_trace(go.Scatter(
+            x=end.to_numpy()[m], y=y[m], mode="markers", name=oc, legendgroup=oc, showlegend=False,
+            marker={"symbol": END_SYMBOLS.get(oc, "circle"), "size": 10, "color": OUTCOME_COLORS[oc],
+                    "line": {"width": 2, "color": OUTCOME_COLORS[oc]}},
+            text=[f"{d:.3f}s after arrival, {i}" for d, i in zip(took[m], info[m])],
+            hovertemplate="request %{y} " + oc + " at %{x:.3f}s, %{text}<extra></extra>"))
     shown = len(tl)
     title = "Request timeline (colour: outcome)"
     if shown < total:
