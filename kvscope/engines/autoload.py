@@ -236,6 +236,7 @@ def _start(kind: str) -> None:
         session = ProcessSession(kind, os.environ)
         _state["session"] = session
     atexit.register(session.close)
+    _note_instrumented(kind, os.environ)
 
 
 def _after_fork_in_child() -> None:
@@ -263,6 +264,75 @@ def boot(env: Mapping[str, str] | None = None) -> None:
             wrapt.register_post_import_hook(_hook("tensorrt_llm"), module)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
+    if engine in FORCED_ENGINE_MODULES and env.get("KVSCOPE_LAUNCHER_PID") == str(os.getpid()):
+        _watch_for_nothing_recorded(engine, env)
+
+
+FORCED_ENGINE_MODULES = {"tensorrt_llm": "TensorRT-LLM's executor (tensorrt_llm._torch.pyexecutor)",
+                         "model": "the engine model (kvscope.engine_model.executor)"}
+"""What a process must import to be instrumented when ``--engine`` names the engine."""
+
+
+def _watch_for_nothing_recorded(engine: str, env: Mapping[str, str]) -> None:
+    """In the command ``kvscope-instrument`` replaced itself with (``exec`` keeps its pid): open
+    the run's tally, which every process of this host that starts instrumenting appends to
+    (:func:`_note_instrumented`), and at exit say in one stderr line when it stayed empty, i.e. when
+    the engine ``--engine`` forced was imported by no process, and so nothing was recorded. The
+    exit status stays the command's (an exit handler cannot see it)."""
+    path = env.get("KVSCOPE_SESSIONS_FILE", "")
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8"):
+            pass  # empty: this run's tally (a file of an earlier process with this pid is truncated)
+    except OSError:
+        return
+    pid = os.getpid()
+
+    def report() -> None:
+        if os.getpid() != pid:
+            return  # a forked child runs its parent's exit handlers too
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tally = fh.read()
+            os.unlink(path)
+        except OSError:
+            return
+        if tally.strip():
+            return
+        why = f"no process imported {FORCED_ENGINE_MODULES[engine]}"
+        if engine == "tensorrt_llm" and not _importable("tensorrt_llm"):
+            why = f"tensorrt_llm is not importable in {sys.executable}"
+        print(f"kvscope-instrument: no process on this host recorded any event: --engine {engine} but {why}",
+              file=sys.stderr)
+
+    atexit.register(report)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _note_instrumented(kind: str, env: Mapping[str, str]) -> None:
+    """Add this process to the run's tally when the launched command keeps one (never creates it)."""
+    path = env.get("KVSCOPE_SESSIONS_FILE", "")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return
+    try:
+        os.write(fd, f"{os.getpid()} {kind}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _hook(kind: str):

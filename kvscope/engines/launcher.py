@@ -32,6 +32,12 @@ Configuration is by environment variables (options here only set them):
 
 Each process writes ``<dir>/events-rank<R>-pid<P>.<ext>``; rank and pid are on every event, and the
 files merge into one timeline with ``kvscope.recording.read_frame([...])``.
+
+With ``--engine tensorrt_llm`` or ``model`` the command, when it is a Python program, says at its exit
+in one stderr line when no process of this host was instrumented (the engine was never imported, or
+TensorRT-LLM is not importable): ``exec`` keeps the launcher's pid, so the command is told it is the
+one to report (``KVSCOPE_LAUNCHER_PID``) and where the run's processes note that they started
+(``KVSCOPE_SESSIONS_FILE``, a temp file it removes). Its exit status stays its own.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -219,6 +226,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if exe is None:
         print(f"kvscope-instrument: error: command not found: {command[0]}", file=sys.stderr)
         return 127
+    for name in ("KVSCOPE_LAUNCHER_PID", "KVSCOPE_SESSIONS_FILE"):
+        env.pop(name, None)  # an outer launcher's
+    if env.get("KVSCOPE_ENGINE") in ("tensorrt_llm", "model"):
+        # The engine was named: when none of the processes is instrumented, the command (this pid
+        # after exec, when it is a Python program) says so at its exit (autoload.boot).
+        env["KVSCOPE_LAUNCHER_PID"] = str(os.getpid())
+        env["KVSCOPE_SESSIONS_FILE"] = str(Path(tempfile.gettempdir()) / f"kvscope-instrument-{os.getpid()}.sessions")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(exe, command, env)
