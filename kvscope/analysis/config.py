@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -88,6 +89,17 @@ class DetectorConfig:
         return self.min_debt_blocks + self.risk_margin_fraction * capacity_blocks
 
     def __post_init__(self) -> None:
+        # A NaN compares false with every bound, so it would pass the range checks below and switch
+        # a rule off without a word (``--stall-min-s nan`` removed every stall finding): every
+        # threshold must be a finite number first.
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
+        if not self.risk_horizon_s > 0:
+            raise ValueError(f"risk_horizon_s must be > 0, got {self.risk_horizon_s}")
+        if self.min_debt_blocks < 0 or self.risk_margin_fraction < 0:
+            raise ValueError("min_debt_blocks and risk_margin_fraction must be >= 0")
         if self.merge_gap_iterations < 0:
             raise ValueError(f"merge_gap_iterations must be >= 0, got {self.merge_gap_iterations}")
         if self.rate_window_iterations < 1:
@@ -100,8 +112,11 @@ class DetectorConfig:
             raise ValueError(f"gate_hold_iterations must be >= 1, got {self.gate_hold_iterations}")
         if not 0.0 <= self.risk_min_utilization <= 1.0:
             raise ValueError(f"risk_min_utilization must be in [0, 1], got {self.risk_min_utilization}")
-        if self.stall_min_iterations < 1 or self.stall_min_s < 0 or self.stall_warn_s < 0:
-            raise ValueError("stall_min_iterations must be >= 1, stall_min_s and stall_warn_s >= 0")
+        if self.stall_min_iterations < 1:
+            raise ValueError(f"stall_min_iterations must be >= 1, got {self.stall_min_iterations}")
+        for name in ("stall_min_s", "stall_warn_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.near_miss_quiet_s >= 0:
             raise ValueError(f"near_miss_quiet_s must be >= 0, got {self.near_miss_quiet_s}")
         if self.max_named_requests < 1:

@@ -35,7 +35,7 @@ from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
-from kvscope.commands._inputs import check_output_not_input, load_checked
+from kvscope.commands._inputs import check_input_paths, check_output_not_input, load_checked
 from kvscope.commands._outputs import OutputNotWritten, write_text_whole
 from kvscope.recording.files import check_writable
 
@@ -63,11 +63,19 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
-                         risk_horizon_s=args.risk_horizon_s)
+    try:
+        cfg = DetectorConfig(stall_min_iterations=args.stall_min_iterations, stall_min_s=args.stall_min_s,
+                             risk_horizon_s=args.risk_horizon_s)
+    except ValueError as exc:  # named by the flag the user gave, not the config field
+        msg = str(exc)
+        for name in ("stall_min_iterations", "stall_min_s", "risk_horizon_s"):
+            msg = msg.replace(name, "--" + name.replace("_", "-"))
+        raise ValueError(msg) from None
     if args.html:
         check_output_not_input("--html", args.html, [("input", p) for p in args.events])
         check_writable(args.html)
+    if args.compare:
+        check_input_paths(args.events)  # each file is loaded alone below: one given twice is refused here
     groups = [[p] for p in args.events] if args.compare else [list(args.events)]
     loaded = []
     for paths in groups:

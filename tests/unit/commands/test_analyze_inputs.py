@@ -159,6 +159,27 @@ def test_same_file_twice_is_refused_when_analyzed(tmp_path, fake_clock, capsys):
     assert "both the recording of rank 0" in refused(capsys, path, copy)
 
 
+def test_same_file_twice_is_refused_when_compared(tmp_path, fake_clock, capsys):
+    # --compare loads each file as its own run, so the merge's check never sees the pair.
+    path = record(tmp_path / "a.parquet", fake_clock)
+    link = tmp_path / "link.parquet"
+    link.symlink_to(path)
+    assert "given twice" in refused(capsys, "--compare", path, link)
+    other = record(tmp_path / "b.parquet", fake_clock, meta={"run_id": "run-b"})
+    code, out, _err = analyze(capsys, "--compare", path, other, "--json")
+    assert code == 0 and [r["file"] for r in json.loads(out)["runs"]] == [str(path), str(other)]
+
+
+@pytest.mark.parametrize("flag", ["--stall-min-s", "--risk-horizon-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-5"])
+def test_a_threshold_that_is_no_finite_positive_number_is_refused_by_its_flag(tmp_path, fake_clock, capsys,
+                                                                              flag, value):
+    # A NaN passes every range check (it compares false): --stall-min-s nan removed every stall finding.
+    path = record(tmp_path / "a.parquet", fake_clock)
+    line = refused(capsys, path, flag, value)
+    assert line.startswith(f"kvscope analyze: error: {flag} must be")
+
+
 def test_three_different_runs_are_refused_when_analyzed(tmp_path, fake_clock, capsys):
     paths = [record(tmp_path / f"run{i}.parquet", fake_clock, meta={"run_id": f"r{i}"}) for i in range(3)]
     line = refused(capsys, *paths)
