@@ -192,6 +192,13 @@ FULL += [
     *_remedied("qwen-hybrid-mtp", (0, 1), "on"),
     *_remedied("near-miss", (12,), "on", ("engine_version=main-00746ef",), "main"),
     *_remedied("mooncake-conversation", (0,), "on"),
+    # The silent family under `auto` (session 19: a resume near miss switches it on; held out, the
+    # stock twins crash in the corpus above).
+    *[Run(f"{name}[remediation=auto,enable_block_reuse-false,engine_version-1.3.0rc27,seed={seed}]", source,
+          ("enable_block_reuse=false", "engine_version=1.3.0rc27", f"seed={seed}"), remediation="auto")
+      for name, source, seed in (("mooncake-trace", "trace:conversation_trace.jsonl", 31),
+                                 ("claude-code", "trace:kv-cache-tester_traces.tar.xz", 31),
+                                 ("mooncake-conversation", "mooncake-conversation", 163))],
 ]
 
 SHORT: list[Run] = [
