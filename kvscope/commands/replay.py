@@ -333,3 +333,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         print(f"  {key:<22} {_text(key, value)}")
         if key == "requests_rejected" and data.get("requests_cancelled"):
             print(f"  {'requests_cancelled':<22} {data['requests_cancelled']}")
+        if key == "requests_rejected" and data.get("requests_unfinished"):
+            # A replay cut short (max_sim_seconds, a stall) leaves requests in the engine; without
+            # this row the counts above would not add up to requests_total and read as all served.
+            print(f"  {'requests_unfinished':<22} {data['requests_unfinished']} "
+                  "(still running or queued when the replay stopped)")

@@ -104,3 +104,16 @@ def test_sizing_from_a_recording_of_other_traffic_says_so(tmp_path, capsys):
                  "--sizing-from", str(events), "--json"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recorded 'oversize', this replay is 'near-miss'" in err[0]
+
+
+def test_text_summary_says_how_many_requests_were_unfinished_when_the_replay_stopped_early(capsys):
+    argv = ["replay", "--scenario", "mooncake-conversation", "--set", "max_sim_seconds=5"]
+    assert main([*argv, "--json"]) == 0
+    unfinished = json.loads(capsys.readouterr().out)["requests_unfinished"]
+    assert unfinished > 0  # the precondition: the cap stopped the replay with requests in the engine
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert (f"  {'requests_unfinished':<22} {unfinished} (still running or queued when the replay stopped)"
+            in lines)
+    assert main(["replay", "--scenario", "oversize"]) == 0  # every request ended: nothing to say
+    assert "requests_unfinished" not in capsys.readouterr().out
