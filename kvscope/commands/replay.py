@@ -58,7 +58,8 @@ def register(subparsers: Any) -> None:
     source.add_argument("--scenario", choices=sorted(SCENARIOS), help="built-in scenario (see below)")
     source.add_argument("--trace", metavar="PATH",
                         help="trace file: Mooncake .jsonl (open loop) or kv-cache-tester .tar.xz (closed loop)")
-    parser.add_argument("--engine", metavar="SCENARIO", default=TRACE_ENGINE, choices=sorted(SCENARIOS),
+    # No default here: run() must tell "not given" from "given with --scenario" to refuse the latter.
+    parser.add_argument("--engine", metavar="SCENARIO", default=None, choices=sorted(SCENARIOS),
                         help=f"with --trace: replay on this built-in scenario's engine configuration "
                              f"(default: {TRACE_ENGINE}); --set changes it further")
     parser.add_argument("--list-scenarios", action="store_true", help="describe the built-in scenarios")
@@ -108,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.scenario and not args.trace:
         raise ValueError("give --scenario NAME or --trace PATH (see --help)")
+    if getattr(args, "engine", None) and not args.trace:
+        # A scenario brings its own engine configuration; an --engine beside it would be dropped.
+        raise ValueError("--engine applies to --trace only (a --scenario replays on its own engine "
+                         "configuration; change it with --set)")
+    engine = getattr(args, "engine", None) or TRACE_ENGINE
     source = args.scenario or args.trace
     if getattr(args, "sizing_from", None) and (getattr(args, "sizing", None) or "").strip().lower() != "auto":
         # Read only to size from a recording: given with another plan (or none) it would be ignored.
@@ -122,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
-    engine_config = get_scenario(args.engine).config if args.trace else None
+    engine_config = get_scenario(engine).config if args.trace else None
     if args.trace and not args.json:
-        print(f"replaying {args.trace} on the {args.engine} engine configuration (--engine to choose)")
+        print(f"replaying {args.trace} on the {engine} engine configuration (--engine to choose)")
     mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
     overrides = list(args.overrides)
     plan = None

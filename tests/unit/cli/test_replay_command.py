@@ -117,3 +117,13 @@ def test_text_summary_says_how_many_requests_were_unfinished_when_the_replay_sto
             in lines)
     assert main(["replay", "--scenario", "oversize"]) == 0  # every request ended: nothing to say
     assert "requests_unfinished" not in capsys.readouterr().out
+
+
+def test_engine_is_refused_with_a_scenario_not_ignored(capsys):
+    # A scenario brings its own engine configuration: --engine would be silently dropped.
+    assert main(["replay", "--scenario", "near-miss", "--engine", "glm5-dsa", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.strip().splitlines() == [
+        "kvscope replay: error: --engine applies to --trace only (a --scenario replays on its own engine "
+        "configuration; change it with --set)"]
