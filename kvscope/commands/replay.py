@@ -9,7 +9,7 @@ never renamed) and nothing else. Without ``--json``, a progress line (simulated 
 pool utilisation) is drawn on stderr when stderr is a terminal, then a readable summary.
 ``--list-scenarios`` describes the built-in scenarios (also at the end of ``--help``); a ``--trace``
 replays on the engine configuration of the scenario ``--engine`` names (glm5-dsa by default, said on
-the first line of the readable output). ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
+the first line of the readable output, printed once the replay has run). ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
 one). ``--events PATH`` writes the replay's event file through the instrumentation module
 ``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
 ``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
@@ -129,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
         replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
     engine_config = get_scenario(engine).config if args.trace else None
-    if args.trace and not args.json:
-        print(f"replaying {args.trace} on the {engine} engine configuration (--engine to choose)")
     mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
     overrides = list(args.overrides)
     plan = None
@@ -202,6 +200,10 @@ def run(args: argparse.Namespace) -> int:
         # Strict JSON: a NaN would be refused by strict parsers, so it is an error here, not output.
         sys.stdout.write(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
     else:
+        if args.trace:
+            # Said once the replay has run, not before: a trace is read lazily inside the loop, so an
+            # empty or malformed one is refused there, and a refused replay prints nothing on stdout.
+            print(f"replayed {args.trace} on the {engine} engine configuration (--engine to choose)")
         _print_summary(data)
     return status
 

@@ -127,3 +127,21 @@ def test_engine_is_refused_with_a_scenario_not_ignored(capsys):
     assert out.err.strip().splitlines() == [
         "kvscope replay: error: --engine applies to --trace only (a --scenario replays on its own engine "
         "configuration; change it with --set)"]
+
+
+def test_a_refused_trace_prints_nothing_on_stdout_and_a_replayed_one_names_its_engine_first(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["replay", "--trace", str(empty)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # no "replaying ..." line for a replay that never ran
+    assert len(out.err.strip().splitlines()) == 1 and "trace holds no requests" in out.err
+    trace = tmp_path / "three.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 100, "input_length": 64, "output_length": 2,
+                                         "hash_ids": [i]}) + "\n" for i in range(3)))
+    assert main(["replay", "--trace", str(trace), "--engine", "near-miss"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"replayed {trace} on the near-miss engine configuration (--engine to choose)"
+    assert lines[1] == f"replay {trace}: healthy"
+    assert main(["replay", "--trace", str(trace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests_completed"] == 3  # one object, nothing else
