@@ -62,11 +62,14 @@ class RowProblem:
     message: str
     num_rows: int = 1
     """Rows this problem cost (a whole unreadable row group counts all its rows)."""
+    line: int | None = None
+    """1-based line of the file in a text format (JSON Lines: the header is line 1), where a user
+    looks for it with an editor or ``sed -n``; None in Parquet."""
 
     def __str__(self) -> str:
         where = self.path
         if self.row is not None:
-            where += f": row {self.row}"
+            where += f": row {self.row}" + (f" (line {self.line})" if self.line is not None else "")
         if self.field is not None:
             where += f", field {self.field!r}"
         return f"{where}: {self.message}"
@@ -186,18 +189,18 @@ def read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any
             except (json.JSONDecodeError, RecursionError) as e:
                 truncated = not line.endswith("\n")
                 msg = TRUNCATED_LINE if truncated else f"not JSON ({getattr(e, 'msg', e)})"
-                problems.append(RowProblem(path, row, None, msg))
+                problems.append(RowProblem(path, row, None, msg, line=row + 2))
                 continue
             if not isinstance(obj, dict):
-                problems.append(RowProblem(path, row, None, "not a JSON object"))
+                problems.append(RowProblem(path, row, None, "not a JSON object", line=row + 2))
                 continue
             if obj.get("format") == END_FORMAT:
                 if end is not None:
-                    problems.append(RowProblem(path, row, "end", "second end record"))
+                    problems.append(RowProblem(path, row, "end", "second end record", line=row + 2))
                 end = obj
                 continue
             if end is not None:
-                problems.append(RowProblem(path, row, None, "event after the end record"))
+                problems.append(RowProblem(path, row, None, "event after the end record", line=row + 2))
                 continue
             bad = None
             for f in FIELDS:
@@ -209,7 +212,7 @@ def read_jsonl(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, Any
                     bad = (f, err)
                     break
             if bad:
-                problems.append(RowProblem(path, row, bad[0], bad[1]))
+                problems.append(RowProblem(path, row, bad[0], bad[1], line=row + 2))
                 continue
             for f in FIELDS:
                 cols[f].append(obj[f])

@@ -99,7 +99,7 @@ def test_rows_dropped_for_bad_fields_are_reported_in_json_when_analyzed(tmp_path
     path.write_text("\n".join(lines) + "\n")
     code, out, err = analyze(capsys, path, "--json")
     assert code == 1
-    assert len(err.strip().splitlines()) == 1 and "row 2, field 'num_blocks'" in err
+    assert len(err.strip().splitlines()) == 1 and "row 2 (line 4), field 'num_blocks'" in err
     doc = json.loads(out)
     assert doc["num_events"] == 10
     assert doc["input"]["rows_dropped"] == 2 and doc["input"]["complete"] is False

@@ -105,8 +105,11 @@ def test_bad_field_names_row_and_field_and_keeps_the_rest_when_read(tmp_path, fa
         read_frame(path)
     err = ei.value
     assert (err.row, err.field) == (2, "kind")
-    assert str(err).startswith(f"{path}: row 2, field 'kind': unknown event kind 'blocks_vanished'")
+    assert str(err).startswith(f"{path}: row 2 (line 4), field 'kind': unknown event kind 'blocks_vanished'")
     assert [(p.row, p.field) for p in err.problems] == [(2, "kind"), (5, "num_blocks")]
+    # The line is the file's own (the header is line 1): where an editor finds the bad row.
+    assert ['"blocks_vanished"' in lines[p.line - 1] for p in err.problems] == [True, False]
+    assert '"many"' in lines[err.problems[1].line - 1]
     assert len(err.frame) == len(EventKind) - 2
 
 
