@@ -283,10 +283,13 @@ def _print_knobs(scenario: str | None, *, as_json: bool) -> None:
         return
     descriptions = EngineConfig.describe_knobs()
     width = max(len(n) for n, _, _ in descriptions)
-    header = "  ".join(f"{n:>14}" for n in names)
+    # Each column as wide as its widest cell, header included: a fixed width let a long scenario
+    # name (mooncake-conversation) push its header, and every header after it, off its values.
+    widths = {s: max([len(s)] + [len(_fmt(table[s][n])) for n, _, _ in descriptions]) for s in names}
+    header = "  ".join(f"{s:>{widths[s]}}" for s in names)
     print(f"{'knob':<{width}}  {header}  description")
     for name, help_text, is_real in descriptions:
-        values = "  ".join(f"{_fmt(table[s][name]):>14}" for s in names)
+        values = "  ".join(f"{_fmt(table[s][name]):>{widths[s]}}" for s in names)
         marker = "" if is_real else " [model]"
         print(f"{name:<{width}}  {values}  {help_text}{marker}")
 

@@ -145,3 +145,19 @@ def test_a_refused_trace_prints_nothing_on_stdout_and_a_replayed_one_names_its_e
     assert lines[1] == f"replay {trace}: healthy"
     assert main(["replay", "--trace", str(trace), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["requests_completed"] == 3  # one object, nothing else
+
+
+def test_list_knobs_table_keeps_values_under_their_headers_when_a_scenario_name_is_wide(capsys):
+    from kvscope.engine_model.config import EngineConfig
+
+    assert main(["replay", "--list-knobs"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    names = header.split()[1:-1]
+    assert "mooncake-conversation" in names  # wider than the values: the case that drifted
+    ends = [header.index(f" {n} ") + 1 + len(n) for n in names]  # right-aligned: columns end together
+    description = header.index(" description") + 1
+    helps = {name: text for name, text, _ in EngineConfig.describe_knobs()}
+    for row in rows:
+        for end in ends:
+            assert row[end - 1] != " " and row[end] == " ", (row, end)
+        assert row[description:].startswith(helps[row.split()[0]]), row
