@@ -106,6 +106,18 @@ def _mark_findings(fig: go.Figure, findings: pd.DataFrame | None, pools: set[str
         fig.update_layout(shapes=[*fig.layout.shapes, *shapes], annotations=[*fig.layout.annotations, *notes])
 
 
+def note_if_empty(fig: go.Figure, has_data: bool, what: str) -> go.Figure:
+    """A figure with nothing to draw says so in its middle and hides its axes: empty axes with a
+    default range (-1 to 6) read as data, and a blank chart looks like a rendering fault."""
+    if has_data:
+        return fig
+    fig.add_annotation(text=f"no {what} in this recording", xref="paper", yref="paper", x=0.5, y=0.5,
+                       showarrow=False, font={"size": 16, "color": "#888"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
 def pool_usage_figure(
     pools: pd.DataFrame, findings: pd.DataFrame | None = None, *, max_points: int = 4000
 ) -> go.Figure:
@@ -130,7 +142,7 @@ def pool_usage_figure(
     fig.update_layout(title="Pool usage over time", xaxis_title="time (s, event clock)",
                       yaxis_title="used / capacity", yaxis_tickformat=".0%", yaxis_range=[0, 1.05],
                       template="plotly_white", legend={"orientation": "h"})
-    return fig
+    return note_if_empty(fig, len(fig.data) > 0, "pool state")
 
 
 FAILED_OUTCOMES = ("failed", "rejected", "cancelled")
@@ -264,7 +276,7 @@ def request_timeline_figure(timeline: pd.DataFrame, *, max_requests: int = 1000,
                       yaxis_title="request id", yaxis={"type": "category", "autorange": "reversed"},
                       template="plotly_white", height=max(300, min(1600, 14 * shown + 120)),
                       legend={"orientation": "h"})
-    return fig
+    return note_if_empty(fig, shown > 0, "request")
 
 
 def debt_figure(
@@ -287,8 +299,9 @@ def debt_figure(
                                  line={"color": color, "dash": "dot", "width": 1, "shape": "hv"}))
         fig.add_trace(go.Scatter(x=g["t_s"], y=g["available_blocks"], mode="lines", name=f"{role} available",
                                  line={"color": "#7f7f7f", "dash": "dash", "width": 1, "shape": "hv"}))
-    fig.add_hline(y=0, line_color="black", line_width=1)
+    if fig.data:  # zero, the line debt crosses, is drawn where there is a debt to cross it
+        fig.add_hline(y=0, line_color="black", line_width=1)
     _mark_findings(fig, findings, set(pools))
     fig.update_layout(title="Draft debt: admitted need minus available", xaxis_title="time (s, event clock)",
                       yaxis_title="blocks", template="plotly_white", legend={"orientation": "h"})
-    return fig
+    return note_if_empty(fig, len(fig.data) > 0, "pool outside admission (draft or mamba)")

@@ -140,3 +140,22 @@ def test_a_stretch_of_resume_near_misses_is_a_line_at_its_first_never_a_band():
     shapes, notes = finding_marks(f)
     assert [s["type"] for s in shapes] == ["line"] and shapes[0]["x0"] == 20.0
     assert [n["text"] for n in notes] == ["resume_near_miss (warning)"]
+
+
+def test_figures_of_a_recording_with_no_events_say_so_instead_of_empty_axes():
+    df, a, _ = _analysis()
+    empty = df.iloc[:0]
+    b = analyze(empty)
+    figs = {"pool state": pool_usage_figure(pool_series(empty), b.findings_frame()),
+            "pool outside admission": debt_figure(b.debt.series),
+            "request": request_timeline_figure(b.timeline)}
+    for what, fig in figs.items():
+        assert all(len(t.x) == 0 for t in fig.data)  # nothing drawn (the timeline keeps its empty legend trace)
+        (note,) = fig.layout.annotations
+        assert note.text.startswith(f"no {what}") and note.text.endswith("in this recording")
+        assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
+        assert not fig.layout.shapes  # no zero line across an empty chart
+    # A run with data gets no such note, and its axes stay.
+    full = pool_usage_figure(pool_series(df), a.findings_frame())
+    assert not any("in this recording" in n.text for n in full.layout.annotations)
+    assert full.layout.xaxis.visible is not False
