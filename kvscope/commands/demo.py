@@ -23,6 +23,7 @@ from typing import Any
 from kvscope import replay as replay_mod
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import lead_times, render_html
+from kvscope.commands._outputs import OutputNotWritten, write_text_whole
 from kvscope.engines.model import instrument_replay
 from kvscope.recording.files import check_writable
 from kvscope.remedy import RemediatedSession
@@ -125,24 +126,36 @@ def run(args: argparse.Namespace) -> int:
         results.append(res)
         if not args.json:
             _print_run(res)
-    report = out / "report.html"
-    _write_report(results[0], report)
-    remediated_report = out / "report-remediated.html"
-    _write_report(results[1], remediated_report)
+    # Each report is written whole or not at all (a full disk never leaves a truncated report that
+    # looks whole, nor costs the one there before). A report that cannot be written does not cost
+    # the runs: the summary is printed (that report's path None), then the error line, exit 2.
+    unwritten: OutputNotWritten | None = None
+    written: dict[str, str | None] = {}
+    for key, res, path in (("report", results[0], out / "report.html"),
+                           ("remediated_report", results[1], out / "report-remediated.html")):
+        try:
+            _write_report(res, path)
+            written[key] = str(path)
+        except OutputNotWritten as e:
+            unwritten = unwritten or e
+            written[key] = None
     summary = {
         "scenario": SCENARIO,
         "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
-        "report": str(report),
-        "remediated_report": str(remediated_report),
+        "report": written["report"],
+        "remediated_report": written["remediated_report"],
         "wall_seconds": round(time.perf_counter() - t0, 2),
     }
     if args.json:
         print(json.dumps(summary))
     else:
         _print_side_by_side(results[0], results[1], given)
+        report, remediated_report = (written[k] or "(not written)" for k in ("report", "remediated_report"))
         print(f"\nreports: {report} (stock) and {remediated_report} (remediation on)   events: {out}/   "
               f"({summary['wall_seconds']} s)")
         print("next: kvscope analyze", results[0]["events"], "--html", str(out / "analysis.html"))
+    if unwritten is not None:
+        raise unwritten
     return 0
 
 
@@ -208,4 +221,5 @@ def _write_report(res: dict[str, Any], path: Path) -> None:
         figures.debt_figure(analysis.debt.series, f),
         figures.request_timeline_figure(analysis.timeline),
     ]
-    path.write_text(render_html(analysis, figs, title=f"kvscope demo: {SCENARIO}, {res['label']}"), encoding="utf-8")
+    write_text_whole(path, render_html(analysis, figs, title=f"kvscope demo: {SCENARIO}, {res['label']}"),
+                     flag="--out")
