@@ -14,6 +14,7 @@ in-process form (one rank, notebooks and tests).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -125,9 +126,16 @@ class FileControlChannel:
 
     def publish(self, record: ControlRecord) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kvscope-control-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(record), f)
-        os.replace(tmp, self.path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(asdict(record), f)
+            os.replace(tmp, self.path)
+        except BaseException:
+            # The folder is shared by every rank and publisher: a failed publish (the path is a
+            # folder, a full disk) must not leave a temp file there at each attempt.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def poll(self) -> ControlRecord | None:
         """The latest good record (None: nothing published yet).

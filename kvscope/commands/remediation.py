@@ -58,6 +58,11 @@ def _name(value: str, names: tuple[str, ...] | list[str], what: str, plural: str
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) not in ("set", "status"):
         raise ValueError("give an action: kvscope remediation set|status --channel PATH (see --help)")
+    if os.path.isdir(args.channel):
+        # Refused by the user's path before anything is read or written: publishing would fail on
+        # the rename naming a temp file, and status would read the folder as an empty control file.
+        raise ValueError(f"--channel {args.channel}: is a directory, not a control file "
+                         "(give the file the engine's KVSCOPE_REMEDIATION_CHANNEL names)")
     channel = FileControlChannel(args.channel)
     if args.action == "status":
         return _status(channel, as_json=args.json)

@@ -55,3 +55,27 @@ def test_a_replay_reading_the_channel_applies_what_set_published(tmp_path, monke
     assert main(["replay", "--scenario", "shared-prefix", "--json"]) == 0  # stock dies on this traffic
     data = json.loads(capsys.readouterr().out)
     assert not data["engine_fatal"] and data["remediation"]["mode"] == "on" and data["remediation"]["enforcing"]
+
+
+@pytest.mark.parametrize("action", [["set", "on"], ["status"]])
+def test_a_directory_given_as_channel_is_refused_by_its_path_and_nothing_is_left_behind(tmp_path, capsys, action):
+    folder = tmp_path / "some-dir"
+    folder.mkdir()
+    verb, *rest = action
+    assert main(["remediation", verb, "--channel", str(folder), *rest]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.strip().splitlines() == [
+        f"kvscope remediation: error: --channel {folder}: is a directory, not a control file "
+        "(give the file the engine's KVSCOPE_REMEDIATION_CHANNEL names)"]
+    assert [p.name for p in tmp_path.iterdir()] == ["some-dir"]  # no temp file beside it
+    assert list(folder.iterdir()) == []
+
+
+def test_publish_leaves_no_temp_file_when_the_rename_fails(tmp_path):
+    # The engine side publishes too (auto mode's trigger record): a failed rename must not litter
+    # the shared folder with .kvscope-control-* files, one per attempt.
+    (tmp_path / "control.json").mkdir()
+    with pytest.raises(IsADirectoryError):
+        FileControlChannel(tmp_path / "control.json").publish(ControlRecord(1, "on"))
+    assert [p.name for p in tmp_path.iterdir()] == ["control.json"]
