@@ -134,35 +134,24 @@ def queue_head(ev: EventColumns, q_pos: np.ndarray) -> tuple[np.ndarray, np.ndar
     queued (FCFS). Returns (prompt tokens, the target's latest prefix match for it while queued,
     0 when none) per query; prompt 0 when nothing is queued.
 
-    A sweep over requests (not events): arrivals and departures are change points, a heap keeps
-    the earliest queued arrival."""
-    import heapq
-
+    Two binary searches per query, no sweep: with the requests in arrival order (ties by their
+    index), a request is queued at ``q`` when it arrived at or before ``q`` and leaves after it
+    (``stop`` is exclusive). The head is the first request in that order whose ``stop`` is past
+    ``q`` -- the first index where the running maximum of ``stop`` passes ``q`` -- provided it has
+    arrived by ``q``: every request before it has left, every one after it arrived no earlier."""
     nq = len(q_pos)
     queue = ev.cached("queue", lambda: queue_spans(ev))
     if queue is None or nq == 0:
         return np.zeros(nq), np.zeros(nq)
     has, apos, stop, prompt = queue
     order = np.argsort(apos, kind="stable")
-    # Change points in position order; at equal positions departures first (stop is exclusive).
-    pts = np.concatenate([stop[order], apos[order]])
-    typ = np.concatenate([np.zeros(len(order), np.int8), np.ones(len(order), np.int8)])
-    who = np.concatenate([order, order])
-    o = np.lexsort((typ, pts))
-    pts, typ, who = pts[o], typ[o], who[o]
-    heap: list[tuple[int, int]] = []
-    gone = np.zeros(len(apos), dtype=bool)
-    head_at = np.full(len(pts), -1, dtype=np.int64)
-    for i, (t, w) in enumerate(zip(typ.tolist(), who.tolist())):
-        if t == 1:
-            heapq.heappush(heap, (int(apos[w]), w))
-        else:
-            gone[w] = True
-        while heap and gone[heap[0][1]]:
-            heapq.heappop(heap)
-        head_at[i] = heap[0][1] if heap else -1
-    at = np.searchsorted(pts, q_pos, side="right") - 1
-    head = np.where(at >= 0, head_at[np.maximum(at, 0)], -1)
+    if len(order):
+        first_open = np.searchsorted(np.maximum.accumulate(stop[order]), q_pos, side="right")
+        arrived = np.searchsorted(apos[order], q_pos, side="right")
+        queued = first_open < arrived
+        head = np.where(queued, order[np.minimum(first_open, len(order) - 1)], -1)
+    else:
+        head = np.full(nq, -1, dtype=np.int64)
     ok = head >= 0
     h_prompt = np.where(ok, prompt[np.maximum(head, 0)], 0.0)
     # The target's latest match for the head while it was queued (the scheduler matches, then
