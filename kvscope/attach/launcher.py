@@ -58,7 +58,10 @@ class ReplayLauncher:
         out["pace"] = self.pace
         return out
 
-    def start(self, source: str, overrides: Mapping[str, str]) -> tuple[BackgroundReplay, RemediationSwitch | None]:
+    def start(self, source: str, overrides: Mapping[str, str], *, remediation: str | None = None,
+              policy: str | None = None) -> tuple[BackgroundReplay, RemediationSwitch | None]:
+        """Stop the current run and start ``source`` with the knob fields; ``remediation`` and
+        ``policy`` (the dashboard's switch, as the user left it) override the launcher's defaults."""
         if self.current is not None and self.current.is_running:
             self.current.stop()
         fields = {**self.overrides, **overrides}
@@ -68,7 +71,8 @@ class ReplayLauncher:
             self.runs += 1
             path = os.path.join(os.fspath(self.events_dir), f"{os.path.basename(source)}-{self.runs}.parquet")
         self.current = BackgroundReplay(source, fields, pace=pace, events_path=path,
-                                        remediation=self.remediation, policy=self.policy).start()
+                                        remediation=remediation or self.remediation,
+                                        policy=policy or self.policy).start()
         return self.current, self.current.switch
 
 

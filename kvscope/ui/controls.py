@@ -18,7 +18,15 @@ class RemediationSwitch(Protocol):
     policies: tuple[str, ...]
 
     @property
-    def mode(self) -> str: ...
+    def mode(self) -> str:
+        """The mode last asked for (what the switch widget shows while the run is live)."""
+        ...
+
+    @property
+    def mode_in_effect(self) -> str:
+        """The mode the controller runs in (what the status line says); once the run ended, the
+        mode it ended in."""
+        ...
 
     @property
     def policy(self) -> str: ...
@@ -38,4 +46,8 @@ class Launcher(Protocol):
         """The knobs offered as fields, with their values for ``source``."""
         ...
 
-    def start(self, source: str, overrides: Mapping[str, str]) -> tuple[Feed, RemediationSwitch | None]: ...
+    def start(self, source: str, overrides: Mapping[str, str], *, remediation: str | None = None,
+              policy: str | None = None) -> tuple[Feed, RemediationSwitch | None]:
+        """Start ``source``; ``remediation``/``policy``: what the user picked on the switch (None:
+        the launcher's default)."""
+        ...

@@ -48,7 +48,7 @@ from kvscope.ui.feeds import (
 from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView, ReportedRemediation
-from kvscope.ui.status_line import reported_remediation, status_html
+from kvscope.ui.status_line import reported_remediation, status_html, switch_note
 
 FINAL_STATES = (FINISHED, INCOMPLETE, FATAL, "stopped", ERROR)
 FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_requests", "requests"),
@@ -90,6 +90,11 @@ class Dashboard:
         self._start_when_shown = False
         self._findings_shown: tuple | None = None  # what the findings table shows (see redraw)
         self._state = IDLE
+        self._has_ended = False  # the attached feed reached a final state: the switch acts on nothing
+        self._status = FeedStatus(IDLE, "no source attached")
+        # What the user picked on the switch: the next start_replay starts in it (None: never picked).
+        self._chosen_mode: str | None = None
+        self._chosen_policy: str | None = None
         self._shown_reported: ReportedRemediation | None | object = _UNSHOWN
         self._build(title)
         if feed is not None:
@@ -166,6 +171,7 @@ class Dashboard:
         self.view = self.view_factory()
         self._findings_shown = None
         self.error = None
+        self._has_ended = False
         self._attach_switch(switch)
         self.refresh(force=True)
 
@@ -184,7 +190,8 @@ class Dashboard:
                                                "(or press start replay)"))
             return
         try:
-            feed, switch = self.launcher.start(self.source.value, self.knob_values())
+            feed, switch = self.launcher.start(self.source.value, self.knob_values(),
+                                               remediation=self._chosen_mode, policy=self._chosen_policy)
         except Exception as exc:  # noqa: BLE001 - a bad knob value is shown, not raised into the event loop
             self._show_status(FeedStatus(ERROR, f"{type(exc).__name__}: {exc}"))
             return
@@ -207,6 +214,7 @@ class Dashboard:
             self.mode.tooltips = [f"remediation {m}" for m in switch.modes]
             self.mode.value = switch.mode
             self.mode.disabled = False
+            self.mode.description = "remediation"
             self.policy.options = list(switch.policies) or ["(none)"]
             self.policy.value = switch.policy if switch.policy in switch.policies else self.policy.options[0]
             self.policy.disabled = not switch.policies
@@ -228,14 +236,39 @@ class Dashboard:
         finally:
             self._syncing = False
 
+    def _show_ended(self) -> None:
+        """The run is over: the switch can change nothing in it. With a launcher it picks the next
+        run's mode and says so; without one it is disabled."""
+        if self.switch is None:
+            return
+        modes = list(self.switch.modes)
+        self._syncing = True
+        try:
+            if self.launcher is not None:
+                self.mode.description = "next run"
+                self.mode.tooltips = [f"this run has ended: start replay starts the next one with remediation {m}"
+                                      for m in modes]
+            else:
+                self.mode.disabled = self.policy.disabled = True
+                self.mode.tooltips = ["this run has ended: the switch has nothing left to act on"] * len(modes)
+        finally:
+            self._syncing = False
+
     def _on_mode(self, change: dict) -> None:
-        if self.switch is not None and not self._syncing and change["new"] != self.switch.mode:
+        if self.switch is None or self._syncing:
+            return
+        self._chosen_mode = change["new"]
+        if not self._has_ended and change["new"] != self.switch.mode:
             self.switch.set_mode(change["new"])
             self.refresh(force=True)
+        else:
+            self._show_status(self._status)  # the next run's mode
 
     def _on_policy(self, change: dict) -> None:
         if self.switch is not None and not self._syncing and change["new"] in self.switch.policies:
-            self.switch.set_policy(change["new"])
+            self._chosen_policy = change["new"]
+            if not self._has_ended:
+                self.switch.set_policy(change["new"])
 
     def _on_pause(self, change: dict) -> None:
         self.pause.description = "resume view" if change["new"] else "pause view"
@@ -265,6 +298,9 @@ class Dashboard:
         if self.switch is None:
             self._show_reported(self.view.remediation)
         final = status.state in FINAL_STATES
+        if final and self.feed is not None and not self._has_ended:
+            self._has_ended = True
+            self._show_ended()
         if not self.pause.value or force:
             t0 = time.perf_counter()
             try:
@@ -330,10 +366,15 @@ class Dashboard:
         """The status line: state in bold, remediation mode, paused note, one line of detail; the
         state is also a CSS class (``kvscope-state-running`` ...) for tests and styling."""
         state = status.state
+        self._status = status
         paused = PAUSED_NOTE if self.pause.value else ""
         reported = self.view.remediation
-        mode = (f" · remediation {self.switch.mode}" if self.switch is not None
-                else f" · remediation {reported.mode} (as reported)" if reported is not None else "")
+        sw = self.switch
+        if sw is not None:
+            mode = switch_note(sw.mode_in_effect, sw.mode, has_ended=self._has_ended,
+                               next_run=self.mode.value if self.launcher is not None else None)
+        else:
+            mode = f" · remediation {reported.mode} (as reported)" if reported is not None else ""
         offset_ns = self.wall_clock_offset_ns
         latest = wall_clock_at(offset_ns)(self.view.t_s) if offset_ns is not None and self.view.counts["events"] else None
         self.status.value = status_html(status, mode_note=mode, paused_note=paused, latest_wall=latest)

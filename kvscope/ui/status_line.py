@@ -24,6 +24,26 @@ def status_html(status: FeedStatus, *, mode_note: str = "", paused_note: str = "
             f"{latest}")
 
 
+def switch_note(in_effect: str, asked: str, *, has_ended: bool, next_run: str | None = None) -> str:
+    """The status line's remediation note for a source with a switch: the mode in force, never only
+    the one asked for (a change waits for the next scheduling pass; a click after the run ended
+    changed nothing in it).
+
+    Args:
+        in_effect: the controller's mode (once the run ended: the mode it ended in).
+        asked: the mode last asked of the controller.
+        has_ended: the run is over (its feed reached a final state).
+        next_run: the mode the next run (start replay) starts in, when there is a launcher.
+    """
+    note = f" · remediation {in_effect}"
+    if has_ended:
+        if next_run is not None and next_run != in_effect:
+            note += f" · next run: {next_run}"
+    elif asked != in_effect:
+        note += f" (switching to {asked} at the next scheduling pass)"
+    return html.escape(note)
+
+
 def reported_remediation(reported: ReportedRemediation | None) -> tuple[str, str, str]:
     """(mode, policy, tooltip) the read-only widgets show for what the events last reported: never a
     default that may be false."""

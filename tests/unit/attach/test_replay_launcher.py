@@ -40,3 +40,25 @@ def test_a_dashboard_waiting_for_a_browser_starts_its_replay_when_the_beacon_rep
     assert dash.feed is not None
     dash.stop()
     assert dash.wait(timeout_s=120).state == "finished"
+
+
+def test_switch_after_the_crash_picks_the_next_runs_mode_and_start_replay_starts_in_it():
+    dash = replay_dashboard("shared-prefix", pace=0, start="now", refresh_s=0)
+    assert dash.wait(timeout_s=120).state == "engine fatal"
+    first = dash.switch
+    assert first is not None and first.mode_in_effect == "off"
+    dash.mode.value = "on"  # the user's click after the crash
+    # The ended run is not remediated, and the status says so; the switch says what it now does.
+    assert first.mode_in_effect == "off" and first.mode == "off"
+    assert "remediation off · next run: on —" in dash.status.value, dash.status.value
+    assert dash.mode.description == "next run" and "start replay" in dash.mode.tooltips[0]
+    fields = {f.description: f for f in dash.knob_box.children}
+    fields["max_sim_seconds"].value = "24"
+    dash.start_button.click()
+    second = dash.switch
+    assert second is not first and second.mode == "on" and dash.mode.value == "on"
+    assert dash.mode.description == "remediation"
+    status = dash.wait(timeout_s=120)
+    dash.stop()
+    assert status.state == "finished" and second.mode_in_effect == "on"
+    assert "remediation on" in dash.status.value and dash.view.fatal is None

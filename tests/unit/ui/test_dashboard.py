@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvscope.ui.dashboard import Dashboard, RemediationSwitch
-from kvscope.ui.feeds import RUNNING, FeedStatus, FileFeed
+from kvscope.ui.feeds import FATAL, RUNNING, FeedStatus, FileFeed
 
 
 class RecordingSwitch:
@@ -13,12 +13,20 @@ class RecordingSwitch:
     modes = ("off", "shadow", "on", "auto")
     policies = ("draft-reserve", "worst-case")
 
-    def __init__(self) -> None:
+    def __init__(self, *, applies_at_next_pass: bool = False) -> None:
         self.mode, self.policy, self.calls = "off", "draft-reserve", []
+        self.mode_in_effect = "off"
+        self.applies_at_next_pass = applies_at_next_pass
 
     def set_mode(self, mode: str) -> None:
         self.calls.append(("mode", mode))
         self.mode = mode
+        if not self.applies_at_next_pass:
+            self.mode_in_effect = mode
+
+    def next_pass(self) -> None:
+        """What the controller does at the start of a scheduling pass: apply the mode asked for."""
+        self.mode_in_effect = self.mode
 
     def set_policy(self, name: str) -> None:
         self.calls.append(("policy", name))
@@ -101,6 +109,32 @@ def test_mode_and_policy_widgets_drive_the_switch_when_changed():
     dash.policy.value = "worst-case"
     assert switch.calls == [("mode", "on"), ("policy", "worst-case")]
     assert "remediation on" in dash.status.value
+
+
+def test_status_says_the_mode_in_force_not_the_one_asked_for_when_the_change_is_pending():
+    switch = RecordingSwitch(applies_at_next_pass=True)
+    dash = Dashboard(ListFeed([]), switch=switch, refresh_s=0)
+    dash.mode.value = "on"
+    assert switch.calls == [("mode", "on")]
+    assert "remediation off (switching to on at the next scheduling pass)" in dash.status.value
+    switch.next_pass()
+    dash.refresh()
+    assert "remediation on —" in dash.status.value and "switching" not in dash.status.value
+
+
+class EndingFeed(ListFeed):
+    """A feed whose run has ended (the engine crashed)."""
+
+    def status(self):
+        return FeedStatus(FATAL, "Draft KV cache context resize failed")
+
+
+def test_switch_is_disabled_and_the_status_keeps_the_ended_mode_when_clicked_after_the_run_ended():
+    switch = RecordingSwitch()
+    dash = Dashboard(EndingFeed([]), switch=switch, refresh_s=0)
+    assert dash.state == "engine fatal" and dash.mode.disabled and dash.policy.disabled
+    dash.mode.value = "on"  # what a click that raced the end does: nothing reaches the ended run
+    assert switch.calls == [] and "remediation off —" in dash.status.value
 
 
 def test_switch_is_disabled_and_says_not_reported_when_the_source_reports_no_remediation():
