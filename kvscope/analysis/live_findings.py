@@ -49,6 +49,11 @@ class _Req:
     arrival_it: int = -1
     queued: bool = False
     q: dict = field(default_factory=dict)
+    queued_reuse: float = 0.0
+    """The target's reuse its queued blocks were counted with (recounted when a pool is configured)."""
+    fit_checked: set = field(default_factory=set)
+    """Pools its prompt was checked against for never-fitting (a pool configured after it arrived
+    is checked then)."""
     context_done: bool = False
     dec: dict = field(default_factory=dict)
     stall: tuple | None = None
@@ -386,8 +391,9 @@ class LiveFindings:
     # ---- never fitting, fatal, reuse loss -----------------------------------------------------
     def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
         for p, c in self._configs.items():
-            if p not in _KV or c["capacity_blocks"] <= 0:
+            if p not in _KV or c["capacity_blocks"] <= 0 or p in req.fit_checked:
                 continue
+            req.fit_checked.add(p)
             tpb = c["tokens_per_block"]
             need_tok = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
             need = blocks_needed(req.prompt, tpb, max_draft_len=c["max_draft_len"],

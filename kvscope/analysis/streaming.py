@@ -353,6 +353,14 @@ class StreamingAnalyzer(LiveFindings):
         self._kv_cfgs = [(p, c) for p, c in self._configs.items() if p in _KV]
         self._kv_cfg_of = {p: [(p, c)] for p, c in self._kv_cfgs}
         self._arrival_finals = None
+        # A recording may hold arrivals before the pools' configurations (a live engine's workload
+        # is read before its KV managers are built): what was left uncounted for want of a config
+        # is counted now, as the batch analyzer, which sees the whole file, counts it.
+        for req in self._reqs.values():
+            if req.prompt >= 0:
+                self._never_fitting(req.rid, req, req.arrival_s)
+                if req.queued:
+                    self._set_queued(req, req.queued_reuse)
 
     def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
@@ -499,6 +507,7 @@ class StreamingAnalyzer(LiveFindings):
             self._start_lost(rid, req, t)
 
     def _set_queued(self, req: _Req, target_reuse_est: float) -> None:
+        req.queued_reuse = target_reuse_est
         for p, c in self._kv_cfgs:
             if req.prompt < 0:
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 from analysis_script import crash_script
 from test_detectors import _deferred_script
@@ -108,7 +109,10 @@ def test_streaming_rejects_bad_bound():
 
 REPLAY_FILES = ["glm5-dsa", "qwen-hybrid-mtp", "shared-prefix", "oversize", "qwen-hybrid-mtp-mamba",
                 "glm5-dsa-reuse-off", "glm5-dsa-rc27-reuse-off", "glm5-dsa-main", "shared-prefix-reuse-off",
-                "mooncake-conversation-main", "glm5-dsa-rc27-seed5", "glm5-dsa-seed1", "glm5-dsa-reuse-off-seed15"]
+                "mooncake-conversation-main", "glm5-dsa-rc27-seed5", "glm5-dsa-seed1", "glm5-dsa-reuse-off-seed15",
+                # Rank 0 of notebook 03's kvscope-instrument run (real clock, two pipeline ranks): the
+                # requests arrive before the pools are configured, as a live engine records them.
+                "real-clock-arrivals-first"]
 
 
 @pytest.mark.parametrize("name", REPLAY_FILES)
@@ -331,3 +335,32 @@ def test_a_healthy_engines_back_pressure_raises_no_live_alarm_whatever_the_batch
             for pool in ("target", "draft"):
                 assert sa.alarm_level(pool) == 0 and not sa.exhaustion_risk(pool), (chunk, i, pool)
         assert mid_wait  # batches did end mid-wait: the stall rule read them as warnings
+
+
+def test_arrivals_recorded_before_the_pools_are_configured_count_once_they_are():
+    # A live engine reads its workload before it builds its KV managers, so its recording opens
+    # with arrivals that no pool config prices yet: the streaming analyzer counted them as queued
+    # only once they arrived again (never), and checked none of them for never fitting.
+    from pathlib import Path
+
+    from kvscope.analysis import analyze_files
+    from kvscope.recording import read_frame
+    from kvscope.recording.reader import frame_to_rows
+
+    path = Path(__file__).parent / "data" / "oversize.parquet"
+    frame = read_frame(path)
+    configured = frame["kind"] == "pool_configured"
+    arrived = frame["kind"] == "request_arrived"
+    assert configured.any() and arrived.any()
+    # Every arrival first, then the configurations, then the rest: the order a live engine records.
+    moved = frame[arrived].index.union(frame[configured].index)
+    reordered = pd.concat([frame[arrived], frame[configured], frame.drop(moved)])
+    kinds = list(reordered["kind"].astype(str))
+    assert kinds[0] == "request_arrived" and kinds.index("pool_configured") == int(arrived.sum())
+    sa = StreamingAnalyzer(max_findings=100_000)
+    sa.feed(frame_to_rows(reordered))
+    sa.close()
+    batch = analyze_files(path)
+    never = sorted(f.request_ids for f in sa.findings if f.kind == FindingKind.NEVER_FITTING)
+    assert never and never == sorted(f.request_ids for f in batch.findings if f.kind == FindingKind.NEVER_FITTING)
+    assert sorted(map(_key, sa.findings)) == sorted(map(_key, batch.findings))
