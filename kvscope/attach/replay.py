@@ -115,7 +115,18 @@ class BackgroundReplay:
             return FeedStatus(FATAL, s.fatal_message or "engine fatal")
         return FeedStatus(STOPPED if self._stopped else FINISHED,
                           f"{label}: {s.requests_completed} completed, {s.requests_failed} failed, "
-                          f"{s.requests_rejected} rejected in {s.sim_seconds:.1f} simulated s")
+                          f"{s.requests_rejected} rejected{self._unfinished_note(s)} in "
+                          f"{s.sim_seconds:.1f} simulated s")
+
+    def _unfinished_note(self, s: replay.ReplaySummary) -> str:
+        """A run cut short leaves requests in the engine; without their number the counts read as
+        if every request had been served (or none had arrived)."""
+        if not s.requests_unfinished:
+            return ""
+        limit = s.config.get("max_sim_seconds")
+        why = ("when it was stopped" if self._stopped else "when the engine stalled" if s.engine_stalled
+               else f"at the {limit:g} s limit, max_sim_seconds" if limit else "when the replay ended")
+        return f", {s.requests_unfinished} unfinished (still running or queued {why})"
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Ask the loop to end after its current iteration and wait for the thread."""

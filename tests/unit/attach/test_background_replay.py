@@ -92,3 +92,15 @@ def test_a_mode_change_is_drawn_where_the_controller_applied_it(tmp_path):
     assert len(green) == 2 and green[0].x0 == view.mode_changes[0][0]  # one line per pool panel
     assert "shadow would act" in dash.counters.value
     assert mode_changes(read_frame(path)) == list(view.mode_changes)
+
+
+def test_status_counts_the_unfinished_requests_when_max_sim_seconds_cuts_the_run_short():
+    # Remediated from the start, shared-prefix completes nothing in its first 16 simulated seconds:
+    # every admitted request is still decoding or queued when the limit stops the run.
+    r = BackgroundReplay("shared-prefix", {"max_sim_seconds": 16}, remediation="on").start()
+    summary = r.wait(120)
+    assert summary is not None and summary.requests_completed == 0 and summary.requests_unfinished > 0
+    status = r.status()
+    assert status.state == "finished"
+    assert (f"0 completed, 0 failed, 0 rejected, {summary.requests_unfinished} unfinished (still running or "
+            "queued at the 16 s limit, max_sim_seconds) in 16.0 simulated s") in status.detail, status.detail
