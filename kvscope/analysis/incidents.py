@@ -83,7 +83,11 @@ def stall_incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorCo
         summary = (f"{len(group)} requests waited without progress{by}; longest: request {rid}, "
                    f"{lw_s:.1f} s ({lw_it} iterations)")
     if policy:
-        summary = "the admission policy deferred: " + summary.replace(" without progress", "")
+        # The policy held each of these waits for at least half of it (request_detectors.
+        # _policy_deferred), not necessarily all of it: a wait that began before remediation was
+        # switched on is counted whole, so the wording says "at least half".
+        summary = ("the admission policy deferred (for at least half of each wait): "
+                   + summary.replace(" without progress", ""))
     if unresolved:
         summary += (f"; {len(unresolved)} still waiting when the events end"
                     + (" (the engine had failed)" if engine_failed else ""))

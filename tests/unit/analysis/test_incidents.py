@@ -329,7 +329,10 @@ def test_a_wait_the_admission_policy_imposed_is_a_remediation_deferral_not_a_sta
     stalls = [f for f in a.findings if f.kind == FindingKind.STALLED_RESERVATION]
     # 6 s of waiting is past stall_warn_s: the engine's waits are a stall warning, the policy's info
     assert [(f.request_ids, f.severity) for f in policy] == [((5,), Severity.INFO)]
-    assert policy[0].evidence["remediation"] and "admission policy deferred" in policy[0].summary
+    assert policy[0].evidence["remediation"]
+    # It says the policy held at least half of each wait, not all of it (a wait may have begun
+    # before remediation was switched on, and is counted whole).
+    assert policy[0].summary.startswith("the admission policy deferred (for at least half of each wait): ")
     # request 7 was held by the engine for all but 2 of its 600 iterations: still a stall
     assert sorted((f.request_ids, f.severity) for f in stalls) == [((6,), Severity.WARNING), ((7,), Severity.WARNING)]
     assert counts(a.findings)["by_kind"]["remediation_deferral"] == 1
