@@ -55,6 +55,8 @@ FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_reques
            ("fig_reuse", "prefix reuse"))
 FULL_STATE_EVERY = 10
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
+MODE_BUTTON_WIDTH_PX = 72
+"""Width of each remediation switch button: the four fit on one row beside policy and pause."""
 _UNSHOWN = object()  # the reported remediation widgets show nothing yet
 
 
@@ -104,8 +106,11 @@ class Dashboard:
     def _build(self, title: str) -> None:
         self.title = w.HTML(f"<b>{html.escape(title)}</b>")
         self.status = _cls(w.HTML("idle"), "kvscope-status", "kvscope-state-idle")
+        # Narrow buttons: at ipywidgets' default width (148 px) "auto" wraps to a second row in a
+        # JupyterLab panel, where it reads as a separate control.
         self.mode = _cls(w.ToggleButtons(options=["off"], value="off", description="remediation",
-                                         disabled=True, tooltips=["no remediation control attached"]),
+                                         disabled=True, tooltips=["no remediation control attached"],
+                                         style={"button_width": f"{MODE_BUTTON_WIDTH_PX}px"}),
                          "kvscope-remediation")
         self.policy = _cls(w.Dropdown(options=["(none)"], description="policy", disabled=True), "kvscope-policy")
         self.pause = _cls(w.ToggleButton(value=False, description="pause view", icon="pause"), "kvscope-pause")

@@ -38,7 +38,8 @@ def debt_projection_figure(
         pools: which pools to draw (the ones admission does not check).
         fatal: ``(t_s, label)`` of the engine's fatal error.
     """
-    layout, traces = style.stacked_panels(["debt and availability (blocks)", "time to exhaustion (s)"],
+    # Debt below zero is the headroom left, not a fault: said where the reader looks (title, hover).
+    layout, traces = style.stacked_panels(["debt (< 0: headroom) and availability (blocks)", "time to exhaustion (s)"],
                                           y_title=["blocks", "seconds"], x_title="time (s, event clock)",
                                           heights=[0.65, 0.35])
     layout["yaxis"]["rangemode"] = "normal"  # debt is negative while the pool can back its admissions
@@ -58,7 +59,8 @@ def debt_projection_figure(
              "hovertemplate": f"<b>{role} pool</b> available %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>"},
             {"type": "scatter", "x": t, "y": debt, "mode": "lines", "name": f"{role} debt",
              "line": {"color": color, "width": 2, "shape": "hv"},
-             "hovertemplate": f"<b>{role} pool</b> debt %{{y:,.0f}} blocks at t=%{{x:.3f}} s<extra></extra>"},
+             "hovertemplate": f"<b>{role} pool</b> debt %{{y:,.0f}} blocks (< 0: headroom) at t=%{{x:.3f}} s"
+                              "<extra></extra>"},
             {"type": "scatter", "x": t, "y": np.where(np.isfinite(eta), eta, np.nan), "mode": "lines",
              "name": f"{role} time to exhaustion", "line": {"color": color, "width": 1}, "xaxis": "x2", "yaxis": "y2",
              "hovertemplate": f"<b>{role} pool</b> exhausted in %{{y:.2f}} s (estimate at t=%{{x:.3f}} s)"

@@ -61,4 +61,11 @@ def reuse_hit_rate_figure(reuse: pd.DataFrame, *, window: int = 16, max_points: 
                       yaxis_title="reused / prompt tokens", yaxis_tickformat=".0%", yaxis_range=[0, 1.02],
                       height=320, legend={"orientation": "h", "y": -0.2},
                       margin={"t": 60, "b": 60, "l": 70, "r": 20})
-    return go.Figure(data=traces, layout=layout)
+    fig = go.Figure(data=traces, layout=layout)
+    num_rates = int(np.isfinite(frame["cum_rate"].to_numpy(float)).sum())
+    if num_rates < 2:
+        # A line needs two points: early in a run the chart would be blank and look broken.
+        fig.add_annotation(text=f"no hit rate to draw yet: {num_rates} admission{'' if num_rates == 1 else 's'} "
+                                "with a prompt so far", xref="paper", yref="paper", x=0.5, y=0.5,
+                           showarrow=False, font={"size": 14, "color": "#888"})
+    return fig

@@ -137,6 +137,14 @@ def test_switch_is_disabled_and_the_status_keeps_the_ended_mode_when_clicked_aft
     assert switch.calls == [] and "remediation off —" in dash.status.value
 
 
+def test_remediation_switch_buttons_fit_one_row_beside_policy_and_pause_when_all_four_modes_show():
+    dash = Dashboard(ListFeed([]), switch=RecordingSwitch(), refresh_s=0)
+    width_px = int(dash.mode.style.button_width.removesuffix("px"))
+    # ipywidgets' 148 px default wrapped "auto" to a second row in the trial's JupyterLab panel
+    # (about 960 px for the row: the toggle's label, four buttons, policy 300 px, pause 150 px).
+    assert len(dash.mode.options) == 4 and len(dash.mode.options) * width_px <= 320
+
+
 def test_switch_is_disabled_and_says_not_reported_when_the_source_reports_no_remediation():
     dash = Dashboard(ListFeed([]), refresh_s=0)
     assert dash.mode.disabled and list(dash.mode.options) == ["not reported"]  # not "off": it is not known

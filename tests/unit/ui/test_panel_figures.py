@@ -43,6 +43,26 @@ def test_debt_projection_ends_at_zero_availability_eta_seconds_after_the_last_es
     assert np.isnan(eta.y[0]) and eta.y[2] == 2.5  # inf (nothing in sight) is not drawn
 
 
+def test_debt_says_below_zero_is_headroom_when_drawn():
+    ex = pd.DataFrame({"t_s": [1.0, 2.0], "pool": "draft", "debt_blocks": [-18_000.0, -17_500.0],
+                       "available_blocks": [19_000.0, 18_500.0], "eta_s": [math.inf, math.inf]})
+    fig = debt_projection_figure(ex)
+    debt = next(t for t in fig.data if t.name == "draft debt")
+    assert "(< 0: headroom)" in debt.hovertemplate
+    assert "debt (< 0: headroom) and availability (blocks)" in [a.text for a in fig.layout.annotations]
+
+
+def test_reuse_chart_says_no_rate_yet_when_fewer_than_two_admissions_and_nothing_once_it_has_a_line(
+        crash_recording):
+    _path, _events, analysis, _summary = crash_recording
+    r = reuse_series(analysis.timeline)
+    early = reuse_hit_rate_figure(r.head(1))
+    assert [a.text for a in early.layout.annotations] == [
+        "no hit rate to draw yet: 1 admission with a prompt so far"]
+    assert "no hit rate" in reuse_hit_rate_figure(r.head(0)).layout.annotations[0].text
+    assert not reuse_hit_rate_figure(r).layout.annotations
+
+
 def test_request_timeline_marks_deferrals_and_ends_by_outcome(crash_recording):
     _path, _events, analysis, _summary = crash_recording
     tl = analysis.timeline
