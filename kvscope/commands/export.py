@@ -7,7 +7,9 @@ gets its own resource (service, engine, version, rank, pp/tp position) from its 
 
 Export never blocks on the collector: telemetry that cannot be sent in time is dropped and
 counted. The summary says how much was exported and dropped; the exit code is 1 when anything
-was dropped (with one line on stderr), 0 otherwise.
+was dropped (with one line on stderr), 0 otherwise. A file export the collector took nothing of
+(unreachable, or not an OTLP receiver) is an error: one line on stderr, no text summary (``--json``
+keeps its object, with an ``error`` key), exit 2.
 
 Size: the file replay and ``--follow`` share the pipeline set-up, the drop accounting and the
 summary; the live stream and the analyzer child have modules of their own.
@@ -37,6 +39,7 @@ from kvscope.otel.analyzer_bridge import (
     PoolTimeline,
     TimelineBridge,
 )
+from kvscope.otel.export_failure import failure_cause, probe, without_retry_note
 from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
@@ -556,6 +559,17 @@ def _exporter_log() -> Iterator[_ExporterLog]:
         sdk.propagate = saved
 
 
+def _nothing_exported(s: dict[str, Any], config: OtlpConfig, sdk_log: _ExporterLog) -> str | None:
+    """The error line's text when the collector took none of the items a file export offered
+    (unreachable, or not an OTLP receiver), else None (a partial drop is a warning, exit 1)."""
+    if s["exported_total"] or not s["dropped_total"]:
+        return None
+    cause = failure_cause(sdk_log.first, unreachable=probe(config.endpoint, config.timeout_s))
+    what = ("collector {} refused every export" if cause.startswith("HTTP ") else "cannot reach collector {}")
+    return (f"{what.format(config.endpoint)} ({config.protocol}: {cause}); nothing exported "
+            f"({s['dropped_total']} item(s) of {s['events']} events dropped)")
+
+
 def run(args: argparse.Namespace) -> int:
     with _exporter_log() as sdk_log:
         return _run(args, sdk_log)
@@ -604,9 +618,12 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
             metric_interval_s=args.metric_interval,
             analyze=not args.no_analyze,
         )
+    unreachable = None if args.follow else _nothing_exported(s, config, sdk_log)
+    if unreachable is not None:
+        s["error"] = unreachable
     if args.json:
         print(json.dumps(s))
-    else:
+    elif unreachable is None:  # a summary of zeros next to the error would read as a result
         print(
             f"kvscope export: {s['events']} events from "
             f"{args.follow or str(len(s['files'])) + ' file(s)'} -> {config.endpoint} "
@@ -635,8 +652,12 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
         code = 1
     if (s.get("analysis") or {}).get("off") and not args.no_analyze:
         code = 1  # said when it was noticed: the run's findings and analyzer gauges are missing
+    if unreachable is not None:
+        print(f"kvscope export: error: {unreachable}", file=sys.stderr)
+        return 2
     if s["dropped_total"]:
-        said = (f"; the exporter said {sdk_log.count} time(s), first: {sdk_log.first}" if sdk_log.first else "")
+        said = (f"; the exporter said {sdk_log.count} time(s), first: {without_retry_note(sdk_log.first)}"
+                if sdk_log.first else "")
         print(
             f"kvscope export: warning: {s['dropped_total']} item(s) dropped (collector down or too slow){said}",
             file=sys.stderr,

@@ -227,14 +227,14 @@ def test_export_takes_partial_input_as_analyze_does_and_says_so_in_one_line_per_
     code = main(["export", str(path), "--otlp-endpoint", "http://127.0.0.1:9", "--timeout", "0.1", "--json"])
     out, err = capsys.readouterr()
     summary = json.loads(out)
-    assert code == 1 and summary["files"][0]["complete"] is False and summary["events"] > 0
+    assert summary["files"][0]["complete"] is False and summary["events"] > 0
     lines = err.strip().splitlines()
     assert lines[0].startswith(f"kvscope export: warning: {path}: partial input: recording not complete")
-    # The collector is down too: kvscope's own line says so (with what the exporter met, when it has
-    # said anything by then: a batch still in its retries at the deadline counts as dropped before
-    # it does), and the SDK's retry messages do not reach the terminal.
-    assert len(lines) == 2 and lines[1].startswith("kvscope export: warning: ")
-    assert "item(s) dropped (collector down or too slow)" in lines[1] and summary["dropped_total"] > 0
+    # The collector is down too, so nothing was exported: kvscope's own error line says so (exit 2),
+    # and the SDK's retry messages do not reach the terminal.
+    assert len(lines) == 2 and lines[1] == f"kvscope export: error: {summary['error']}" and code == 2
+    assert "cannot reach collector http://127.0.0.1:9 (grpc: connection refused" in lines[1]
+    assert summary["exported_total"] == 0 and summary["dropped_total"] > 0
 
 
 def test_export_refuses_an_endpoint_no_exporter_could_reach(tmp_path, fake_clock, capsys):

@@ -1,4 +1,5 @@
-"""``kvscope export``: completes and reports drops when no collector listens."""
+"""``kvscope export``: completes and reports drops when no collector listens; one error line when nothing
+was exported."""
 
 from __future__ import annotations
 
@@ -47,38 +48,78 @@ def _write_incident(path, shape=IncidentShape()):
     pump.shutdown()
 
 
-def test_reports_drops_and_exits_1_when_collector_is_down(tmp_path, capsys):
+def _export(path, *args: str) -> int:
+    return main(["export", str(path), "--timeout", "0.2", *args])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_an_unreachable_collector_is_one_error_line_and_exit_2_when_nothing_was_exported(tmp_path, capsys,
+                                                                                          protocol):
     path = tmp_path / "incident.parquet"
     _write_incident(path)
-    port = _closed_port()
-    code = main(
-        [
-            "export",
-            str(path),
-            "--otlp-endpoint",
-            f"http://127.0.0.1:{port}",
-            "--protocol",
-            "http/protobuf",
-            "--timeout",
-            "0.2",
-            "--json",
-        ]
-    )
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    code = _export(path, "--otlp-endpoint", endpoint, "--protocol", protocol)
+    out, err = capsys.readouterr()
+    # No summary of zeros on stdout that reads like a result: the one line says what happened.
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"kvscope export: error: cannot reach collector {endpoint} "
+                                                   f"({protocol}: connection refused")
+    assert err.rstrip().endswith("events dropped)") and "; nothing exported (" in err
+    assert "retrying in" not in err  # nothing is retried once the command has given up
+
+
+def test_an_unresolvable_collector_host_is_named_as_such(tmp_path, capsys):
+    path = tmp_path / "incident.parquet"
+    _write_incident(path)
+    code = _export(path, "--otlp-endpoint", "http://kvscope-no-such-host.invalid:4318", "--protocol", "http/protobuf")
+    _out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "(http/protobuf: host not found); nothing exported" in err
+
+
+def test_an_endpoint_that_is_not_an_otlp_receiver_is_one_error_line_naming_its_http_status(tmp_path, capsys):
+    import http.server
+    import threading
+
+    class NotOtlp(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            self.send_response(400)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotOtlp)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = tmp_path / "incident.parquet"
+    _write_incident(path)
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        code = _export(path, "--otlp-endpoint", endpoint, "--protocol", "http/protobuf")
+    finally:
+        server.shutdown()
+        server.server_close()
+    _out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"kvscope export: error: collector {endpoint} refused every export (http/protobuf: "
+                          "HTTP 400 Bad Request: is it an OTLP receiver?); nothing exported")
+
+
+def test_json_keeps_its_one_summary_object_with_the_error_when_nothing_was_exported(tmp_path, capsys):
+    path = tmp_path / "incident.parquet"
+    _write_incident(path)
+    code = _export(path, "--otlp-endpoint", f"http://127.0.0.1:{_closed_port()}", "--protocol", "http/protobuf",
+                   "--json")
     out, err = capsys.readouterr()
     s = json.loads(out)
-    assert code == 1
-    assert s["events"] == 110
+    assert code == 2
+    assert s["events"] == 110 and s["exported_total"] == 0
     assert s["spans"] == {"exported": 0, "dropped": 8, "high_water": 8}
     # the analyzer ran along: an at-risk warning, engine_fatal and the reuse-loss summary
     assert s["findings"] == 3
     assert s["logs"]["dropped"] == 3 + 3
     assert s["metric_points"]["exported"] == 0 and s["metric_points"]["dropped"] > 0
     assert s["dropped_total"] == 8 + 6 + s["metric_points"]["dropped"]
-    assert (
-        err.strip()
-        .splitlines()[-1]
-        .startswith(f"kvscope export: warning: {s['dropped_total']} item(s) dropped")
-    )
+    assert err == f"kvscope export: error: {s['error']}\n" and s["error"].startswith("cannot reach collector")
 
 
 def test_errors_with_one_line_when_file_missing(tmp_path, capsys):
