@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope.analysis import DetectorConfig, analyze
-from kvscope.analysis.analyzer import one_rank_per_pool, rank_note
+from kvscope.analysis.analyzer import one_rank_per_pool, rank_note, wall_clock_offset_of
 from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
@@ -104,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
             figures.debt_figure(analysis.debt.series, f),
             figures.request_timeline_figure(analysis.timeline, always=tuple(fatal)),
         ]
+        # A recording on a real clock counts seconds since the host booted: its axes get wall-clock
+        # ticks (as the dashboard's and notebook 03's), or they read 19.37211k, 19.372115k, ...
+        offset_ns = wall_clock_offset_of(loaded[0][1].attrs, analysis.ranks["analyzed"].get("none")
+                                         if analysis.ranks else None)
+        if offset_ns is not None:
+            from kvscope.ui.clock_axes import label_wall_clock
+
+            figs = [label_wall_clock(fig, offset_ns) for fig in figs]
         if args.compare:
             from kvscope.ui.compare import compare_runs_figure
 

@@ -23,6 +23,20 @@ MAX_TICKS = 8
 WALL_AXIS_TITLE = "time (UTC, wall clock)"
 
 
+def _times(trace) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The event times a trace spans on its x axis: its x values, or for a horizontal bar (the
+    request timeline's) its starts and ends, since its x is a duration from ``base``."""
+    x = getattr(trace, "x", None)
+    if x is None or not len(x):
+        return np.empty(0)
+    x = np.asarray(x, dtype=float)
+    if getattr(trace, "type", "") == "bar" and getattr(trace, "orientation", None) == "h":
+        base = getattr(trace, "base", None)
+        start = np.broadcast_to(np.asarray(0.0 if base is None else base, dtype=float), x.shape)
+        return np.concatenate([start, start + x])
+    return x
+
+
 def label_wall_clock(fig: go.Figure, offset_ns: int) -> go.Figure:
     """Label every x axis of ``fig`` (event-clock seconds) with ``HH:MM:SS`` UTC ticks at round
     wall-clock instants, and retitle the time axes. Mutates and returns ``fig``; a figure without
@@ -32,8 +46,7 @@ def label_wall_clock(fig: go.Figure, offset_ns: int) -> go.Figure:
         fig: a figure whose x axes all carry event time in seconds (the dashboard's).
         offset_ns: epoch ns minus event ns (:func:`~kvscope.analysis.analyzer.wall_clock_offset_ns`).
     """
-    xs = [np.asarray(t.x, dtype=float) for t in fig.data if getattr(t, "x", None) is not None and len(t.x)]
-    values = np.concatenate(xs) if xs else np.empty(0)
+    values = np.concatenate([_times(t) for t in fig.data] or [np.empty(0)])
     values = values[np.isfinite(values)]
     if not len(values):
         return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,22 @@ def test_html_report_shows_lead_time_and_figures(tmp_path):
     assert "24 it / 0.240 s before the failure (names the failing request 24 it before)" in text
     assert "request first named 24 it earlier (admission_gap)" in text
     assert text.count("plotly-graph-div") >= 3
+
+
+def test_html_report_of_a_real_clock_recording_labels_its_axes_with_the_wall_clock(tmp_path):
+    # A real clock's seconds count from the host's boot (19372.1 s): the report's axes read
+    # '19.37211k' unless labelled with the time of day, as the dashboard's are.
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "real-clock-arrivals-first.parquet"
+    report = tmp_path / "r.html"
+    res = _kvscope(str(path), "--html", str(report))
+    assert res.returncode == 0, res.stderr
+    assert "2026-12-04 07:46:58 UTC" in res.stdout  # the verdict's own reading of the same clock
+    text = report.read_text()
+    assert text.count('"title":{"text":"time (UTC, wall clock)"}') == 3  # pool usage, debt, timeline
+    ticks = re.findall(r'"ticktext":\[([^]]*)\]', text)
+    assert len(ticks) == 3 and all(t.startswith('"07:46:58.') for t in ticks)
 
 
 def test_missing_file_exits_nonzero_with_one_line(tmp_path):

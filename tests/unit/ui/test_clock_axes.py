@@ -41,3 +41,21 @@ def test_a_simulated_clock_replay_keeps_its_event_seconds(crash_recording):
     assert any(ax.title.text == "time (s, event clock)" for ax in dash.fig_pools.select_xaxes())
     assert not any(ax.ticktext for ax in dash.fig_pools.select_xaxes())
     assert "wall clock" not in dash.findings.value and "latest event" not in dash.status.value
+
+
+def test_the_request_timelines_bars_are_labelled_by_where_they_lie_not_by_their_lengths():
+    # A horizontal bar's x is its length from ``base``: ticks read from x alone land at the epoch's
+    # start of day plus a few milliseconds (02:24:06 for a run at 07:46:58).
+    import plotly.graph_objects as go
+
+    from kvscope.ui.clock_axes import label_wall_clock
+
+    t0 = 19372.109  # a host's boot-time seconds
+    offset_ns = 1_764_834_418_000_000_000 - round(t0 * 1e9)  # t0 is 2025-12-04 07:46:58 UTC
+    fig = go.Figure(go.Bar(y=["1", "2"], x=[0.02, 0.03], base=[t0, t0 + 0.001], orientation="h"))
+    label_wall_clock(fig, offset_ns)
+    ticks = list(fig.layout.xaxis.tickvals)
+    assert ticks and all(t0 - 0.001 <= t <= t0 + 0.032 for t in ticks)
+    assert all(text.startswith("07:46:58") for text in fig.layout.xaxis.ticktext)
+    scalar = go.Figure(go.Bar(y=["1"], x=[0.02], base=t0, orientation="h"))
+    assert label_wall_clock(scalar, offset_ns).layout.xaxis.ticktext[0].startswith("07:46:58")
