@@ -5,36 +5,14 @@ some row groups lost is analyzed with an outcome-unknown verdict that says it is
 from __future__ import annotations
 
 import json
-
-import pyarrow.parquet as pq
+import sys
+from pathlib import Path
 
 from kvscope.analysis.incidents import end_missing
 from kvscope.cli import main
-from kvscope.events import EventKind, PoolRole
-from kvscope.recording import BatchPump, Recorder, sink_for_path
-from kvscope.recording import files as recording_files
 
-
-def make_recording(path, clock, monkeypatch, *, row_group_rows=4):
-    """A clean, healthy run's closed Parquet recording: 12 admissions in row groups of 4 rows."""
-    monkeypatch.setattr(recording_files, "ROW_GROUP_ROWS", row_group_rows)
-    rec = Recorder(clock=clock)
-    for i in range(12):
-        rec.iteration = i
-        rec.record(EventKind.ADMITTED, i, PoolRole.TARGET, 1, 64, 1, capacity_blocks=100,
-                   free_blocks=99, evictable_blocks=0, reserved_blocks=0)
-        clock.advance(1_000_000)
-    meta = {"run_id": "run-d", "scenario": "unit"}
-    BatchPump(rec, [sink_for_path(path, meta=meta)], start=False, max_batch=4).shutdown()
-    return path
-
-
-def corrupt_row_group(path, group):
-    col = pq.ParquetFile(path).metadata.row_group(group).column(0)
-    data = bytearray(path.read_bytes())
-    at = col.data_page_offset + 8
-    data[at:at + 16] = b"\xff" * 16
-    path.write_bytes(bytes(data))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recording"))
+from test_damaged_files import corrupt_row_group, make_recording  # noqa: E402
 
 
 def analyze(capsys, *args):
@@ -44,7 +22,7 @@ def analyze(capsys, *args):
 
 
 def test_recording_is_refused_when_its_only_row_group_is_corrupt(tmp_path, fake_clock, monkeypatch, capsys):
-    path = make_recording(tmp_path / "only.parquet", fake_clock, monkeypatch, row_group_rows=1000)
+    path = make_recording(tmp_path / "only.parquet", fake_clock, row_group_rows=1000, monkeypatch=monkeypatch)
     corrupt_row_group(path, 0)
     for args in ((path, "--json"), (path,)):
         code, out, err = analyze(capsys, *args)
@@ -55,8 +33,8 @@ def test_recording_is_refused_when_its_only_row_group_is_corrupt(tmp_path, fake_
 
 
 def test_compare_is_refused_when_one_recording_has_no_readable_row_group(tmp_path, fake_clock, monkeypatch, capsys):
-    good = make_recording(tmp_path / "good.parquet", fake_clock, monkeypatch)
-    bad = make_recording(tmp_path / "bad.parquet", fake_clock, monkeypatch, row_group_rows=1000)
+    good = make_recording(tmp_path / "good.parquet", fake_clock, monkeypatch=monkeypatch)
+    bad = make_recording(tmp_path / "bad.parquet", fake_clock, row_group_rows=1000, monkeypatch=monkeypatch)
     corrupt_row_group(bad, 0)
     code, out, err = analyze(capsys, "--compare", good, bad)
     assert (code, out) == (2, "")
@@ -64,7 +42,7 @@ def test_compare_is_refused_when_one_recording_has_no_readable_row_group(tmp_pat
 
 
 def test_verdict_says_damaged_not_healthy_when_a_row_group_is_lost(tmp_path, fake_clock, monkeypatch, capsys):
-    path = make_recording(tmp_path / "part.parquet", fake_clock, monkeypatch)
+    path = make_recording(tmp_path / "part.parquet", fake_clock, monkeypatch=monkeypatch)
     code, out, _ = analyze(capsys, path, "--json")
     assert code == 0 and json.loads(out)["verdict"]["status"] == "healthy"  # the same run, undamaged
     corrupt_row_group(path, 1)

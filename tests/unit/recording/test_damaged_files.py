@@ -27,7 +27,8 @@ def make_recording(path, clock, *, n=12, row_group_rows=4, monkeypatch):
         rec.record(EventKind.ADMITTED, i, PoolRole.TARGET, 1, 64, 1, capacity_blocks=100,
                    free_blocks=99, evictable_blocks=0, reserved_blocks=0)
         clock.advance(1_000_000)
-    BatchPump(rec, [sink_for_path(path, meta={"run_id": "run-d"})], start=False, max_batch=4).shutdown()
+    BatchPump(rec, [sink_for_path(path, meta={"run_id": "run-d", "scenario": "unit"})], start=False,
+              max_batch=4).shutdown()
     return path
 
 
