@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         _print_scenarios(as_json=args.json)
         return 0
     if args.list_knobs:
-        _print_knobs(args.scenario, as_json=args.json)
+        # --engine names a scenario's engine (with --trace): its knobs are that scenario's.
+        _print_knobs(args.scenario or getattr(args, "engine", None), as_json=args.json)
         return 0
     if getattr(args, "list_policies", False):
         _print_policies(as_json=args.json)

@@ -17,6 +17,14 @@ def test_list_knobs_prints_every_knob_with_scenario_default_when_json(capsys):
     assert knobs["draft_cursor_sizing"] == "prompt"
 
 
+def test_list_knobs_with_engine_lists_that_engine_only(capsys):
+    # --engine picks the engine a trace replays on; its knob listing is that scenario's, not all six.
+    assert main(["replay", "--list-knobs", "--engine", "qwen-hybrid-mtp", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["qwen-hybrid-mtp"]
+    assert data["qwen-hybrid-mtp"]["tokens_per_block"] == 32
+
+
 def test_list_knobs_table_marks_model_knobs_when_text(capsys):
     assert main(["replay", "--list-knobs"]) == 0
     lines = capsys.readouterr().out.splitlines()
