@@ -33,6 +33,7 @@ missed (no critical 10 iterations ahead while eligible) and, for contrast, a sam
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -51,6 +52,7 @@ from kvscope.analysis.scoreboard import score_run  # noqa: E402
 from kvscope.engine_model.request import LlmRequestState  # noqa: E402
 from kvscope.events import EVENT_KINDS, EventKind  # noqa: E402
 from kvscope.recording import read_frame  # noqa: E402
+from kvscope.workloads.workload import MAX_NAMESPACE, make_block_key  # noqa: E402
 
 MIN_LEAD = 10
 
@@ -66,6 +68,9 @@ class Twin:
     """Requests (ids) that end at their first step after the cut."""
     eos_all: bool = False
     """Every request running at the cut ends at its next step."""
+    fresh_queue: bool = False
+    """The requests waiting at the cut share no prefix with anything cached (the same lengths and
+    ``max_new_tokens``; what a prompt holds is in no event until the engine schedules it)."""
 
     def describe(self) -> str:
         parts = ["traffic stops"] if self.stop else []
@@ -73,6 +78,8 @@ class Twin:
             parts.append("every running request ends")
         elif self.eos:
             parts.append("request " + ", ".join(map(str, self.eos)) + " ends early")
+        if self.fresh_queue:
+            parts.append("the waiting prompts share no cached prefix")
         return " + ".join(parts) or "identity"
 
 
@@ -81,8 +88,8 @@ class _TwinWorkload:
     original run: the later ones never arrive (ids are given in release order, so a closed loop's
     later releases are new ids too)."""
 
-    def __init__(self, base, keep: frozenset[int] | None) -> None:
-        self._base, self._keep, self._popped = base, keep, 0
+    def __init__(self, base, keep: frozenset[int] | None, fresh: frozenset[int] = frozenset()) -> None:
+        self._base, self._keep, self._fresh, self._popped = base, keep, fresh, 0
         self.tokens_per_block = base.tokens_per_block
 
     def _done(self) -> bool:
@@ -91,7 +98,9 @@ class _TwinWorkload:
     def pop_arrivals(self, now_s: float):
         out = [a for a in self._base.pop_arrivals(now_s) if self._keep is None or a.request_id in self._keep]
         self._popped += len(out)
-        return out
+        return [dataclasses.replace(a, block_keys=tuple(make_block_key(MAX_NAMESPACE, a.request_id * 8192 + i, 0)
+                                                        for i in range(len(a.block_keys))))
+                if a.request_id in self._fresh else a for a in out]
 
     def next_arrival_s(self):
         return None if self._done() else self._base.next_arrival_s()
@@ -132,7 +141,8 @@ def _hook(parts, twin: Twin, chosen: dict) -> None:
     ex.step = stepped
 
 
-def replay_twin(run: Run, twin: Twin, keep: frozenset[int] | None, path: Path) -> tuple[dict, dict]:
+def replay_twin(run: Run, twin: Twin, keep: frozenset[int] | None, path: Path,
+                waiting: frozenset[int] = frozenset()) -> tuple[dict, dict]:
     """Replay ``run`` changed by ``twin``, recording to ``path``; (summary dict, hook notes)."""
     from kvscope.engines.model import instrument_replay
     from kvscope.replay import runner
@@ -140,7 +150,7 @@ def replay_twin(run: Run, twin: Twin, keep: frozenset[int] | None, path: Path) -
     source = (str(_traces_dir() / run.source.split(":", 1)[1]) if run.source.startswith("trace:") else run.source)
     base, build, lab = runner.resolve(source)
     config = base.with_overrides(list(run.sets))
-    workload = _TwinWorkload(build(config), keep if twin.stop else None)
+    workload = _TwinWorkload(build(config), keep if twin.stop else None, waiting if twin.fresh_queue else frozenset())
     notes: dict = {}
     session = instrument_replay(str(path), label=lab)
 
@@ -209,10 +219,13 @@ def study(run: Run, out: Path, candidates: int, *, eos_alone: bool = True) -> Re
     kind = ev["kind"].cat.codes.to_numpy()
     arrived = (kind == EVENT_KINDS.index(EventKind.REQUEST_ARRIVED)) & (ev["iteration"].to_numpy() <= cut)
     keep = frozenset(int(r) for r in ev["request_id"].to_numpy()[arrived])
+    began = np.isin(kind, [EVENT_KINDS.index(k) for k in (EventKind.ADMITTED, EventKind.REQUEST_FINISHED,
+                                                          EventKind.REQUEST_FAILED)])
+    waiting = keep - frozenset(int(r) for r in ev["request_id"].to_numpy()[began & (ev["iteration"].to_numpy() <= cut)])
 
     def attempt(twin: Twin, tag: str) -> tuple[bool, dict, Path, dict]:
         p = out / f"{path.stem}.twin-{tag}.parquet"
-        s, notes = replay_twin(run, twin, keep, p)
+        s, notes = replay_twin(run, twin, keep, p, waiting)
         ok, why = same_prefix(path, p, cut)
         return ok, s, p, {"twin": twin.describe(), "same_prefix": ok, "prefix": why,
                           "crashed": bool(s["engine_fatal"]), "running": notes.get("running", []),
@@ -228,19 +241,19 @@ def study(run: Run, out: Path, candidates: int, *, eos_alone: bool = True) -> Re
     running = sorted(info["running"], key=lambda t: -t[1])
     movable = [rid for rid, _held, left in running if left > 1][:candidates]
     trials = [Twin(cut, stop=True), *[Twin(cut, stop=True, eos=(rid,)) for rid in movable],
-              Twin(cut, stop=True, eos_all=True)]
+              Twin(cut, stop=True, eos_all=True), Twin(cut, stop=True, fresh_queue=True)]
     for twin in trials:
-        tag = "stop" + (f"-eos{twin.eos[0]}" if twin.eos else "") + ("-eosall" if twin.eos_all else "")
+        tag = ("stop" + (f"-eos{twin.eos[0]}" if twin.eos else "") + ("-eosall" if twin.eos_all else "")
+               + ("-fresh" if twin.fresh_queue else ""))
         ok, s, p, info = attempt(twin, tag)
         res.tried.append(info)
-        if ok and not s["engine_fatal"] and not s.get("engine_stalled"):
+        if ok and not s["engine_fatal"] and not s.get("engine_stalled") and res.healthy_twin is None:
             res.healthy_twin = twin.describe()
             res.prefix_rows = int(info["prefix"].split()[0])
             res.twin_path = str(p)
             res.twin_summary = {k: s.get(k) for k in ("requests_completed", "requests_failed", "sim_seconds")}
             findings = analyze_files(p).findings
             res.twin_critical = any(f.severity.value == "critical" for f in findings)
-            break
     # With the traffic unchanged: does one early end alone avert this crash?
     for rid in movable if eos_alone else ():
         ok, s, _p, info = attempt(Twin(cut, eos=(rid,)), f"eos{rid}")
@@ -264,10 +277,10 @@ DEFAULT_MISSES = (
 
 
 def _one(args) -> dict:
-    run, out, candidates = args
+    run, out, candidates, eos_alone = args
     t0 = time.time()
     try:
-        r = study(run, out, candidates)
+        r = study(run, out, candidates, eos_alone=eos_alone)
         d = r.__dict__
     except Exception as exc:  # noqa: BLE001 - one run's failure is reported, the others go on
         d = {"run": run.name, "error": f"{type(exc).__name__}: {exc}"}
@@ -282,6 +295,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="directory for the event files (reused between calls)")
     ap.add_argument("--candidates", type=int, default=6)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-eos-alone", action="store_true", help="skip the early ends with the traffic unchanged")
     args = ap.parse_args()
     by_name = {r.name: r for r in FULL + engine_version_runs()}
     names = args.runs or list(DEFAULT_MISSES)
@@ -292,7 +306,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        list(pool.map(_one, [(by_name[n], out, args.candidates) for n in names]))
+        list(pool.map(_one, [(by_name[n], out, args.candidates, not args.no_eos_alone) for n in names]))
     return 0
 
 
