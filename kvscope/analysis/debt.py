@@ -324,7 +324,7 @@ def compute_debt(
     # The pools are independent and numpy releases the GIL in its loops: on a large stream
     # they run side by side (same results; a small stream is not worth a thread).
     def queued(role: PoolRole) -> np.ndarray:
-        return queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq)
+        return queued_need(ev, configs.loc[role.value], role, hit_window, q_below, nq, q_pos)
 
     if len(pools) > 1 and n >= PARALLEL_MIN_EVENTS:
         ev.cached("queue", lambda: queue_spans(ev))  # shared by the queued tasks

@@ -51,6 +51,11 @@ class _Req:
     q: dict = field(default_factory=dict)
     queued_reuse: float = 0.0
     """The target's reuse its queued blocks were counted with (recounted when a pool is configured)."""
+    reuse_known: bool = False
+    """``queued_reuse`` is its own match (BLOCKS_REUSED while queued), not the hit-rate estimate."""
+    q_rate: dict = field(default_factory=dict)
+    """Per pool that gets the target's reuse: (total tokens, prompt tokens, blocks of its own match)
+    it adds to the queue's need at the current hit rate (StreamingAnalyzer.queued_blocks)."""
     fit_checked: set = field(default_factory=set)
     """Pools its prompt was checked against for never-fitting (a pool configured after it arrived
     is checked then)."""

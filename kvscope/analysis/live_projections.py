@@ -66,9 +66,9 @@ def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
         return -math.inf
     c, ct = sa._configs[p], sa._configs[_T]
     frac = _slots_fraction(sa, len(sa._queue))
-    short = max(sa._need[_T] + frac * sa._queued[_T] - sa._state[_T][1], 0.0) * ct["tokens_per_block"] \
+    short = max(sa._need[_T] + frac * sa.queued_blocks(_T) - sa._state[_T][1], 0.0) * ct["tokens_per_block"] \
         / c["tokens_per_block"]
-    return sa._need[p] + frac * sa._queued[p] - sa._state[p][1] - short
+    return sa._need[p] + frac * sa.queued_blocks(p) - sa._state[p][1] - short
 
 
 def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
@@ -137,10 +137,10 @@ def _below_ceiling(sa: StreamingAnalyzer, p: str, c: dict, ct: dict
     short = math.floor(max(need_t - avail_t, 0.0) * ct["tokens_per_block"] / c["tokens_per_block"])
     headroom = avail - (1.0 - c["max_util_for_resume"]) * cap
     admitted = max(need - short, 0.0)
-    q_t = sa._queued.get(_T, 0.0)
+    q_t = sa.queued_blocks(_T)
     waiting = len(sa._queue)
     fits = min(max((avail_t - need_t) / q_t if q_t > 0 else 0.0, 0.0), 1.0, _slots_fraction(sa, waiting))
-    return cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, fits * sa._queued.get(p, 0.0)
+    return cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, fits * sa.queued_blocks(p)
 
 
 def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:

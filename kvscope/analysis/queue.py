@@ -41,11 +41,18 @@ def prompts_of(ev: EventColumns, keys: np.ndarray) -> np.ndarray:
 
 def queued_need(
     ev: EventColumns, cfg: pd.Series, role: PoolRole, hit_window: int, q_below: np.ndarray, nq: int,
+    q_pos: np.ndarray | None = None,
 ) -> np.ndarray:
     """Blocks that requests still queued (arrived, not yet admitted) would need in ``role``, at
-    each of the ``nq`` query positions (``q_below``: :func:`count_below` of them): per request,
-    :func:`kvscope.events.blocks_needed` with the target's reuse (estimated from the recent hit rate
-    until the request's own match is seen) where the pool gets it, vectorized."""
+    each of the ``nq`` query positions ``q_pos`` (``q_below``: :func:`count_below` of them): per
+    request, :func:`kvscope.events.blocks_needed` with the target's reuse where the pool gets it,
+    vectorized. Until the request's own match is seen its reuse is estimated from the target's hit
+    rate over the last ``hit_window`` admissions, at its arrival; and the queue's need is at least
+    what the hit rate now gives (:func:`_at_current_rate`, when ``q_pos`` is given): a cache that
+    stopped hitting is not assumed to hit for the requests already waiting. The larger need only
+    lowers every projection of what the target admits (seed 89's twin whose waiting prompts share
+    nothing, bench/SCOREBOARD.md: at the hit rate of their arrival, 45%, the resume rule counted the
+    queue as cheap for the target while its admissions reused nothing)."""
     n = len(ev)
     pool, rid = ev.pool, ev.request_id
     queue = ev.cached("queue", lambda: queue_spans(ev))
@@ -94,7 +101,46 @@ def queued_need(
     start = np.ones(len(rows_req), dtype=bool)
     start[1:] = rows_req[1:] != rows_req[:-1]
     prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    return sum_upto(q_below[rows_pos], rows_val - prev, nq)
+    by_arrival = sum_upto(q_below[rows_pos], rows_val - prev, nq)
+    if q_pos is None:
+        return by_arrival
+    return np.maximum(by_arrival, _at_current_rate(
+        q_below, nq, q_pos, apos, stop, total, prompt, (rpos, idx, qk), (a_pos, cs_r, cs_p), hit_window, tpb))
+
+
+def _at_current_rate(q_below: np.ndarray, nq: int, q_pos: np.ndarray, apos: np.ndarray, stop: np.ndarray,
+                     total: np.ndarray, prompt: np.ndarray, known: tuple, admissions: tuple, hit_window: int,
+                     tpb: int) -> np.ndarray:
+    """The queue's need at each query with the target's hit rate over the last ``hit_window``
+    admissions at or before it: requests whose own match was seen while queued (``known``: its
+    positions, request slots and blocks) count that, the others their whole ``total`` less the
+    rate's share of their ``prompt`` (summed, then divided: no per-request rounding). The streaming
+    analyzer keeps the same sums (``StreamingAnalyzer.queued_blocks``)."""
+    rpos, idx, qk = known
+    a_pos, cs_r, cs_p = admissions
+    k = len(apos)
+    # A request leaves the estimate at its first known match (else when it leaves the queue) ...
+    first_known = stop.copy()
+    if len(rpos):
+        np.minimum.at(first_known, idx, rpos)
+    est_pos = np.concatenate([apos, first_known])
+    s_total = sum_upto(q_below[est_pos], np.concatenate([total, -total]), nq)
+    s_prompt = sum_upto(q_below[est_pos], np.concatenate([prompt, -prompt]), nq)
+    # ... and counts its latest known match from then until it leaves.
+    rows_pos = np.concatenate([rpos, stop])
+    rows_req = np.concatenate([idx, np.arange(k)])
+    rows_val = np.concatenate([qk, np.zeros(k)])
+    order = np.lexsort((np.concatenate([np.zeros(len(idx), np.int64), np.ones(k, np.int64)]), rows_pos, rows_req))
+    rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
+    start = np.ones(len(rows_req), dtype=bool)
+    start[1:] = rows_req[1:] != rows_req[:-1]
+    prev = np.where(start, 0.0, np.roll(rows_val, 1))
+    s_known = sum_upto(q_below[rows_pos], rows_val - prev, nq)
+    hi = np.searchsorted(a_pos, q_pos, side="right")
+    lo = np.maximum(hi - hit_window, 0)
+    den = cs_p[hi] - cs_p[lo]
+    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+    return s_known + np.maximum(s_total - hit * s_prompt, 0.0) / tpb
 
 
 def queue_spans(ev: EventColumns) -> tuple[np.ndarray, ...] | None:

@@ -106,6 +106,10 @@ class StreamingAnalyzer(LiveFindings):
         self._reqs: dict[int, _Req] = {}
         self._need: dict[str, float] = {p: 0.0 for p in _KV}
         self._queued: dict[str, float] = {p: 0.0 for p in _KV}
+        # The queue at the current hit rate (queue._at_current_rate): per pool that gets the target's
+        # reuse, total and prompt tokens of the requests whose own match is not seen, blocks of those
+        # whose match is.
+        self._q_rate: dict[str, list[float]] = {p: [0.0, 0.0, 0.0] for p in _KV}
         self._decode: dict[str, float] = {p: 0.0 for p in _KV}  # held by decoding requests
         self._recent: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (reused, prompt) per admission
         self._alloc_iter: dict[str, float] = {p: 0.0 for p in _KV}
@@ -360,7 +364,7 @@ class StreamingAnalyzer(LiveFindings):
             if req.prompt >= 0:
                 self._never_fitting(req.rid, req, req.arrival_s)
                 if req.queued:
-                    self._set_queued(req, req.queued_reuse)
+                    self._set_queued(req, req.queued_reuse, known=req.reuse_known)
 
     def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
@@ -420,7 +424,7 @@ class StreamingAnalyzer(LiveFindings):
                 req.reused[pool] = float(nt)
                 scope = pool
                 if req.queued and pool == _TGT:
-                    self._set_queued(req, float(nt))
+                    self._set_queued(req, float(nt), known=True)
         elif kind not in _END:
             scope = ()
         if kind in _STALL and not (kind == _RESERVED and is_adopted_reason(reason or "")):
@@ -506,8 +510,8 @@ class StreamingAnalyzer(LiveFindings):
         if counted and rid not in self._lost:
             self._start_lost(rid, req, t)
 
-    def _set_queued(self, req: _Req, target_reuse_est: float) -> None:
-        req.queued_reuse = target_reuse_est
+    def _set_queued(self, req: _Req, target_reuse_est: float, *, known: bool = False) -> None:
+        req.queued_reuse, req.reuse_known = target_reuse_est, known
         for p, c in self._kv_cfgs:
             if req.prompt < 0:
                 continue
@@ -517,6 +521,33 @@ class StreamingAnalyzer(LiveFindings):
                               reused_tokens=target_reuse_est if uses_reuse else 0.0)
             self._queued[p] += q - req.q.get(p, 0)
             req.q[p] = q
+            if uses_reuse:
+                part = (0.0, 0.0, float(q)) if known else (
+                    float(req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]), float(req.prompt), 0.0)
+                self._add_rate_part(p, req.q_rate.get(p), -1.0)
+                self._add_rate_part(p, part, 1.0)
+                req.q_rate[p] = part
+
+    def _add_rate_part(self, p: str, part: tuple[float, float, float] | None, sign: float) -> None:
+        if part is not None:
+            acc = self._q_rate[p]
+            acc[0] += sign * part[0]
+            acc[1] += sign * part[1]
+            acc[2] += sign * part[2]
+
+    def queued_blocks(self, p: str) -> float:
+        """What the queued requests would need in pool ``p``: as counted at their arrival (the hit
+        rate then, or their own match), and at least, where the pool gets the target's reuse, what
+        the hit rate over the last admissions gives now (the batch form:
+        :func:`kvscope.analysis.queue.queued_need`)."""
+        q = self._queued.get(p, 0.0)
+        c = self._configs.get(p)
+        if c is None or not (p == _TGT or c["paired"]):
+            return q
+        total, prompt, known = self._q_rate[p]
+        den = sum(pr for _r, pr in self._recent)
+        hit = min(max(sum(r for r, _p in self._recent) / den, 0.0), 1.0) if den > 0 else 0.0
+        return max(q, known + max(total - hit * prompt, 0.0) / c["tokens_per_block"])
 
     def _enqueue(self, req: _Req) -> None:
         """The request waits: kept in ``_queue`` (an index of the queued requests, so the head and
@@ -533,6 +564,9 @@ class StreamingAnalyzer(LiveFindings):
             for p, q in req.q.items():
                 self._queued[p] -= q
             req.q.clear()
+            for p, part in req.q_rate.items():
+                self._add_rate_part(p, part, -1.0)
+            req.q_rate.clear()
             req.queued = False
             self._queue.pop(req.rid, None)
             if not self._queue:
@@ -553,10 +587,10 @@ class StreamingAnalyzer(LiveFindings):
         short = 0.0
         tgt = _TGT
         if p != tgt and tgt in self._state and tgt in self._configs:
-            short_tok = max(self._need[tgt] + self._queued[tgt] - self._state[tgt][1] - self._decode[tgt], 0.0) \
+            short_tok = max(self._need[tgt] + self.queued_blocks(tgt) - self._state[tgt][1] - self._decode[tgt], 0.0) \
                 * self._configs[tgt]["tokens_per_block"]
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
-        return self._need.get(p, 0.0) + self._queued.get(p, 0.0) - avail - self._decode.get(p, 0.0) - short
+        return self._need.get(p, 0.0) + self.queued_blocks(p) - avail - self._decode.get(p, 0.0) - short
 
     # ---- debt / admission gap ---------------------------------------------------------------
     def _debt(self, p: str) -> float:
