@@ -41,6 +41,9 @@ class Run:
     tuned: bool = False
     remediation: str = ""
     """``kvscope replay --remediation`` (a mode or a policy); empty: stock."""
+    twin: str = ""
+    """A twin of the run with these knobs (``bench/twins.py``: ``cut=N,eos=ID``): a request running
+    at iteration N ends at its next step instead of at its ``max_new_tokens``; empty: none."""
 
 
 def _traces_dir() -> Path:
@@ -173,6 +176,19 @@ FULL: list[Run] = [
 ]
 
 
+# Healthy twins of three silent-family crashes above (session 20, bench/twins.py): the same traffic
+# and knobs, and one request running 10 iterations before the crash ends at its next step instead
+# of at its max_new_tokens. Each recording is its crash's, row for row, up to that iteration, and no
+# request ever fails: a rule critical 10 iterations ahead of the crash is critical here too.
+FULL += [
+    Run(f"{name}[twin:{twin},enable_block_reuse-false,engine_version-1.3.0rc27,seed={seed}]", source,
+        ("enable_block_reuse=false", "engine_version=1.3.0rc27", f"seed={seed}"), twin=twin)
+    for name, source, seed, twin in (
+        ("claude-code", "trace:kv-cache-tester_traces.tar.xz", 30, "cut=6403,eos=342"),
+        ("claude-code", "trace:kv-cache-tester_traces.tar.xz", 31, "cut=6784,eos=188"),
+        ("glm5-dsa", "glm5-dsa", 9, "cut=25332,eos=846"))]
+
+
 def _remedied(source: str, seeds, mode: str, sets: tuple[str, ...] = (), tag: str = "") -> list[Run]:
     return [Run(f"{source}[remediation={mode}{',' + tag if tag else ''},seed={seed}]", source,
                 (*sets, f"seed={seed}"), remediation=mode) for seed in seeds]
@@ -254,11 +270,15 @@ def replay(run: Run, out_dir: Path, *, reuse: bool = False, timeout_s: float = 1
     cached = path.with_suffix(".summary.json")
     if reuse and path.exists() and cached.exists():
         return json.loads(cached.read_text()), path
-    cmd = [sys.executable, "-m", "kvscope", "replay", "--json", "--events", str(path)]
-    if run.source.startswith("trace:"):
-        cmd += ["--trace", str(_traces_dir() / run.source.split(":", 1)[1])]
+    if run.twin:
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "twins.py"), "--replay", run.twin,
+               "--source", run.source, "--events", str(path)]
     else:
-        cmd += ["--scenario", run.source]
+        cmd = [sys.executable, "-m", "kvscope", "replay", "--json", "--events", str(path)]
+        if run.source.startswith("trace:"):
+            cmd += ["--trace", str(_traces_dir() / run.source.split(":", 1)[1])]
+        else:
+            cmd += ["--scenario", run.source]
     for s in run.sets:
         cmd += ["--set", s]
     if run.remediation:

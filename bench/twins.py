@@ -24,7 +24,10 @@ reports the first healthy twin, and for each tried ``eos`` whether the crash sti
 traffic unchanged (``eos`` alone): a crash that one early end averts is decided by that end, which no
 event shows beforehand.
 
-    .venv/bin/python bench/twins.py [--runs NAME_SUBSTRING ...] [--out DIR] [--json]
+    .venv/bin/python bench/twins.py --out DIR [--runs NAME ...] [--candidates N] [--no-eos-alone]
+    .venv/bin/python bench/twins.py --replay cut=N,eos=ID --source SRC [--set K=V ...] --events PATH
+
+The second form records one twin for the corpus (``bench/corpus.py`` ``Run.twin``).
 
 Runs are the corpus's (``bench/corpus.py``); by default its crashes that the scoreboard scores as
 missed (no critical 10 iterations ahead while eligible) and, for contrast, a sample it scores as met.
@@ -289,14 +292,44 @@ def _one(args) -> dict:
     return d
 
 
+def parse_twin(spec: str) -> Twin:
+    """``cut=N,eos=ID[+ID...]`` or ``cut=N,eos=all``: the twins the corpus replays (no ``stop``: that
+    one needs the crash's own recording for the requests that arrived by the cut)."""
+    fields = dict(part.split("=", 1) for part in spec.split(",") if part)
+    if set(fields) != {"cut", "eos"}:
+        raise ValueError(f"twin spec {spec!r}: expected cut=N,eos=ID[+ID...] or cut=N,eos=all")
+    if fields["eos"] == "all":
+        return Twin(int(fields["cut"]), eos_all=True)
+    return Twin(int(fields["cut"]), eos=tuple(int(x) for x in fields["eos"].split("+")))
+
+
+def _replay_one(args) -> int:
+    """``--replay SPEC``: record one twin of a corpus run, print its replay summary (JSON)."""
+    twin = parse_twin(args.replay)
+    run = Run("twin", args.source, tuple(args.set or ()))
+    summary, _notes = replay_twin(run, twin, None, Path(args.events))
+    print(json.dumps(summary, default=str))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--replay", metavar="SPEC", help="record one twin (cut=N,eos=ID) of --source/--set to --events")
+    ap.add_argument("--source", help="with --replay: a scenario name or trace:FILE (as in bench/corpus.py)")
+    ap.add_argument("--set", action="append", help="with --replay: a knob, as kvscope replay --set")
+    ap.add_argument("--events", help="with --replay: the event file to write")
     ap.add_argument("--runs", nargs="*", default=None, help="corpus run names (default: the missed crashes)")
-    ap.add_argument("--out", required=True, help="directory for the event files (reused between calls)")
+    ap.add_argument("--out", help="directory for the event files (reused between calls)")
     ap.add_argument("--candidates", type=int, default=6)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-eos-alone", action="store_true", help="skip the early ends with the traffic unchanged")
     args = ap.parse_args()
+    if args.replay:
+        if not (args.source and args.events):
+            ap.error("--replay needs --source and --events")
+        return _replay_one(args)
+    if not args.out:
+        ap.error("--out is required")
     by_name = {r.name: r for r in FULL + engine_version_runs()}
     names = args.runs or list(DEFAULT_MISSES)
     missing = [n for n in names if n not in by_name]

@@ -58,3 +58,13 @@ def test_the_prefix_comparison_sees_a_change_before_the_cut(result, tmp_path):
     replay_twin(RUN, Twin(res.cut - 50, eos_all=True), None, early)
     same, why = same_prefix(original, early, res.cut)
     assert not same, why
+
+
+def test_the_corpus_twin_spec_is_read_and_checked():
+    from twins import parse_twin
+
+    assert parse_twin("cut=6403,eos=342") == Twin(6403, eos=(342,))
+    assert parse_twin("cut=10,eos=1+2") == Twin(10, eos=(1, 2))
+    assert parse_twin("cut=10,eos=all") == Twin(10, eos_all=True)
+    with pytest.raises(ValueError, match="expected cut=N,eos="):
+        parse_twin("cut=10,stop=1")
