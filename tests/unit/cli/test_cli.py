@@ -32,6 +32,16 @@ def test_unknown_command_exits_nonzero_with_one_error_line_when_called():
     proc = run_cli("frobnicate")
     assert proc.returncode != 0
     assert "invalid choice" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_bad_flag_of_a_command_is_one_error_line_naming_the_command_and_its_help():
+    proc = run_cli("replay", "--engine", "nope")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kvscope replay: error: argument --engine: invalid choice: 'nope'")
+    assert lines[0].endswith("(see kvscope replay --help)")
 
 
 def test_version_prints_the_installed_version_when_asked():
