@@ -44,6 +44,8 @@ class Run:
     twin: str = ""
     """A twin of the run with these knobs (``bench/twins.py``: ``cut=N,eos=ID``): a request running
     at iteration N ends at its next step instead of at its ``max_new_tokens``; empty: none."""
+    twin_of: str = ""
+    """The corpus crash this twin shares its recording with, up to the cut."""
 
 
 def _traces_dir() -> Path:
@@ -182,7 +184,8 @@ FULL: list[Run] = [
 # request ever fails: a rule critical 10 iterations ahead of the crash is critical here too.
 FULL += [
     Run(f"{name}[twin:{twin},enable_block_reuse-false,engine_version-1.3.0rc27,seed={seed}]", source,
-        ("enable_block_reuse=false", "engine_version=1.3.0rc27", f"seed={seed}"), twin=twin)
+        ("enable_block_reuse=false", "engine_version=1.3.0rc27", f"seed={seed}"), twin=twin,
+        twin_of=f"{name}[enable_block_reuse=false,engine_version=1.3.0rc27,seed={seed}]")
     for name, source, seed, twin in (
         ("claude-code", "trace:kv-cache-tester_traces.tar.xz", 30, "cut=6403,eos=342"),
         ("claude-code", "trace:kv-cache-tester_traces.tar.xz", 31, "cut=6784,eos=188"),
@@ -359,6 +362,24 @@ def run_corpus(runs: list[Run], out_dir: Path, workers: int = 2, *, reuse: bool 
         return [s for s in pool.map(one, runs) if s is not None]
 
 
+def twin_pairs(runs: list[Run], scores: list, *, min_lead_iterations: int = 10) -> list[dict]:
+    """Each corpus twin beside its crash: the twin healthy, and whether the crash got a critical
+    ``min_lead_iterations`` ahead (it cannot without one on the twin, whose recording is the same
+    up to then)."""
+    by_name = {s.label.name: s for s in scores}
+    out = []
+    for run in runs:
+        if not run.twin_of or run.name not in by_name or run.twin_of not in by_name:
+            continue
+        twin, crash = by_name[run.name], by_name[run.twin_of]
+        crit = crash.first_critical.get("overall")
+        out.append({"crash": run.twin_of, "twin": run.name, "twin_crashed": twin.label.crashed,
+                    "twin_critical": twin.healthy_counts.get("overall", {}).get("critical", 0)
+                    if not twin.label.crashed else None,
+                    "crash_critical_ahead": bool(crit and crit["lead_iterations"] >= min_lead_iterations)})
+    return out
+
+
 def report(scores: list, *, min_lead_iterations: int = 10) -> tuple[str, dict]:
     boards = {"all runs": scoreboard(scores, min_lead_iterations=min_lead_iterations),
               "held-out runs only": scoreboard([s for s in scores if s.label.held_out],
@@ -382,10 +403,15 @@ def main() -> int:
         skipped: list[str] = []
         scores = run_corpus(runs, Path(args.out or tmp), reuse=args.reuse, timeout_s=args.timeout, skipped=skipped)
     text, boards = report(scores)
+    pairs = twin_pairs(runs, scores)
     if args.json:
-        print(json.dumps({**boards, "not_scored": skipped}, default=str))
+        print(json.dumps({**boards, "not_scored": skipped, "twin_pairs": pairs}, default=str))
     else:
         print(text)
+        for p in pairs:
+            print(f"twin pair: {p['crash']} (critical 10 ahead: {'yes' if p['crash_critical_ahead'] else 'no'}) "
+                  f"shares its recording to 10 iterations before its failure with {p['twin']}, which "
+                  + ("crashed" if p["twin_crashed"] else f"stayed healthy ({p['twin_critical']} critical)"))
         if skipped:
             print(f"not scored (no replay): {', '.join(skipped)}")
         for s in scores:
