@@ -49,14 +49,19 @@ def test_notebook_03_labels_every_time_axis_in_wall_clock_time_when_the_recordin
     # the four static figures, and the dashboard's figures built by the time the state is saved (one
     # new figure per refresh: at least its first)
     assert len(figures) >= 4 + 1
+    spanning = 0
     for fig in figures:
         layout = fig["_widget_layout"]
         axes = [v for k, v in layout.items() if k.startswith("xaxis") and isinstance(v, dict)]
         labelled = [ax["ticktext"] for ax in axes if ax.get("ticktext")]
         assert labelled, f"a time axis in uptime seconds: {axes}"
         for ticks in labelled:
-            # at least two (the dashboard's playback may be saved a few ms into the run: 1 ms apart)
-            assert len(ticks) >= 2 and all(HMS.match(t) for t in ticks), ticks
+            assert ticks and all(HMS.match(t) for t in ticks), ticks
+        # The dashboard's playback may be saved a millisecond or two into the run: data spanning
+        # less than two of the finest tick steps (1 ms) can hold one round instant, so one tick
+        # (CI, 2026-12-04). The four static figures span the whole recording.
+        spanning += any(len(ticks) >= 2 for ticks in labelled)
+    assert spanning >= 4
 
 
 def test_notebook_03_anchors_its_times_and_gives_findings_seconds_since_the_start(executed):
