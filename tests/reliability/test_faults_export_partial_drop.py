@@ -10,26 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
-from pathlib import Path
-
-import pytest
 
 from kvscope.cli import main
 from kvscope.commands import export
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from otel_stack import OtelStack  # noqa: E402 (the integration tests' stack, started here collector-only)
-
-
-@pytest.fixture
-def collector(tmp_path):
-    stack = OtelStack(tmp_path / "otel-stack")  # fails, naming the setup step, if not installed
-    try:
-        stack.start_collector()
-        yield stack
-    finally:
-        stack.stop()
 
 
 def test_a_collector_that_dies_mid_export_is_a_warning_and_exit_1_not_the_nothing_exported_error(

@@ -17,29 +17,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import fault_harness as fh
 import pytest
 
 from kvscope.recording import read_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from otel_stack import OtelStack  # noqa: E402 (the integration tests' stack, started here collector-only)
-
 REPLAY = ["replay", "--scenario", "near-miss"]
 KILL_AT, RESTART_AT = 8, 20
 """Arrival batches (of near-miss's 29) where the collector is killed and started again."""
-
-
-@pytest.fixture
-def collector(tmp_path):
-    stack = OtelStack(tmp_path / "otel-stack")  # fails, naming the setup step, if not installed
-    try:
-        stack.start_collector()
-        yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="module")
