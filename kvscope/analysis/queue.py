@@ -74,10 +74,7 @@ def queued_need(
     a_prompt[named] = np.nan_to_num(prompts_of(ev, a_rid[named]), nan=0.0)
     cs_r = np.concatenate([[0.0], np.cumsum(a_reused)])
     cs_p = np.concatenate([[0.0], np.cumsum(a_prompt)])
-    hi = np.searchsorted(a_pos, apos, side="right")
-    lo = np.maximum(hi - hit_window, 0)
-    den = cs_p[hi] - cs_p[lo]
-    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+    hit = _hit_rate((a_pos, cs_r, cs_p), apos, hit_window)
     q0 = np.ceil(np.maximum(total - hit * prompt, 0) / tpb)
     # Known matches while queued (target's BLOCKS_REUSED before admission) replace the estimate.
     rpos = ev.request_positions(EventKind.BLOCKS_REUSED)
@@ -96,19 +93,37 @@ def queued_need(
     rows_req = np.concatenate([np.arange(k), idx, np.arange(k)])
     rows_val = np.concatenate([q0, qk, np.zeros(k)])
     rows_ord = np.concatenate([np.zeros(k, np.int64), np.ones(len(idx), np.int64), np.full(k, 2, np.int64)])
+    by_arrival = _latest_sums(rows_pos, rows_req, rows_val, rows_ord, q_below, nq, n)
+    if q_pos is None:
+        return by_arrival
+    return np.maximum(by_arrival, _at_current_rate(
+        q_below, nq, n, q_pos, apos, stop, total, prompt, (rpos, idx, qk), (a_pos, cs_r, cs_p), hit_window, tpb))
+
+
+def _hit_rate(admissions: tuple, at: np.ndarray, hit_window: int) -> np.ndarray:
+    """The target's hit rate over the last ``hit_window`` admissions at or before each position
+    ``at`` (``admissions``: their positions and the cumulative reused and prompt tokens; 0 before any)."""
+    a_pos, cs_r, cs_p = admissions
+    hi = np.searchsorted(a_pos, at, side="right")
+    lo = np.maximum(hi - hit_window, 0)
+    den = cs_p[hi] - cs_p[lo]
+    return np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+
+
+def _latest_sums(rows_pos: np.ndarray, rows_req: np.ndarray, rows_val: np.ndarray, rows_ord: np.ndarray,
+                 q_below: np.ndarray, nq: int, n: int) -> np.ndarray:
+    """At each query, the sum over requests of each one's latest value (rows: position, request
+    slot, value, and the kind's order among rows at one position); a request counts a row's value
+    from its position until its next row."""
     order = np.argsort((rows_req * (n + 2) + rows_pos) * 3 + rows_ord)  # by request, position, kind
     rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
     start = np.ones(len(rows_req), dtype=bool)
     start[1:] = rows_req[1:] != rows_req[:-1]
     prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    by_arrival = sum_upto(q_below[rows_pos], rows_val - prev, nq)
-    if q_pos is None:
-        return by_arrival
-    return np.maximum(by_arrival, _at_current_rate(
-        q_below, nq, q_pos, apos, stop, total, prompt, (rpos, idx, qk), (a_pos, cs_r, cs_p), hit_window, tpb))
+    return sum_upto(q_below[rows_pos], rows_val - prev, nq)
 
 
-def _at_current_rate(q_below: np.ndarray, nq: int, q_pos: np.ndarray, apos: np.ndarray, stop: np.ndarray,
+def _at_current_rate(q_below: np.ndarray, nq: int, n: int, q_pos: np.ndarray, apos: np.ndarray, stop: np.ndarray,
                      total: np.ndarray, prompt: np.ndarray, known: tuple, admissions: tuple, hit_window: int,
                      tpb: int) -> np.ndarray:
     """The queue's need at each query with the target's hit rate over the last ``hit_window``
@@ -117,7 +132,6 @@ def _at_current_rate(q_below: np.ndarray, nq: int, q_pos: np.ndarray, apos: np.n
     rate's share of their ``prompt`` (summed, then divided: no per-request rounding). The streaming
     analyzer keeps the same sums (``StreamingAnalyzer.queued_blocks``)."""
     rpos, idx, qk = known
-    a_pos, cs_r, cs_p = admissions
     k = len(apos)
     # A request leaves the estimate at its first known match (else when it leaves the queue) ...
     first_known = stop.copy()
@@ -127,19 +141,10 @@ def _at_current_rate(q_below: np.ndarray, nq: int, q_pos: np.ndarray, apos: np.n
     s_total = sum_upto(q_below[est_pos], np.concatenate([total, -total]), nq)
     s_prompt = sum_upto(q_below[est_pos], np.concatenate([prompt, -prompt]), nq)
     # ... and counts its latest known match from then until it leaves.
-    rows_pos = np.concatenate([rpos, stop])
-    rows_req = np.concatenate([idx, np.arange(k)])
-    rows_val = np.concatenate([qk, np.zeros(k)])
-    order = np.lexsort((np.concatenate([np.zeros(len(idx), np.int64), np.ones(k, np.int64)]), rows_pos, rows_req))
-    rows_pos, rows_req, rows_val = rows_pos[order], rows_req[order], rows_val[order]
-    start = np.ones(len(rows_req), dtype=bool)
-    start[1:] = rows_req[1:] != rows_req[:-1]
-    prev = np.where(start, 0.0, np.roll(rows_val, 1))
-    s_known = sum_upto(q_below[rows_pos], rows_val - prev, nq)
-    hi = np.searchsorted(a_pos, q_pos, side="right")
-    lo = np.maximum(hi - hit_window, 0)
-    den = cs_p[hi] - cs_p[lo]
-    hit = np.where(den > 0, np.clip((cs_r[hi] - cs_r[lo]) / np.where(den > 0, den, 1), 0, 1), 0.0)
+    s_known = _latest_sums(np.concatenate([rpos, stop]), np.concatenate([idx, np.arange(k)]),
+                           np.concatenate([qk, np.zeros(k)]),
+                           np.concatenate([np.ones(len(idx), np.int64), np.full(k, 2, np.int64)]), q_below, nq, n)
+    hit = _hit_rate(admissions, q_pos, hit_window)
     return s_known + np.maximum(s_total - hit * s_prompt, 0.0) / tpb
 
 

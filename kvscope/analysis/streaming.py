@@ -379,9 +379,7 @@ class StreamingAnalyzer(LiveFindings):
             self._arrivals_now.append((rid, it))
             self._never_fitting(rid, req, t)
             self._enqueue(req)
-            reused = sum(r for r, _p in self._recent)
-            prompts = sum(pr for _r, pr in self._recent)
-            self._set_queued(req, min(max(reused / prompts, 0.0), 1.0) * nt if prompts > 0 else 0.0)
+            self._set_queued(req, self._hit_rate() * nt)
         elif kind == _ADMITTED:
             req.counted, req.target_reuse, req.context_done = True, float(nt), False
             if math.isnan(req.admitted_s):
@@ -545,9 +543,13 @@ class StreamingAnalyzer(LiveFindings):
         if c is None or not (p == _TGT or c["paired"]):
             return q
         total, prompt, known = self._q_rate[p]
-        den = sum(pr for _r, pr in self._recent)
-        hit = min(max(sum(r for r, _p in self._recent) / den, 0.0), 1.0) if den > 0 else 0.0
-        return max(q, known + max(total - hit * prompt, 0.0) / c["tokens_per_block"])
+        return max(q, known + max(total - self._hit_rate() * prompt, 0.0) / c["tokens_per_block"])
+
+    def _hit_rate(self) -> float:
+        """The target's hit rate over the last ``hit_window`` admissions (0 before any); the batch
+        form is :func:`kvscope.analysis.queue._hit_rate`."""
+        prompts = sum(pr for _r, pr in self._recent)
+        return min(max(sum(r for r, _p in self._recent) / prompts, 0.0), 1.0) if prompts > 0 else 0.0
 
     def _enqueue(self, req: _Req) -> None:
         """The request waits: kept in ``_queue`` (an index of the queued requests, so the head and
