@@ -97,7 +97,28 @@ def finding_marks(findings: pd.DataFrame | None, pools: set[str] | None = None, 
             notes.append({"xref": xref, "yref": yref, "x": row.t_start_s, "y": 0.98, "text": f"{row.kind} ({row.severity})",
                           "showarrow": False, "textangle": -90, "xanchor": "left", "yanchor": "top",
                           "font": {"size": 9, "color": "#555"}})
-    return shapes, notes
+    xs = [x for r in rows for x in (r.t_start_s, r.t_end_s) if x == x]
+    return shapes, spread_labels(notes, (max(xs) - min(xs)) if xs else 0.0)
+
+
+LABEL_STEP_PX = 11
+"""Width of one vertical finding label (9-point text): labels closer than that are set side by side."""
+
+
+def spread_labels(notes: list[dict], span: float, *, near: float = 0.015) -> list[dict]:
+    """Vertical labels (``textangle`` -90) whose x lie within ``near`` of the x ``span`` of the
+    previous one in their cluster are set side by side (``xshift`` of one label width each, away
+    from their line), instead of printed over one another: findings of several kinds often open in
+    the same iteration (an admission gap and a resume near miss at the same pass). Returns ``notes``."""
+    vertical = sorted((n for n in notes if n.get("textangle") == -90), key=lambda n: n["x"])
+    step = near * span if span > 0 else 0.0
+    k, prev = 0, None
+    for n in vertical:
+        k = k + 1 if prev is not None and n["x"] - prev <= step else 0
+        prev = n["x"]
+        if k:
+            n["xshift"] = (-1 if n.get("xanchor") == "right" else 1) * k * LABEL_STEP_PX
+    return notes
 
 
 def _mark_findings(fig: go.Figure, findings: pd.DataFrame | None, pools: set[str] | None = None) -> None:

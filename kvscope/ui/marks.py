@@ -10,7 +10,7 @@ from collections.abc import Container, Sequence
 
 import pandas as pd
 
-from kvscope.ui.figures import SEVERITY_COLORS
+from kvscope.ui.figures import SEVERITY_COLORS, spread_labels
 
 FATAL_COLOR = "#d62728"
 
@@ -36,10 +36,14 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
     shapes: list[dict] = []
     notes: list[dict] = []
     labelled: set[str] = set()  # each kind is named once per panel; later ones are lines only
+    xs: list[float] = [fatal[0]] if fatal is not None else []
     if findings is not None and len(findings):
         for f in findings.itertuples(index=False):
             if f.kind == "reuse_loss" or (kinds is not None and f.kind not in kinds):
                 continue
+            if f.kind == "engine_fatal" and fatal is not None:
+                continue  # the fatal line below is its mark and its label
+            xs += [f.t_start_s, f.t_end_s]
             if pool is not None and len(f.pools) and pool not in f.pools:
                 continue
             color = SEVERITY_COLORS.get(f.severity, SEVERITY_COLORS["info"])
@@ -50,16 +54,22 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
                            "y0": 0, "y1": 1, "line": {"color": "#555", "width": 1, "dash": "dot"}})
             if labels and f.kind not in labelled:
                 labelled.add(f.kind)
-                notes.append({"xref": xref, "yref": yref, "x": f.t_start_s, "y": 1, "text": f.kind,
-                              "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "top",
+                # At the foot of the line, so that a finding opening just before the failure is not
+                # printed over the fatal label at the top.
+                notes.append({"xref": xref, "yref": yref, "x": f.t_start_s, "y": 0, "text": f.kind,
+                              "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "bottom",
                               "font": {"size": 9, "color": "#555"}})
     if fatal is not None:
         shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": fatal[0], "x1": fatal[0], "y0": 0, "y1": 1,
                        "line": {"color": FATAL_COLOR, "width": 2}})
         if labels:
+            # Left of its line: the engine failure ends the events, so the chart ends there and a
+            # label to its right would be cut at the edge; on a ground that keeps it legible over bands.
             notes.append({"xref": xref, "yref": yref, "x": fatal[0], "y": 1, "text": fatal[1], "showarrow": False,
-                          "xanchor": "left", "yanchor": "top", "font": {"size": 10, "color": FATAL_COLOR}})
-    return shapes, notes
+                          "xanchor": "right", "yanchor": "top", "font": {"size": 10, "color": FATAL_COLOR},
+                          "bgcolor": "rgba(255,255,255,0.85)"})
+    xs = [x for x in xs if x == x]
+    return shapes, spread_labels(notes, (max(xs) - min(xs)) if xs else 0.0)
 
 
 SWITCH_COLOR = "#2ca02c"
