@@ -27,7 +27,7 @@ import numpy as np
 from kvscope.analysis import analyze_files
 from kvscope.analysis.analyzer import first_trigger
 from kvscope.analysis.columns import as_columns
-from kvscope.analysis.scoreboard import RunLabel, format_scoreboard, score_run, scoreboard
+from kvscope.analysis.scoreboard import OVERALL, RunLabel, format_scoreboard, score_run, scoreboard
 from kvscope.events import EVENT_KINDS, EventKind
 from kvscope.recording import read_frame
 
@@ -380,6 +380,18 @@ def twin_pairs(runs: list[Run], scores: list, *, min_lead_iterations: int = 10) 
     return out
 
 
+def critical_bound(board: dict, pairs: list[dict]) -> dict:
+    """What the critical-ahead target can reach on this corpus: an eligible crash whose healthy twin
+    (a corpus run, bench/twins.py) shares its recording up to 10 iterations before the failure
+    cannot get a critical by then without the twin getting one too (a rule reads only what came
+    before), and a critical on a healthy run is the other target's failure."""
+    eligible = board["eligible_draft_crashes"]
+    out_of_reach = sorted({p["crash"] for p in pairs if not p["twin_crashed"]})
+    met = round(board["detectors"][OVERALL]["critical_ahead"] * eligible) if eligible else 0
+    return {"eligible": eligible, "critical_ahead": met, "out_of_reach": out_of_reach,
+            "reachable": eligible - len(out_of_reach)}
+
+
 def report(scores: list, *, min_lead_iterations: int = 10) -> tuple[str, dict]:
     boards = {"all runs": scoreboard(scores, min_lead_iterations=min_lead_iterations),
               "held-out runs only": scoreboard([s for s in scores if s.label.held_out],
@@ -406,14 +418,19 @@ def main() -> int:
         scores = run_corpus(runs, Path(args.out or tmp), reuse=args.reuse, timeout_s=args.timeout, skipped=skipped)
     text, boards = report(scores)
     pairs = twin_pairs(runs, scores)
+    bound = critical_bound(boards["all runs"], pairs)
     if args.json:
-        print(json.dumps({**boards, "not_scored": skipped, "twin_pairs": pairs}, default=str))
+        print(json.dumps({**boards, "not_scored": skipped, "twin_pairs": pairs, "critical_bound": bound}, default=str))
     else:
         print(text)
         for p in pairs:
             print(f"twin pair: {p['crash']} (critical 10 ahead: {'yes' if p['crash_critical_ahead'] else 'no'}) "
                   f"shares its recording to 10 iterations before its failure with {p['twin']}, which "
                   + ("crashed" if p["twin_crashed"] else f"stayed healthy ({p['twin_critical']} critical)"))
+        if bound["out_of_reach"]:
+            print(f"critical >= 10 it ahead: {bound['critical_ahead']} of {bound['eligible']} eligible crashes; "
+                  f"a rule with no critical on a healthy run foresees at most {bound['reachable']}: "
+                  f"{len(bound['out_of_reach'])} share their recording to the cut with a healthy twin above")
         if skipped:
             print(f"not scored (no replay): {', '.join(skipped)}")
         for s in scores:
