@@ -55,10 +55,10 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
             if labels and f.kind not in labelled:
                 labelled.add(f.kind)
                 # At the foot of the line, so that a finding opening just before the failure is not
-                # printed over the fatal label at the top.
+                # printed over the fatal label at the top; on a light ground, over the stacked blocks.
                 notes.append({"xref": xref, "yref": yref, "x": f.t_start_s, "y": 0, "text": f.kind,
                               "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "bottom",
-                              "font": {"size": 9, "color": "#555"}})
+                              "font": {"size": 9, "color": "#444"}, "bgcolor": "rgba(255,255,255,0.8)"})
     if fatal is not None:
         shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": fatal[0], "x1": fatal[0], "y0": 0, "y1": 1,
                        "line": {"color": FATAL_COLOR, "width": 2}})
