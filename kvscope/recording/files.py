@@ -149,7 +149,8 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     except OSError as e:
         raise ValueError(f"{p}: cannot create folder {parent}: {e.strerror or e}") from None
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ValueError(f"{p}: not writable (permission denied)")
+        # access() also says no on a read-only filesystem, where no permission would help.
+        raise ValueError(f"{p}: not writable ({'read-only file system' if _read_only(parent) else 'permission denied'})")
     probe = parent / f".{p.name}.kvscope-probe-{os.getpid()}"
     try:
         with open(probe, "wb"):
@@ -161,6 +162,14 @@ def check_writable(path: str | os.PathLike[str]) -> None:
             probe.unlink()
         except OSError:
             pass
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether ``folder`` is on a filesystem mounted read-only."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows): the permission wording stands
+        return False
 
 
 class JsonlSink(_EndState):

@@ -65,6 +65,13 @@ class LoopDisk:
                         "the read-only disk test needs a kernel with ext4's sysfs error trigger")
         self.assert_read_only()
 
+    def remount_read_only(self) -> None:
+        """An administrator's way: the mount itself turned read-only (``mount -o remount,ro``)."""
+        done = subprocess.run(["mount", "-o", "remount,ro", str(self.mnt)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"cannot remount the test filesystem read-only: {done.stderr.strip()}")
+        self.assert_read_only()
+
     def assert_read_only(self) -> None:
         with pytest.raises(OSError) as err:
             (self.mnt / "probe").write_text("x")
@@ -158,3 +165,20 @@ def test_read_only_disk_mid_replay_drops_counted_engine_unchanged_written_part_r
     assert len(df) == before
     assert (df["kind"] == "request_arrived").sum() > 0
     loop_disk.assert_read_only()  # it stayed read-only: nothing after the fault can have been written
+
+
+@pytest.mark.parametrize("how", ["remount", "fs_error"])
+def test_an_event_file_on_a_read_only_disk_is_refused_before_the_replay_naming_the_filesystem(loop_disk, how):
+    """Root passes every permission check, so a refusal there is the filesystem's: the one-line
+    error says so instead of "permission denied", and no replay runs. A read-only mount fails the
+    access check itself; a filesystem the kernel turned read-only after an error fails the write."""
+    (loop_disk.remount_read_only if how == "remount" else loop_disk.make_read_only)()
+    events = loop_disk.mnt / "events.parquet"
+    done = subprocess.run([sys.executable, "-m", "kvscope", *REPLAY, "--events", str(events), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and done.stdout == "", (done.returncode, done.stdout[-500:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert str(events) in lines[0] and "read-only file system" in lines[0].lower(), lines[0]
+    assert "permission" not in lines[0], lines[0]
+    assert not events.exists()
