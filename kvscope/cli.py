@@ -16,7 +16,8 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+
+from kvscope.arguments import OneLineParser
 
 COMMANDS: tuple[str, ...] = ("demo", "replay", "analyze", "export", "remediation", "check", "selfcheck")
 """Command modules under ``kvscope.commands``, in help order."""
@@ -26,17 +27,8 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the contract's one-line errors. Stock argparse prints the whole usage first:
-    nine lines for ``replay`` before the line that says what was wrong. Subcommand parsers are of
-    this class too (``add_subparsers`` uses the parent's)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="kvscope",
         description="Observe and remediate the KV cache of LLM inference engines.",
     )

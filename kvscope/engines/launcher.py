@@ -50,6 +50,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kvscope.arguments import OneLineParser
+
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 DEFAULT_OUTPUT_DIR = "kvscope-events"
 DEFAULT_SINKS = "jsonl"
@@ -198,7 +200,7 @@ def build_env(base: dict[str, str], *, output_dir: str | None = None, sinks: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kvscope-instrument",
         description="Run COMMAND with kvscope recording KV events in every Python process it starts.")
     parser.add_argument("--output-dir", help=f"event file folder (KVSCOPE_OUTPUT_DIR; default ./{DEFAULT_OUTPUT_DIR})")

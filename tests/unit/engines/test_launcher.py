@@ -397,3 +397,17 @@ def test_a_worker_given_a_bad_kvscope_remediation_says_so_in_one_line_and_runs_w
         prefix + "KVSCOPE_REMEDIATION not applied: expected MODE[:POLICY] or POLICY, any case (modes: off, shadow, "
                  "on, auto; policies: draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'; "
                  "the engine runs without remediation")
+
+
+def test_a_bad_launcher_flag_exits_2_in_one_line_and_the_command_never_runs(tmp_path):
+    """The launcher's own flags get the CLI's one-line errors (kvscope.arguments), not argparse's
+    usage block first."""
+    marker = tmp_path / "ran"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
+    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--engine", "vllm",
+                           sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not marker.exists()
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvscope-instrument: error: argument --engine: invalid choice: 'vllm'"), lines
+    assert lines[0].endswith("(see kvscope-instrument --help)"), lines
