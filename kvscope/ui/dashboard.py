@@ -334,7 +334,7 @@ class Dashboard:
             "fig_debt": lambda: debt_fig.debt_projection_figure(v.exhaustion_frame(), findings, fatal=fatal),
             "fig_requests": lambda: requests_fig.request_events_figure(
                 v.timeline_frame(), now_s=v.t_s, max_requests=self.max_requests_shown),
-            "fig_reuse": lambda: reuse_fig.reuse_hit_rate_figure(v.reuse_frame()),
+            "fig_reuse": lambda: reuse_fig.reuse_hit_rate_figure(v.reuse_frame(), now_s=v.t_s),
         }
         offset_ns = self.wall_clock_offset_ns
         wall = wall_clock_at(offset_ns) if offset_ns is not None else None

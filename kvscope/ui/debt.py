@@ -36,7 +36,8 @@ def debt_projection_figure(
             in sight); ``capacity_blocks`` optional.
         findings: findings frame; ``admission_gap`` / ``time_to_exhaustion`` starts are marked.
         pools: which pools to draw (the ones admission does not check).
-        fatal: ``(t_s, label)`` of the engine's fatal error.
+        fatal: ``(t_s, label)`` of the engine's fatal error. The projection ends there: once the
+            engine has failed there is no exhaustion ahead to project.
     """
     # Debt below zero is the headroom left, not a fault: said where the reader looks (title, hover).
     layout, traces = style.stacked_panels(["debt (< 0: headroom) and availability (blocks)", "time to exhaustion (s)"],
@@ -52,7 +53,7 @@ def debt_projection_figure(
         debt = g["debt_blocks"].to_numpy(float)
         avail = g["available_blocks"].to_numpy(float)
         eta = g["eta_s"].to_numpy(float)
-        proj = _projection(t, avail, eta)
+        proj = _projection(t, avail, eta) if fatal is None else ([], [])
         traces += [
             {"type": "scatter", "x": t, "y": avail, "mode": "lines", "name": f"{role} available",
              "line": {"color": "#7f7f7f", "dash": "dash", "width": 1, "shape": "hv"},

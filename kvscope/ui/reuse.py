@@ -29,9 +29,13 @@ def reuse_series(timeline: pd.DataFrame) -> pd.DataFrame:
                          "cum_prompt_tokens": np.cumsum(prompt), "cum_reused_tokens": np.cumsum(reused)})
 
 
-def reuse_hit_rate_figure(reuse: pd.DataFrame, *, window: int = 16, max_points: int = 4000) -> go.Figure:
+def reuse_hit_rate_figure(reuse: pd.DataFrame, *, window: int = 16, max_points: int = 4000,
+                          now_s: float | None = None) -> go.Figure:
     """Target-pool prefix hit rate: reused / prompt tokens, cumulative and over the last ``window``
-    admissions (a drop shows the prefix cache being evicted or bypassed)."""
+    admissions (a drop shows the prefix cache being evicted or bypassed).
+
+    ``now_s``: the time the events reach (the dashboard's other panels end there); the axis runs
+    to it, so that the rate's last admission is not read as the end of the run."""
     r = reuse.sort_values("t_s", kind="stable")
     cp = r["cum_prompt_tokens"].to_numpy(float)
     cr = r["cum_reused_tokens"].to_numpy(float)
@@ -61,6 +65,9 @@ def reuse_hit_rate_figure(reuse: pd.DataFrame, *, window: int = 16, max_points: 
                       yaxis_title="reused / prompt tokens", yaxis_tickformat=".0%", yaxis_range=[0, 1.02],
                       height=320, legend={"orientation": "h", "y": -0.2},
                       margin={"t": 60, "b": 60, "l": 70, "r": 20})
+    ts = frame["t_s"].to_numpy(float)
+    if now_s is not None and len(ts) and now_s > ts.max():
+        layout["xaxis_range"] = [min(0.0, float(ts.min())), float(now_s)]
     fig = go.Figure(data=traces, layout=layout)
     num_rates = int(np.isfinite(frame["cum_rate"].to_numpy(float)).sum())
     if num_rates < 2:

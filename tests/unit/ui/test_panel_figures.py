@@ -43,6 +43,17 @@ def test_debt_projection_ends_at_zero_availability_eta_seconds_after_the_last_es
     assert np.isnan(eta.y[0]) and eta.y[2] == 2.5  # inf (nothing in sight) is not drawn
 
 
+def test_debt_projection_is_not_drawn_past_the_engine_failure():
+    """Once the engine has failed there is no exhaustion ahead: the last estimate's projection (2.5 s
+    past the failure here) would draw the run on past its end."""
+    ex = pd.DataFrame({"t_s": [1.0, 2.0, 3.0], "pool": "draft", "debt_blocks": [-50.0, -20.0, 10.0],
+                       "available_blocks": [100.0, 80.0, 60.0], "eta_s": [math.inf, 4.0, 2.5]})
+    fig = debt_projection_figure(ex, fatal=(3.0, "engine fatal (request 7)"))
+    proj = next(t for t in fig.data if t.name == "draft projection")
+    assert len(proj.x) == 0
+    assert max(x for t in fig.data for x in (t.x if t.x is not None else ())) == 3.0
+
+
 def test_debt_says_below_zero_is_headroom_when_drawn():
     ex = pd.DataFrame({"t_s": [1.0, 2.0], "pool": "draft", "debt_blocks": [-18_000.0, -17_500.0],
                        "available_blocks": [19_000.0, 18_500.0], "eta_s": [math.inf, math.inf]})
@@ -94,3 +105,14 @@ def test_compare_puts_each_run_in_its_own_column_with_its_fatal_mark(crash_recor
     assert {"stock: target pool", "fixed: target pool", "stock: draft pool", "fixed: draft pool"} <= set(titles)
     red = [s for s in fig.layout.shapes if s.line.color == "#d62728"]
     assert {s.xref for s in red} == {"x", "x3"}  # the stock column only
+
+
+def test_reuse_chart_runs_to_the_time_the_events_reach_not_to_the_last_admission(crash_recording):
+    _path, events, analysis, summary = crash_recording
+    r = reuse_series(analysis.timeline)
+    last_admission = float(r["t_s"].max())
+    end = summary.sim_seconds
+    assert end > last_admission  # the run went on after its last admission
+    fig = reuse_hit_rate_figure(r, now_s=end)
+    assert fig.layout.xaxis.range is not None and tuple(fig.layout.xaxis.range) == (0.0, end)
+    assert reuse_hit_rate_figure(r).layout.xaxis.range is None  # without a time, the data's own
