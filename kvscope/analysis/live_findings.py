@@ -63,7 +63,7 @@ class _Req:
     dec: dict = field(default_factory=dict)
     stall: tuple | None = None
     """(t_s, iteration, kind, pool, num_deferrals, seconds held by the policy, time of the last
-    stall row, whether the policy wrote it)."""
+    stall row, whether the policy wrote it, (t_s, iteration) of the policy's first deferral or None)."""
     never_fitting: list = field(default_factory=list)
     seq: int = 0
     """First-seen order among requests (the analyzer's ``_reqs`` order)."""
@@ -358,16 +358,18 @@ class LiveFindings:
 
     def _stall_finding(self, rid: int, st: tuple, t: float, it: int, *, final: bool) -> Finding | None:
         """The request's stall episode at (t, it), or None below the thresholds."""
-        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy = st
+        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy, policy_from = st
         policy_s += (t - seg_t) if seg_policy else 0.0
         by_policy = (policy_s > 0 or seg_policy) and 2 * policy_s >= t - t0
         dur_s, dur_it = t - t0, it - it0
         if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
             return None
         is_res = kind == EventKind.RESERVATION_MADE.value
+        # As batch: a wait the policy held is its finding from the policy's first deferral.
+        f0, fi0 = policy_from if by_policy and policy_from is not None else (t0, it0)
         return Finding(
-            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=t0, t_end_s=t,
-            iteration_start=it0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
+            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=f0, t_end_s=t,
+            iteration_start=fi0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
             request_ids=(rid,),
             summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
                     f"({dur_it} iterations) without progress.",

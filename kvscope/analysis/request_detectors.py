@@ -78,16 +78,20 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
     dur_s = (ts[end_pos] - ts[start_pos]) / 1e9
     dur_it = it[end_pos] - it[start_pos]
     hit = (dur_s >= cfg.stall_min_s) & (dur_it >= cfg.stall_min_iterations)
-    by_policy = _policy_deferred(ev, pos, stall_rows, ep, eps, start_pos, end_pos, hit)
+    by_policy, policy_from = _policy_deferred(ev, pos, stall_rows, ep, eps, start_pos, end_pos, hit)
     out = []
     for i in np.flatnonzero(hit):
         s, e = int(start_pos[i]), int(end_pos[i])
+        # A wait the policy held is its finding from the policy's first deferral (a wait that
+        # began before remediation was switched on is not the policy's before then); the wait's
+        # length stays the whole wait.
+        at = int(policy_from[i]) if by_policy[i] and policy_from[i] >= 0 else s
         req = int(r[first_rows[i]])
         is_res = kind[s] == K[EventKind.RESERVATION_MADE]
         blocking = _pool_name(int(ev.pool[s]))
         out.append(Finding(
             kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING,
-            t_start_s=ts[s] / 1e9, t_end_s=ts[e] / 1e9, iteration_start=it[s], iteration_end=it[e],
+            t_start_s=ts[at] / 1e9, t_end_s=ts[e] / 1e9, iteration_start=it[at], iteration_end=it[e],
             pools=(blocking,) if blocking != PoolRole.NONE.value else (), request_ids=(req,),
             summary=(
                 f"request {req} {'held a reservation' if is_res else 'was deferred'} for "
@@ -105,15 +109,18 @@ def stall_episodes(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> 
 
 
 def _policy_deferred(ev: EventColumns, pos: np.ndarray, stall_rows: np.ndarray, ep: np.ndarray,
-                     eps: np.ndarray, start_pos: np.ndarray, end_pos: np.ndarray, hit: np.ndarray) -> np.ndarray:
-    """Per episode (``eps``): the admission policy held it for at least half of its wait. A
-    deferral row holds the request from its time to the episode's next stall row naming a blocking
-    pool (or the episode's end); a row the policy wrote (:func:`~kvscope.events.is_remediation_reason`)
+                     eps: np.ndarray, start_pos: np.ndarray, end_pos: np.ndarray, hit: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per episode (``eps``): the admission policy held it for at least half of its wait, and the
+    position of the policy's first deferral naming a blocking pool in it (-1: none). A deferral
+    row holds the request from its time to the episode's next stall row naming a blocking pool (or
+    the episode's end); a row the policy wrote (:func:`~kvscope.events.is_remediation_reason`)
     counts for it."""
     out = np.zeros(len(eps), dtype=bool)
+    first = np.full(len(eps), -1, dtype=np.int64)
     rows = stall_rows[np.isin(ep[stall_rows], eps[hit])]  # in (request, position) order
     if len(rows) == 0:
-        return out
+        return out, first
     at = np.searchsorted(eps, ep[rows])
     # A row holds the request until the episode's next row that names a blocking pool: a row
     # without one (batch size, token budget, queue order) says only that the pass never tried it.
@@ -134,7 +141,11 @@ def _policy_deferred(ev: EventColumns, pos: np.ndarray, stall_rows: np.ndarray, 
     policy_ns = np.bincount(at, weights=held, minlength=len(eps))
     wait_ns = (ts[end_pos] - ts[start_pos]).astype(np.float64)
     n_policy = np.bincount(at, weights=policy, minlength=len(eps))
-    return (n_policy > 0) & (2 * policy_ns >= wait_ns)
+    led = np.flatnonzero(policy & blocking)
+    earliest = np.full(len(eps), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(earliest, at[led], pos[rows[led]])
+    first = np.where(earliest < np.iinfo(np.int64).max, earliest, -1)
+    return (n_policy > 0) & (2 * policy_ns >= wait_ns), first
 
 
 def find_engine_stalls(events: pd.DataFrame | EventColumns, cfg: DetectorConfig) -> list[Finding]:

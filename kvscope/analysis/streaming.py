@@ -429,15 +429,16 @@ class StreamingAnalyzer(LiveFindings):
             # An adopted reservation (running when remediation switched on) is no wait: as batch.
             s = req.stall
             if s is None:
-                s = (t, it, kind, pool, 0, 0.0, t, False)
+                s = (t, it, kind, pool, 0, 0.0, t, False, None)
                 self._stall_started(req, s)
             # Each stall row naming a blocking pool holds the request until the next such row (one
             # without a pool only says the pass never tried it): the policy's rows count for it.
             deferred = kind == _DEFERRED
             if pool != _NONE:
-                s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t,
-                     deferred and is_remediation_reason(reason or ""))
-            self._set_stall(req, (s[0], s[1], s[2], s[3], s[4] + deferred, s[5], s[6], s[7]))
+                by_policy = deferred and is_remediation_reason(reason or "")
+                s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t, by_policy,
+                     s[8] if s[8] is not None or not by_policy else (t, it))
+            self._set_stall(req, (s[0], s[1], s[2], s[3], s[4] + deferred, *s[5:]))
         elif kind in _PROGRESS and req.stall is not None:
             self._stall_resolved(req, t, it)
         if kind in _END:

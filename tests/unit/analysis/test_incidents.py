@@ -356,6 +356,48 @@ def test_streaming_and_batch_agree_on_remediation_deferrals():
     assert len(key(batch.findings)) == 3
 
 
+def _engine_wait_then_policy() -> tuple[EventScript, int]:
+    """Request 8 is deferred by the engine (target pool) for 200 iterations, then by the admission
+    policy for 600 (remediation switched on while it waited). Returns the script and the iteration
+    of the policy's first deferral."""
+    s = EventScript()
+    s.iteration()
+    s.arrive(8, 160)
+    s.defer(8, PoolRole.TARGET)
+    policy_at = -1
+    for i in range(800):
+        if i == 200:
+            policy_at = s.rec.iteration
+            s.rec.record(EventKind.ADMISSION_DEFERRED, request_id=8, pool=PoolRole.DRAFT,
+                         reason=remediation_reason("draft-reserve: needs 11 draft blocks, 0 unreserved"))
+        s.snapshot()
+        s.iteration()
+    s.admit(8)
+    s.chunk(8, 0, 160)
+    return s, policy_at
+
+
+def test_a_remediation_deferral_starts_at_the_policys_first_deferral_not_at_the_wait_batch_and_streaming():
+    """The wait began 200 iterations before the policy held it: the finding says what the policy
+    did from when it did it (the wait's length stays the whole wait, in its evidence)."""
+    cfg = DetectorConfig(stall_min_iterations=20, stall_min_s=0.1, stall_warn_s=5.0)
+    script, policy_at = _engine_wait_then_policy()
+    events = script.rec.drain()
+    batch = analyze(events_to_frame(events), cfg)
+    sa = StreamingAnalyzer(cfg)
+    sa.feed(events)
+    sa.close()
+    for findings in (batch.findings, sa.findings):
+        policy = [f for f in findings if f.kind == FindingKind.REMEDIATION_DEFERRAL]
+        assert [f.request_ids for f in policy] == [(8,)]
+        f = policy[0]
+        assert f.iteration_start == policy_at, (f.iteration_start, policy_at)
+        assert f.evidence["wait_iterations"] >= 800 > f.iteration_end - f.iteration_start
+    tb = next(f for f in batch.findings if f.kind == FindingKind.REMEDIATION_DEFERRAL)
+    ts = next(f for f in sa.findings if f.kind == FindingKind.REMEDIATION_DEFERRAL)
+    assert (tb.t_start_s, tb.iteration_start) == (ts.t_start_s, ts.iteration_start)
+
+
 def test_a_lead_under_a_second_is_not_rounded_to_zero_in_words():
     from kvscope.analysis.wording import seconds
 
