@@ -177,6 +177,20 @@ class CacheDiffs:
         if report_suspend and active0 and not active1:
             self._emit(EventKind.SUSPENDED, rid, role, nb0, cap, manager=manager, state=state)
 
+    def emit_resumed(self, manager: Any, rid: int) -> None:
+        """RESUMED for request ``rid``'s cache in ``manager``'s pool if it is active and was last
+        reported suspended. Only its residency is marked reported: the blocks it grew since the
+        last sweep are still the next sweep's to report (a per-request diff here would mark them
+        reported and lose them)."""
+        cache = manager.kv_cache_map.get(rid)
+        pools = self._pools
+        reported = pools.reported(manager)
+        last = reported.get(rid)
+        if cache is None or not cache.is_active or last is None or last[1]:
+            return
+        self._emit(EventKind.RESUMED, rid, pools.role(manager), cache.num_blocks, cache.capacity, manager=manager)
+        pools.set_reported(reported, rid, last[0], True)
+
     def emit_cache_diff(self, manager: Any, rid: int, before: CacheView | None) -> None:
         """Events for what one call did to request ``rid``'s cache in ``manager``'s pool."""
         after = cache_view(manager, rid)

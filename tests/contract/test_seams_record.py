@@ -90,7 +90,7 @@ def test_every_wrapped_seam_has_a_hook_and_only_read_only_seams_lack_one():
     seams = {s.qualname for s in seams_for(MODEL_VERSION)}
     unhooked = seams - set(HOOKS)
     assert unhooked == {"KVCacheManagerV2.has_cache_tier_below_gpu", "KVCacheManagerV2.update_resources",
-                        "KVCacheV2Scheduler._try_allocate_generation", "KVCacheManagerV2.admit_mirror",
+                        "KVCacheV2Scheduler._try_allocate_generation",
                         "KvCacheCreator._get_target_and_draft_cache_costs"}
     # Every hook wraps a recorded seam, except the engine model's own entry points.
     assert set(HOOKS) - seams == set(MODEL_ONLY)

@@ -38,6 +38,9 @@ HOOKS: dict[str, HookFactory] = {
     "KVCacheManagerV2.resume_request": manager.diff_request(manager.on_resume),
     "KVCacheManagerV2.free_resources": manager.diff_request(name="request"),
     "KVCacheManagerV2.try_allocate_generation": manager.try_allocate_generation,
+    # 00746ef: the scheduler creates and resumes the unpaired mirror (a suspended one too) while it
+    # schedules, before the pass ends; recorded then, not at the next draft sweep after it.
+    "KVCacheManagerV2.admit_mirror": manager.admit_mirror,
     # KV cache manager: batch calls.
     "KVCacheManagerV2._prepare_draft_resources": manager.prepare_draft_resources,
     "KVCacheManagerV2.update_context_resources": manager.diff_batch(("context_requests",)),

@@ -66,6 +66,34 @@ def diff_request(on_result: OnResult | None = None, *, name: str = "req") -> Hoo
     return factory
 
 
+def admit_mirror(b: Binding, original: Method) -> Method:
+    """``KVCacheManagerV2.admit_mirror`` (00746ef): the scheduler resumes a suspended unpaired
+    mirror while it schedules, before the pass ends. RESUMED is recorded then, with the pool state
+    it leaves; recorded at the draft sweep after the pass instead, the pool states stamped in
+    between held pages no event had given back, which read as an 1,971-block debt on a healthy
+    run (glm5-dsa reuse off, main-00746ef, seed 177). Blocks stay the sweep's to report."""
+    rec = b.rec
+
+    @functools.wraps(original)
+    def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return original(self, req, *args, **kwargs)
+        try:
+            rid = req.py_request_id
+        except Exception:
+            b.hook_failed()
+            return original(self, req, *args, **kwargs)
+        result = original(self, req, *args, **kwargs)
+        if result:
+            try:
+                b.diffs.emit_resumed(self, rid)
+            except Exception:
+                b.hook_failed()
+        return result
+
+    return method
+
+
 def on_prepare(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
     if result is None or result is False:
         b.attempts.failed_pool = b.role(m)

@@ -176,7 +176,8 @@ SEAMS_BY_VERSION: dict[str, tuple[Seam, ...]] = {
     "main-00746ef": _manager_main(C_00746EF, late_commit=C_00746EF)
     + (
         Seam(MGR_NEW, "KVCacheManagerV2.admit_mirror", "(self, req)", C_00746EF,
-             "read-only: its refusal is observed at KVCacheV2Scheduler._prepare_context_pair", "only on 00746ef"),
+             "RESUMED when it resumes a suspended mirror at scheduling time (a new one: its first pages at "
+             "the draft sweep); its refusal is observed at KVCacheV2Scheduler._prepare_context_pair", "only on 00746ef"),
         Seam(MGR_NEW, "KVCacheManagerV2.has_cache_tier_below_gpu", PROPERTY, C_00746EF,
              "read only (pool configuration)", "only on 00746ef"),
     )

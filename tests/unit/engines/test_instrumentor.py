@@ -95,7 +95,7 @@ def test_uninstrument_restores_the_original_functions_when_called():
     instrument(recorder=Recorder(), engine="model")
     assert all(getattr(cls, name) is not fn for (cls, name), fn in originals.items())
     patched = instrumentor_for("model").patched
-    assert len(patched) == 21  # 19 seam hooks (the budget split is not modelled) + 2 model-only executor hooks
+    assert len(patched) == 22  # 20 seam hooks (the budget split is not modelled) + 2 model-only executor hooks
     uninstrument()
     assert all(getattr(cls, name) is fn for (cls, name), fn in originals.items())
     assert all(vars(owner)[name] is original for owner, name, original in patched)
