@@ -216,14 +216,26 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     pool's utilisation, not what admitted requests still need, so every request admitted in one
     pass passes it.
 
-    At risk when the admitted requests, once they have allocated what they still need, leave the
-    pool below its ceiling (the gate is open when the queue's turn comes, after the token budget
-    they take), the target can admit the queue head then (under its own resume gate by the margin
-    unless the build resumes before checking its budget), and the share of the queue the target has
-    room and request slots for needs more than the pool has left by more than the projection
-    margin, counting what decoding requests free (at the current rate) while all of it is
-    allocated (at the current rate). Gate closed: the queue head waits for pages to be freed, so
-    no projection of what the target admits is critical then.
+    At risk when the gate is open for the queue head -- the admitted requests, once they have
+    allocated what they still need, leave the pool below its ceiling (its turn after the token
+    budget they take), or the pool stays below it through the next iteration at its current
+    allocation rate (the gate reads the utilisation, not what admitted requests still need: a head
+    the target admits at the next pass passes it while they are still allocating) -- the target can
+    admit the queue head then (under its own resume gate by the margin unless the build resumes
+    before checking its budget), and the share of the queue the target has room and request slots
+    for needs more than the pool has left by more than the projection margin, counting what
+    decoding requests free (at the current rate) while all of it is allocated (at the current
+    rate). Gate closed: the queue head waits for pages to be freed, so no projection of what the
+    target admits is critical then.
+
+    The second way in is session 21's. Before it, on glm5-dsa at seed 173 on main-00746ef,
+    admitting the queue head would have put the pool 808 blocks in debt from iteration 448 while
+    the admitted requests' long prefill (127 blocks an iteration for 26 iterations) kept the gate
+    counted closed; the engine admitted it at iteration 466 at 91% used, and the critical came 9
+    iterations before the failure instead of 27 (held-out sweep, bench/SCOREBOARD.md). On the
+    healthy Mooncake conversation run on main-00746ef the pool was 15 blocks below its ceiling at
+    its closest, less than one iteration's allocation, and the gate then closed before the head's
+    turn, as the engine did.
 
     The frees stay at the rate window's rate over the queue's fill time: the resume rule's span
     (the token budget's pace, frees over as long a window) changed no finding of the corpus' gate
@@ -234,7 +246,8 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     frees = _frees_over(r["decode_held"][qi], fill_span(admitted + q_all, alloc_per_it), free_per_it)
     coming = admitted + np.maximum(q_all - frees, 0.0)
     over = np.nan_to_num(coming - r["available"][qi], nan=-np.inf) > margin
-    gate_open = np.nan_to_num(r["headroom"][qi] - admitted, nan=-np.inf) > 0
+    headroom = np.nan_to_num(r["headroom"][qi], nan=-np.inf)
+    gate_open = (headroom - admitted > 0) | (headroom > np.nan_to_num(np.maximum(alloc_per_it, 0.0), nan=np.inf))
     avail_t, cap_t = r["target_available"][qi], r["target_capacity"][qi]
     with np.errstate(divide="ignore", invalid="ignore"):
         util_t = np.where(cap_t > 0, (cap_t - avail_t + np.minimum(r["target_need"][qi], avail_t)) / cap_t, np.nan)

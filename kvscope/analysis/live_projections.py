@@ -155,7 +155,9 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     frees = _frees_over(sa._decode.get(p, 0.0), _fill_span(admitted + q_all, alloc_it), free_it)
     coming = admitted + max(q_all - frees, 0.0)
     margin = sa.cfg.margin_blocks(cap)
-    gate_open = headroom - admitted > 0
+    # open once the admitted requests have allocated, or through the next iteration at the current
+    # allocation rate (kvscope.analysis.ceiling.admit_gate_at_risk)
+    gate_open = headroom - admitted > 0 or headroom > (max(alloc_it, 0.0) if math.isfinite(alloc_it) else math.inf)
     util_t = (cap_t - avail_t + min(max(need_t, 0.0), avail_t)) / cap_t if cap_t > 0 else math.nan
     risk = (not certain and coming - avail > margin and gate_open and waiting >= 1 and _target_gate(sa, util_t))
     return risk, gate_open
