@@ -70,7 +70,7 @@ def admit_mirror(b: Binding, original: Method) -> Method:
     """``KVCacheManagerV2.admit_mirror`` (00746ef): the scheduler resumes a suspended unpaired
     mirror while it schedules, before the pass ends. RESUMED is recorded then, with the pool state
     it leaves; recorded at the draft sweep after the pass instead, the pool states stamped in
-    between held pages no event had given back, which read as an 1,971-block debt on a healthy
+    between held pages no event had given back, which read as a 1,971-block debt on a healthy
     run (glm5-dsa reuse off, main-00746ef, seed 177). Blocks stay the sweep's to report."""
     rec = b.rec
 
