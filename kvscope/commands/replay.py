@@ -24,7 +24,8 @@ remediation to a shared control file even when off, so several ranks switch on t
 Under ``kvscope-instrument`` the instrumentation records the replay and owns remediation (its own
 ``KVSCOPE_REMEDIATION`` / ``KVSCOPE_REMEDIATION_CHANNEL``): ``--events`` and ``--remediation`` are
 refused there, and the summary reports the instrumentation's controller.
-``--json`` always carries ``remediation``, ``sizing``,
+The readable summary's first line names the engine build (``engine_version`` and its release or
+commit); ``--json`` always carries ``engine_version``, ``remediation``, ``sizing``,
 ``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
 """
 
@@ -204,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         if args.trace:
             # Said once the replay has run, not before: a trace is read lazily inside the loop, so an
             # empty or malformed one is refused there, and a refused replay prints nothing on stdout.
-            print(f"replayed {args.trace} on the {engine} engine configuration (--engine to choose)")
+            print(f"replayed {args.trace} on the {engine} engine configuration (--engine to choose), "
+                  f"engine {build_label(data['engine_version'])}")
         _print_summary(data)
     return status
 
@@ -311,6 +313,13 @@ def _draw_progress(executor: Any) -> None:
     sys.stderr.flush()
 
 
+def build_label(version: str) -> str:
+    """``1.3.0rc25 (v1.3.0rc25 785c948)``: an ``engine_version`` and the release or commit it is."""
+    from kvscope.engine_model.versions import get_engine_build
+
+    return get_engine_build(version).label if version else "unknown build"
+
+
 def _text(key: str, value: Any) -> str:
     """A summary value as text (``--json`` has the values themselves): shares as percentages,
     mappings as ``name value`` pairs, nothing as ``-``."""
@@ -331,7 +340,8 @@ def _print_summary(data: dict[str, Any]) -> None:
     if status == "healthy" and data.get("requests_errored"):
         # The engine served on, but not every request: say so where the verdict is read.
         status += f" (the engine served on; {data['requests_errored']} requests ended with an error response)"
-    print(f"replay {data['source']}: {status}")
+    # The build leads: scenarios default to their report's build, the demo runs the newest one.
+    print(f"replay {data['source']} on engine {build_label(data['engine_version'])}: {status}")
     for key in ("requests_total", "requests_completed", "requests_failed", "requests_errored", "requests_rejected",
                 "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",
                 "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",

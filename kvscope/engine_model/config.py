@@ -190,7 +190,8 @@ class EngineConfig:
             raise ValueError(
                 f"draft_mode=paired needs joint KV cache reuse (#18093), which engine_version "
                 f"{self.engine_version} does not have; set engine_version to "
-                f"{' or '.join(b.version for b in ENGINE_BUILDS.values() if b.joint_reuse)}")
+                f"{' or '.join(b.version for b in ENGINE_BUILDS.values() if b.joint_reuse)}, the builds with it "
+                f"(e.g. --set engine_version={NEWEST.version})")
 
     # ------------------------------------------------------------------------------------------
     @property

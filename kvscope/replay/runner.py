@@ -84,6 +84,9 @@ class ReplaySummary:
     engine_stalled: bool = False
     stall_message: str | None = None
     requests_unfinished: int = 0
+    engine_version: str = ""
+    """The TensorRT-LLM build the model followed (the ``engine_version`` knob, aliases resolved:
+    ``1.3.0rc25``); also under ``config``, here at the top so a reader of any output sees it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,6 +185,7 @@ def summarize(parts: EngineParts, label: str, wall_seconds: float) -> ReplaySumm
         engine_stalled=executor.stall_message is not None,
         stall_message=executor.stall_message,
         requests_unfinished=len(executor.active_requests),
+        engine_version=str(getattr(parts.config, "engine_version", "") or ""),
     )
 
 

@@ -44,6 +44,36 @@ def test_replay_summary_has_contract_keys_when_json(capsys):
     assert out.err == ""
 
 
+def _build(scenario: str) -> str:
+    """The build text a scenario's default ``engine_version`` reads as (``1.3.0rc25 (v1.3.0rc25 785c948)``)."""
+    from kvscope.replay.scenarios import get_scenario
+
+    return get_scenario(scenario).config.engine_build.label
+
+
+def test_replay_names_the_engine_build_on_its_first_line_and_in_json(capsys):
+    for given, version, build in (("1.3.0rc25", "1.3.0rc25", "1.3.0rc25 (v1.3.0rc25 785c948)"),
+                                  ("main", "main-00746ef", "main-00746ef (00746ef9992943a9bb604dbf1ecf00c64af58c32)")):
+        argv = ["replay", "--scenario", "oversize", "--set", f"engine_version={given}"]
+        assert main(argv) == 0
+        assert capsys.readouterr().out.splitlines()[0] == f"replay oversize on engine {build}: healthy"
+        assert main([*argv, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        # Added beside the knob (never in place of it): the alias is resolved in both.
+        assert data["engine_version"] == data["config"]["engine_version"] == version
+
+
+def test_paired_draft_on_a_build_without_joint_reuse_names_the_builds_that_have_it(capsys):
+    # glm5-dsa defaults to 1.3.0rc25 (no joint reuse); the line says which builds have it and the --set.
+    assert main(["replay", "--scenario", "glm5-dsa", "--set", "draft_mode=paired"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    err = out.err.strip().splitlines()
+    assert len(err) == 1 and "engine_version 1.3.0rc25 does not have" in err[0]
+    assert "set engine_version to 1.3.0rc27 or main-00746ef, the builds with it" in err[0]
+    assert err[0].endswith("(e.g. --set engine_version=main-00746ef)")
+
+
 def test_replay_requires_a_source_when_neither_given(capsys):
     assert main(["replay", "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -78,7 +108,8 @@ def test_text_summary_says_when_a_healthy_engine_ended_requests_with_an_error(ca
     assert data["engine_fatal"] is False and data["requests_errored"] > 0  # the precondition
     assert main(["replay", "--scenario", "shared-prefix", "--remediation", "joint-admission"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == (f"replay shared-prefix: healthy (the engine served on; {data['requests_errored']} "
+    assert lines[0] == (f"replay shared-prefix on engine {_build('shared-prefix')}: healthy (the engine served "
+                        f"on; {data['requests_errored']} "
                         "requests ended with an error response)")
     assert f"  {'requests_errored':<22} {data['requests_errored']}" in lines
 
@@ -149,8 +180,9 @@ def test_a_refused_trace_prints_nothing_on_stdout_and_a_replayed_one_names_its_e
                                          "hash_ids": [i]}) + "\n" for i in range(3)))
     assert main(["replay", "--trace", str(trace), "--engine", "near-miss"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"replayed {trace} on the near-miss engine configuration (--engine to choose)"
-    assert lines[1] == f"replay {trace}: healthy"
+    build = _build("near-miss")
+    assert lines[0] == f"replayed {trace} on the near-miss engine configuration (--engine to choose), engine {build}"
+    assert lines[1] == f"replay {trace} on engine {build}: healthy"
     assert main(["replay", "--trace", str(trace), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["requests_completed"] == 3  # one object, nothing else
 
