@@ -15,7 +15,8 @@ Readings (``NVIDIA/TensorRT-LLM``; details and the inferences in ``SOURCES.md``,
   context chunk and names a missing generation mirror "Missing draft KV cache for generation request
   N". Its scheduler has no recompute pause, page preemption or prefix-aware skip, raises its deadlock
   error on the first pass that schedules nothing while generation waits, and checks the chunk unit
-  after ``prepare_context`` (a first chunk it then skips keeps its prepared target cache). The
+  before ``prepare_context`` like every main read (the 46k copy's opposite order is weighed and set
+  aside in SOURCES.md, "rc25's chunked admission order": probable, not proven). The
   index lists no commit for them; reading the file at a commit finds the manager copy at 218ea16
   (the scheduler copy's is still unknown). Neither is tied to the tag: both are matched by
   features and by the report's facts (message without suffix, ``draft_mgr=`` log line, a build
@@ -130,7 +131,7 @@ RC25 = EngineBuild(
     kv_manager_module=_OLD_MODULE, scheduler_admits_mirror=False, draft_pool_diagnostic=False,
     draft_len_on_every_chunk=True, joint_reuse=False, missing_gen_mirror=MissingGenMirror.RAISE_MISSING,
     context_mirror_unchecked=True, has_cache_tier_below_gpu=False, recompute_pause=False,
-    prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=True,
+    prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=False,
     deadlock_stall_passes=1, context_pair_seams=False,
     history_over_capacity_text="History length cannot exceed capacity",
 )
