@@ -85,6 +85,49 @@ class _ScriptSession(ClosedLoopSession):
         return prompt_len, output_len, keys
 
 
+class _WarmThenFollowSession(ClosedLoopSession):
+    """One client script driving every client: the prefixes are warmed ``k`` at a time (chain ``c``
+    warms clients ``c, c + k, ...`` one after another), and once every warm-up has finished, each
+    client's follow-up is sent at once (chains ``k ..``), as a script that first warms, then fires."""
+
+    def __init__(self, warm: list[_Turn], follow: list[_Turn], concurrency: int) -> None:
+        self.session_id = 0
+        k = max(1, min(concurrency, len(warm)))
+        self._warm_chains = [warm[c::k] for c in range(k)]
+        self._follow = follow
+        self._warm_chains_left = k
+
+    def num_chains(self) -> int:
+        return len(self._warm_chains) + len(self._follow)
+
+    def _turn(self, chain: int, turn: int) -> _Turn:
+        k = len(self._warm_chains)
+        return self._warm_chains[chain][turn] if chain < k else self._follow[chain - k]
+
+    def num_turns(self, chain: int) -> int:
+        k = len(self._warm_chains)
+        return len(self._warm_chains[chain]) if chain < k else 1
+
+    def start_delays(self) -> list[tuple[int, float]]:
+        return [(c, 0.0) for c in range(len(self._warm_chains))]
+
+    def unlocked_by(self, chain: int, turn: int) -> list[tuple[int, float]]:
+        k = len(self._warm_chains)
+        if chain >= k or turn + 1 < len(self._warm_chains[chain]):
+            return []
+        self._warm_chains_left -= 1
+        if self._warm_chains_left:
+            return []
+        return [(k + i, think) for i, (_, _, think, _) in enumerate(self._follow)]
+
+    def think_s(self, chain: int, turn: int) -> float:
+        return self._turn(chain, turn)[2]
+
+    def build_request(self, chain: int, turn: int) -> tuple[int, int, tuple[int, ...]]:
+        prompt_len, output_len, _, keys = self._turn(chain, turn)
+        return prompt_len, output_len, keys
+
+
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -253,6 +296,9 @@ class QwenFollowupWorkload(ClosedLoopWorkload):
         followup_output_tokens: tokens the follow-up generates (the report's 32,768 cap).
         followup_think_s: delay between the warm-up's finish and the follow-up.
         prompt_jitter: each client's prefix and follow-up are scaled by 1 + U(-j, j) (0 <= j < 1).
+        warmup_concurrency: 0: each client warms its prefix and sends its follow-up on its own (every
+            client warms at once); k >= 1: one script warms the prefixes k at a time and, once all are
+            warm, sends every follow-up at once.
     """
 
     def __init__(
@@ -270,8 +316,11 @@ class QwenFollowupWorkload(ClosedLoopWorkload):
         followup_output_tokens: int = 32_768,
         followup_think_s: float = 0.0,
         prompt_jitter: float = 0.0,
+        warmup_concurrency: int = 0,
     ) -> None:
         check_tokens_per_block(tokens_per_block)
+        if isinstance(warmup_concurrency, bool) or not isinstance(warmup_concurrency, int) or warmup_concurrency < 0:
+            raise ValueError(f"warmup_concurrency must be an int >= 0, got {warmup_concurrency!r}")
         _check_positive(
             num_clients=num_clients,
             warm_output_tokens=warm_output_tokens,
@@ -297,12 +346,24 @@ class QwenFollowupWorkload(ClosedLoopWorkload):
         self.followup_output_tokens = followup_output_tokens
         self.followup_think_s = float(followup_think_s)
         self.prompt_jitter = float(prompt_jitter)
+        self.warmup_concurrency = warmup_concurrency
         self._rng = random.Random(seed)
 
     def _next_session(self) -> ClosedLoopSession | None:
+        if self.warmup_concurrency:
+            if self.num_sessions_started:
+                return None
+            scripts = [self._client_turns(client) for client in range(self.num_clients)]
+            return _WarmThenFollowSession([w for w, _ in scripts], [f for _, f in scripts],
+                                          self.warmup_concurrency)
         client = self.num_sessions_started
         if client >= self.num_clients:
             return None
+        warm, follow = self._client_turns(client)
+        return _ScriptSession(client, [warm, follow])
+
+    def _client_turns(self, client: int) -> tuple[_Turn, _Turn]:
+        """Client ``client``'s warm-up and follow-up (prompt, output, think time, block keys)."""
         scale = 1.0 + self._rng.uniform(-self.prompt_jitter, self.prompt_jitter)
         prefix = max(1, round(self.prefix_tokens * scale))
         followup = max(prefix, round(self.followup_tokens * scale))
@@ -310,13 +371,8 @@ class QwenFollowupWorkload(ClosedLoopWorkload):
         prefix_ns, own_ns = 1 + 2 * client, 2 + 2 * client
         warm_keys = prefix_keys(prefix, tpb, prefix_ns, prefix, prefix_ns)
         follow_keys = prefix_keys(followup, tpb, prefix_ns, prefix, own_ns)
-        return _ScriptSession(
-            client,
-            [
-                (prefix, self.warm_output_tokens, 0.0, warm_keys),
-                (followup, self.followup_output_tokens, self.followup_think_s, follow_keys),
-            ],
-        )
+        return ((prefix, self.warm_output_tokens, 0.0, warm_keys),
+                (followup, self.followup_output_tokens, self.followup_think_s, follow_keys))
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -333,6 +389,7 @@ class QwenFollowupWorkload(ClosedLoopWorkload):
             "followup_output_tokens": self.followup_output_tokens,
             "followup_think_s": self.followup_think_s,
             "prompt_jitter": self.prompt_jitter,
+            "warmup_concurrency": self.warmup_concurrency,
         }
 
 
