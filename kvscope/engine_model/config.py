@@ -58,6 +58,26 @@ class DraftCursorSizing(str, Enum):
     CHUNK = "chunk"
 
 
+CLIENT_MAX_TOKENS_NONE = "none"
+CLIENT_MAX_TOKENS_ACTUAL = "actual"
+
+
+def client_max_tokens_cap(value: str) -> int | None:
+    """The number a ``client_max_tokens`` knob value caps output at: None for ``none`` (TensorRT-LLM
+    deduces the largest that fits) and for ``actual`` (the trace's own length, foresight); ValueError
+    on anything else than those two words or an integer >= 1."""
+    text = str(value).strip().lower()
+    if text in (CLIENT_MAX_TOKENS_NONE, CLIENT_MAX_TOKENS_ACTUAL):
+        return None
+    try:
+        cap = int(text)
+    except ValueError:
+        raise ValueError(f"client_max_tokens must be none, actual or an integer >= 1, got {value!r}") from None
+    if cap < 1:
+        raise ValueError(f"client_max_tokens must be none, actual or an integer >= 1, got {value!r}")
+    return cap
+
+
 def _knob(default: Any, help_text: str, *, real: bool = False) -> Any:
     return field(default=default, metadata={"help": help_text, "real": real})
 
@@ -108,6 +128,13 @@ class EngineConfig:
     session_start_interval_s: float = _knob(
         -1.0, "Claude Code traces: least time between two session starts (s; -1: the traces' mean request "
               "cycle 28.67 s / requests_in_flight, 1.19 s at 24, no start-up burst; 0: all start at t=0, a burst)")
+    warmup_concurrency: int = _knob(
+        0, "qwen-hybrid-mtp clients: 0: each client warms its prefix and sends its follow-up on its own (all "
+           "warm at once); k >= 1: the prefixes are warmed k at a time, then every follow-up is sent together")
+    client_max_tokens: str = _knob(
+        "none", "max_tokens the clients send: none (TensorRT-LLM deduces max_seq_len - prompt), a number N "
+                "(the request stops at N; max_new_tokens = min(N, max_seq_len - prompt)), or actual (FORESIGHT: "
+                "max_new_tokens = the trace's output length, which no real client sends; comparison rows only)")
     cancel_rate: float = _knob(
         0.0, "fraction of requests the client cancels, drawn per request from the seed (0: none)")
     cancel_after_s: float = _knob(
@@ -131,6 +158,7 @@ class EngineConfig:
             if not isinstance(value, enum_cls):
                 object.__setattr__(self, name, _coerce_enum(name, enum_cls, value))
         object.__setattr__(self, "engine_version", get_engine_build(self.engine_version).version)
+        object.__setattr__(self, "client_max_tokens", str(self.client_max_tokens).strip().lower())
         self._validate()
 
     # ------------------------------------------------------------------------------------------
@@ -151,6 +179,9 @@ class EngineConfig:
         if self.session_start_interval_s < 0 and self.session_start_interval_s != -1:
             raise ValueError(
                 f"session_start_interval_s must be >= 0 or -1 (derived), got {self.session_start_interval_s}")
+        client_max_tokens_cap(self.client_max_tokens)  # raises ValueError on a malformed value
+        if self.warmup_concurrency < 0:
+            raise ValueError(f"warmup_concurrency must be >= 0, got {self.warmup_concurrency}")
         if self.num_extra_kv_tokens < -1:
             raise ValueError(f"num_extra_kv_tokens must be >= -1 (-1: derived), got {self.num_extra_kv_tokens}")
         non_negative = ("max_draft_len", "num_reserved_index_slots",

@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .batch import ScheduledRequestsModel
+from .config import CLIENT_MAX_TOKENS_ACTUAL, client_max_tokens_cap
 from .cost_model import CostModel
 from .error_budget import ErrorBudgetModel
 from .forward import SAMPLING_FAILED, forward_step
@@ -535,9 +536,11 @@ class PyExecutorModel:
             if self._workload is not None:
                 self._workload.on_finished(arrival.request_id, self.clock.now_s, failed=True)
             return None
-        output_len = max(1, min(arrival.output_len, max_seq_len - arrival.prompt_len))
+        max_new_tokens, output_len = client_output_limits(self.config.client_max_tokens, arrival.prompt_len,
+                                                          arrival.output_len, max_seq_len)
         request = LlmRequestModel(arrival.request_id, arrival.prompt_len, output_len, arrival.block_keys,
-                                  max_draft_len=self.config.max_draft_len, arrival_s=arrival.arrival_s)
+                                  max_draft_len=self.config.max_draft_len, arrival_s=arrival.arrival_s,
+                                  max_new_tokens=max_new_tokens)
         self.active_requests.append(request)
         self.records[request.py_request_id] = RequestRecord(arrival_s=arrival.arrival_s,
                                                             prompt_len=arrival.prompt_len)
@@ -795,6 +798,22 @@ def _raised_in(exc: BaseException, owns: Callable[[Any], bool]) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+def client_output_limits(client_max_tokens: str, prompt_len: int, trace_output_len: int,
+                         max_seq_len: int) -> tuple[int, int]:
+    """``(max_new_tokens, output_len)`` of a request as TensorRT-LLM builds it from the client's
+    ``max_tokens``: the engine knows only ``max_new_tokens`` (the client's cap, or, when the client sends
+    none, the largest that fits: ``max_seq_len - prompt``, ``_deduce_max_tokens`` in
+    ``executor/base_worker.py``); the request then generates its trace's output, stopped at that cap.
+    ``actual`` is the comparison row that hands the engine the trace's own length (foresight)."""
+    room = max(1, max_seq_len - prompt_len)
+    cap = client_max_tokens_cap(client_max_tokens)
+    max_new_tokens = room if cap is None else min(cap, room)
+    output_len = max(1, min(trace_output_len, max_new_tokens))
+    if client_max_tokens == CLIENT_MAX_TOKENS_ACTUAL:
+        max_new_tokens = output_len
+    return max_new_tokens, output_len
 
 
 def _phase(seed: int, request_id: int) -> float:

@@ -9,18 +9,25 @@ is named as the model's own.
   blocks) in each pool. Traffic: the Claude Code agentic traces, closed loop, 16-32 requests in
   flight (model choice: 24), with the tools+system prefix shared across sessions; the first 48
   sessions of the seeded order (~3,100 requests; ``--set max_sessions=0`` replays without end,
-  recycling sessions under fresh namespaces). The traces carry no absolute start times, so the first
-  sessions start one mean request cycle apart over the requests in flight (28.67 s / 24 = 1.19 s,
-  ``session_start_interval_s`` -1; the report replayed conversations "at their original arrival
-  pace", without a start-up burst); ``--set session_start_interval_s=0`` starts them all at t=0.
+  recycling sessions under fresh namespaces). The traces carry no absolute start times. The tool that
+  publishes them and replays them against a server (kv-cache-tester's ``trace_replay_tester.py``)
+  starts with one user and adds users once per 30 s assessment period, 1 to 7 at a time (+1 for the
+  first two ramps, then 1 + TTFT headroom / 15), so a real replay ramps up over minutes; the model
+  starts one session every 10 s (``session_start_interval_s`` 10: three users per period, inside that
+  range), never all at t=0. ``-1`` starts them one mean request cycle apart (28.67 s / 24 = 1.19 s),
+  ``0`` all at t=0; OUTCOMES.md shows how the outcome moves with it. Clients send no ``max_tokens``
+  (``client_max_tokens`` none: TensorRT-LLM deduces max_seq_len - prompt).
 - ``shared-prefix``: the report's minimal reproduction on the glm5-dsa engine: many 100k+ token
   prompts sharing one long prefix at 16+ concurrency (synthetic).
 - ``qwen-hybrid-mtp``: hybrid Gated-DeltaNet/attention 27B, tp 2, MTP with 3 draft tokens, block
   reuse on, chunked prefill, batch 32, 8192 tokens, max_seq_len 131072, target attention pool 35,936
   blocks, draft attention pool 22,848 blocks, tokens_per_block 32 (engine default; the report does not
   state it), 71 mamba state slots, snapshots every 2048 tokens, draft sized from the prompt cursor.
-  Traffic: 12 clients, each warms its own long prefix, then an ~81k-token follow-up sharing it with a
-  32,768-token output cap (synthetic).
+  Traffic: the report's client script (synthetic): 12 clients, each with its own ~80k-token prefix;
+  the script warms the prefixes one after another, then sends the ~81k-token follow-ups together, each
+  with ``max_tokens`` 32,768 (``client_max_tokens``). Warm-ups one at a time (``warmup_concurrency``
+  1) because the report's engine died after its warm-ups (80-107 s), which twelve concurrent 80k
+  warm-ups (``warmup_concurrency`` 0) cannot survive: they overfill the 731k-token draft pool alone.
 - ``mooncake-conversation``: the Mooncake conversation trace (open loop) on the glm5-dsa engine: a
   healthy replay. The trace is a production cluster's traffic (12,031 requests in 3,537 s, ~12k-token
   prompts: ~41k prompt tokens/s), more than one 8-GPU engine computes (~32k tokens/s, COST_SOURCES.md),
@@ -83,7 +90,7 @@ GLM5_DSA = EngineConfig(
     enable_block_reuse=True, enable_chunked_prefill=True, max_draft_len=1, pp_size=2, tp_size=4,
     max_gpu_total_bytes=int(60.51 * GIB), target_bytes_per_token=49968, draft_bytes_per_token=1284,
     requests_in_flight=24, share_system_prefix=True, max_sessions=48, engine_version="1.3.0rc25",
-    num_host_blocks=19807,
+    num_host_blocks=19807, session_start_interval_s=10.0,
 )
 
 QWEN_HYBRID_MTP = EngineConfig(
@@ -92,7 +99,7 @@ QWEN_HYBRID_MTP = EngineConfig(
     max_gpu_total_bytes=0, num_target_blocks=35936, num_draft_blocks=22848,
     num_mamba_slots=71, mamba_snapshot_interval=2048,
     draft_cursor_sizing=DraftCursorSizing.PROMPT, requests_in_flight=12, share_system_prefix=False,
-    engine_version="1.3.0rc27",
+    engine_version="1.3.0rc27", warmup_concurrency=1, client_max_tokens="32768",
     # Its own step costs (a dense 27B hybrid on 2 x H100, TP 2; derivations in COST_SOURCES.md).
     step_overhead_s=0.010, prefill_s_per_token=6.8e-5, decode_s_per_request=2.7e-4, mtp_acceptance_rate=0.80,
 )
@@ -141,6 +148,11 @@ def _synthetic(factory: str, **extra: Any) -> Callable[[EngineConfig], Any]:
     return build
 
 
+def _qwen_workload(config: EngineConfig) -> Any:
+    return _module("synthetic").create_qwen_followup_workload(
+        **_closed_loop_kwargs(config), warmup_concurrency=config.warmup_concurrency)
+
+
 def _closed_loop_kwargs(config: EngineConfig) -> dict[str, Any]:
     return {
         "tokens_per_block": config.tokens_per_block,
@@ -184,7 +196,7 @@ SCENARIOS: dict[str, Scenario] = {
         "reuse off dies too, at a mirror's resume)."),
     "qwen-hybrid-mtp": Scenario(
         "qwen-hybrid-mtp", "hybrid GDN/attention 27B tp2 MTP3; 12 clients warm a long prefix then ~81k follow-ups",
-        QWEN_HYBRID_MTP, _synthetic("create_qwen_followup_workload"),
+        QWEN_HYBRID_MTP, _qwen_workload,
         "the same failure on a hybrid model with a mamba state pool (three pools): the draft attention "
         "pool, smaller than the target's, fills and the engine dies."),
     "mooncake-conversation": Scenario(
