@@ -10,7 +10,7 @@ pool utilisation) is drawn on stderr when stderr is a terminal, then a readable 
 ``--list-scenarios`` describes the built-in scenarios (also at the end of ``--help``); a ``--trace``
 replays on the engine configuration of the scenario ``--engine`` names (glm5-dsa by default, said on
 the first line of the readable output, printed once the replay has run). ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
-one). ``--events PATH`` writes the replay's event file through the instrumentation module
+one) and the range ``--set`` accepts. ``--events PATH`` writes the replay's event file through the instrumentation module
 ``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
 ``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
 
@@ -289,12 +289,21 @@ def _print_knobs(scenario: str | None, *, as_json: bool) -> None:
     # Each column as wide as its widest cell, header included: a fixed width let a long scenario
     # name (mooncake-conversation) push its header, and every header after it, off its values.
     widths = {s: max([len(s)] + [len(_fmt(table[s][n])) for n, _, _ in descriptions]) for s in names}
+    ranges = {n: _range_text(n) for n, _, _ in descriptions}
+    range_width = max(len("range"), *(len(r) for r in ranges.values()))
     header = "  ".join(f"{s:>{widths[s]}}" for s in names)
-    print(f"{'knob':<{width}}  {header}  description")
+    print(f"{'knob':<{width}}  {header}  {'range':>{range_width}}  description")
     for name, help_text, is_real in descriptions:
         values = "  ".join(f"{_fmt(table[s][name]):>{widths[s]}}" for s in names)
         marker = "" if is_real else " [model]"
-        print(f"{name:<{width}}  {values}  {help_text}{marker}")
+        print(f"{name:<{width}}  {values}  {ranges[name]:>{range_width}}  {help_text}{marker}")
+
+
+def _range_text(name: str) -> str:
+    """What ``--set name=...`` accepts: the numeric range, or ``-`` (a flag, a name or an enum: its
+    description says the values)."""
+    bounds = EngineConfig.knob_range(name)
+    return bounds.text() if bounds is not None else "-"
 
 
 def _fmt(value: Any) -> str:

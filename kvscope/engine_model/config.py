@@ -23,6 +23,7 @@ clear error for unknown keys. Validation runs once at construction with messages
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -78,8 +79,70 @@ def client_max_tokens_cap(value: str) -> int | None:
     return cap
 
 
-def _knob(default: Any, help_text: str, *, real: bool = False) -> Any:
-    return field(default=default, metadata={"help": help_text, "real": real})
+@dataclass(frozen=True, slots=True)
+class KnobRange:
+    """The values a numeric knob accepts: ``low`` to ``high`` inclusive (``low`` itself excluded
+    when ``low_open``), plus one ``sentinel`` below ``low`` with its meaning (``(-1, "derived")``)."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    sentinel: tuple[float, str] | None = None
+
+    def contains(self, value: float) -> bool:
+        if self.sentinel is not None and value == self.sentinel[0]:
+            return True
+        return (value > self.low if self.low_open else value >= self.low) and value <= self.high
+
+    def text(self) -> str:
+        """``[1, 65536]``, ``(0, 1]``, ``[0, 86400] or -1 (derived)``."""
+        text = f"{'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}]"
+        if self.sentinel is not None:
+            text += f" or {_bound(self.sentinel[0])} ({self.sentinel[1]})"
+        return text
+
+    def violation(self, name: str, value: float) -> str:
+        """The one-line message for a value outside the range (it always states the range)."""
+        if value > self.high:
+            return f"{name} must be in {self.text()}, got {_got(value)}"
+        if self.low_open:
+            rule = f"> {_bound(self.low)}"
+        elif self.low == 1 and isinstance(self.low, int):
+            rule = "> 0"
+        else:
+            rule = f">= {_bound(self.low)}"
+        if self.sentinel is not None:
+            rule += f" or {_bound(self.sentinel[0])} ({self.sentinel[1]})"
+        return f"{name} must be {rule}, got {_got(value)} (range: {self.text()})"
+
+
+# Counted, never allocated per unit (pool blocks and slots are O(1) counters): the bound refuses only
+# values no replay could reach, and keeps every product with tokens_per_block inside int64.
+_COUNT_MAX = 2**31 - 1
+# A request count the IndexMapper allocates a slot for (a list entry per slot).
+_SLOTS_MAX = 65536
+# Tokens of one sequence or iteration: above the longest context windows served today (10M).
+_TOKENS_MAX = 1 << 24
+# Bytes: above any GPU's memory (the budget is one rank's KV cache).
+_BYTES_MAX = 1 << 40
+_DAY_S = 86400.0
+
+
+def _knob(default: Any, help_text: str, *, real: bool = False,
+          bounds: KnobRange | None = None) -> Any:
+    return field(default=default, metadata={"help": help_text, "real": real, "bounds": bounds})
+
+
+def _bound(value: float) -> str:
+    """A range's end: integers exact, floats short (``86400``, ``1e+06``)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _got(value: float) -> str:
+    """The value a range message refuses, as given (``-2.0``); a huge integer as ``1e+30``."""
+    if isinstance(value, int) and abs(value) >= 10**16:
+        return f"{value:g}"
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,69 +150,136 @@ class EngineConfig:
     """Knobs of one replay. Frozen; derive variants with ``dataclasses.replace`` or ``with_overrides``."""
 
     # --- engine (real names) ---
-    max_batch_size: int = _knob(64, "requests per iteration (scheduler capacity)", real=True)
-    max_num_tokens: int = _knob(8192, "token budget per iteration (chunked prefill)", real=True)
-    max_seq_len: int = _knob(262144, "longest sequence; longer prompts are rejected at arrival", real=True)
-    tokens_per_block: int = _knob(64, "tokens per KV block (kv_cache_config.tokens_per_block)", real=True)
+    max_batch_size: int = _knob(
+        64, "requests per iteration (scheduler capacity)", real=True,
+        bounds=KnobRange(1, _SLOTS_MAX))
+    max_num_tokens: int = _knob(
+        8192, "token budget per iteration (chunked prefill)", real=True,
+        bounds=KnobRange(1, _TOKENS_MAX))
+    max_seq_len: int = _knob(
+        262144, "longest sequence; longer prompts are rejected at arrival", real=True,
+        bounds=KnobRange(1, _TOKENS_MAX))
+    tokens_per_block: int = _knob(
+        64, "tokens per KV block (kv_cache_config.tokens_per_block)", real=True,
+        bounds=KnobRange(1, 4096))
     enable_block_reuse: bool = _knob(True, "prefix block reuse in the target pool", real=True)
     enable_chunked_prefill: bool = _knob(True, "split prompts into chunks under max_num_tokens", real=True)
-    max_draft_len: int = _knob(1, "MTP draft tokens per step (0: no speculation, no draft pool)", real=True)
-    max_util_for_resume: float = _knob(0.95, "resume refused above this GPU pool utilisation", real=True)
+    max_draft_len: int = _knob(
+        1, "MTP draft tokens per step (0: no speculation, no draft pool)", real=True,
+        bounds=KnobRange(0, 64))
+    max_util_for_resume: float = _knob(
+        0.95, "resume refused above this GPU pool utilisation", real=True,
+        bounds=KnobRange(0.0, 1.0, low_open=True))
     num_extra_kv_tokens: int = _knob(
         -1, "extra KV tokens per request (-1: get_num_extra_kv_tokens, i.e. max_draft_len - 1 for one-model MTP)",
-        real=True)
-    num_reserved_index_slots: int = _knob(1, "IndexMapper slots beyond max_batch_size x pp", real=True)
-    pp_size: int = _knob(1, "pipeline-parallel stages (draft manager on the last stage)", real=True)
-    tp_size: int = _knob(1, "tensor-parallel ranks per stage (same decisions)", real=True)
-    max_gpu_total_bytes: int = _knob(64_972_117_770, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True)
+        real=True, bounds=KnobRange(-1, 4096))
+    num_reserved_index_slots: int = _knob(
+        1, "IndexMapper slots beyond max_batch_size x pp", real=True,
+        bounds=KnobRange(0, _SLOTS_MAX))
+    pp_size: int = _knob(
+        1, "pipeline-parallel stages (draft manager on the last stage)", real=True,
+        bounds=KnobRange(1, 64))
+    tp_size: int = _knob(
+        1, "tensor-parallel ranks per stage (same decisions)", real=True,
+        bounds=KnobRange(1, 1024))
+    max_gpu_total_bytes: int = _knob(
+        64_972_117_770, "GPU KV budget in bytes split target/draft (0: use block counts)", real=True,
+        bounds=KnobRange(0, _BYTES_MAX))
     engine_version: str = _knob(
         NEWEST.version, f"TensorRT-LLM build the model follows: {' | '.join(ENGINE_BUILDS)} (alias: main)")
     fix_19120: bool = _knob(False, "apply PR #19120's proposed fix for #18661 (reclaim clamped at the history, "
                                    "unpaired mirror records its draft slots and advances its context history)")
     # --- pools (model) ---
-    num_target_blocks: int = _knob(0, "target pool blocks (0: derive from max_gpu_total_bytes)")
-    num_draft_blocks: int = _knob(0, "draft pool blocks (0: derive from max_gpu_total_bytes)")
-    target_bytes_per_token: int = _knob(49968, "target cost slope for the budget split (B/token)")
-    draft_bytes_per_token: int = _knob(1284, "draft cost slope for the budget split (B/token)")
-    target_fixed_bytes: int = _knob(0, "target cost intercept (e.g. mamba state) for the split")
-    draft_fixed_bytes: int = _knob(0, "draft cost intercept for the split")
-    num_host_blocks: int = _knob(0, "host-tier blocks per pool for suspended pages (0: none)")
+    num_target_blocks: int = _knob(
+        0, "target pool blocks (0: derive from max_gpu_total_bytes)",
+        bounds=KnobRange(0, _COUNT_MAX))
+    num_draft_blocks: int = _knob(
+        0, "draft pool blocks (0: derive from max_gpu_total_bytes)",
+        bounds=KnobRange(0, _COUNT_MAX))
+    target_bytes_per_token: int = _knob(
+        49968, "target cost slope for the budget split (B/token)",
+        bounds=KnobRange(1, 1 << 30))
+    draft_bytes_per_token: int = _knob(
+        1284, "draft cost slope for the budget split (B/token)",
+        bounds=KnobRange(0, 1 << 30))
+    target_fixed_bytes: int = _knob(
+        0, "target cost intercept (e.g. mamba state) for the split",
+        bounds=KnobRange(0, _BYTES_MAX))
+    draft_fixed_bytes: int = _knob(
+        0, "draft cost intercept for the split",
+        bounds=KnobRange(0, _BYTES_MAX))
+    num_host_blocks: int = _knob(
+        0, "host-tier blocks per pool for suspended pages (0: none)",
+        bounds=KnobRange(0, _COUNT_MAX))
     last_stage_num_host_blocks: int = _knob(
         -1, "host-tier blocks per pool on the last PP stage when it differs from the first (each rank sizes "
-            "its own host tier; 0: none, as after a failed cuMemHostRegister; -1: the same, one replica)")
-    num_mamba_slots: int = _knob(0, "mamba state slots of a hybrid target (live states + snapshots; 0: not hybrid)")
-    mamba_snapshot_interval: int = _knob(0, "tokens between mamba state snapshots (prefix reuse resumes at one; 0: none)")
+            "its own host tier; 0: none, as after a failed cuMemHostRegister; -1: the same, one replica)",
+        bounds=KnobRange(-1, _COUNT_MAX))
+    num_mamba_slots: int = _knob(
+        0, "mamba state slots of a hybrid target (live states + snapshots; 0: not hybrid)",
+        bounds=KnobRange(0, _COUNT_MAX))
+    mamba_snapshot_interval: int = _knob(
+        0, "tokens between mamba state snapshots (prefix reuse resumes at one; 0: none)",
+        bounds=KnobRange(0, _TOKENS_MAX))
     draft_mode: DraftMode = _knob(DraftMode.UNPAIRED, "unpaired (today) or paired (joint reuse)")
     draft_cursor_sizing: DraftCursorSizing = _knob(DraftCursorSizing.CHUNK, "draft context resize from prompt|chunk")
     # --- workload (model) ---
-    requests_in_flight: int = _knob(24, "closed loop: requests kept in flight")
-    think_time_cap_s: float = _knob(60.0, "closed loop: cap on recorded think time (s; <0: no cap)")
+    requests_in_flight: int = _knob(
+        24, "closed loop: requests kept in flight",
+        bounds=KnobRange(1, _SLOTS_MAX))
+    think_time_cap_s: float = _knob(
+        60.0, "closed loop: cap on recorded think time (s; -1: no cap)",
+        bounds=KnobRange(0.0, _DAY_S, sentinel=(-1.0, "no cap")))
     share_system_prefix: bool = _knob(True, "share the tools+system prefix across sessions")
     session_start_interval_s: float = _knob(
         -1.0, "Claude Code traces: least time between two session starts (s; -1: the traces' mean request "
-              "cycle 28.67 s / requests_in_flight, 1.19 s at 24, no start-up burst; 0: all start at t=0, a burst)")
+              "cycle 28.67 s / requests_in_flight, 1.19 s at 24, no start-up burst; 0: all start at t=0, a burst)",
+        bounds=KnobRange(0.0, _DAY_S, sentinel=(-1.0, "derived")))
     warmup_concurrency: int = _knob(
         0, "qwen-hybrid-mtp clients: 0: each client warms its prefix and sends its follow-up on its own (all "
-           "warm at once); k >= 1: the prefixes are warmed k at a time, then every follow-up is sent together")
+           "warm at once); k >= 1: the prefixes are warmed k at a time, then every follow-up is sent together",
+        bounds=KnobRange(0, _SLOTS_MAX))
     client_max_tokens: str = _knob(
         "none", "max_tokens the clients send: none (TensorRT-LLM deduces max_seq_len - prompt), a number N "
                 "(the request stops at N; max_new_tokens = min(N, max_seq_len - prompt)), or actual (FORESIGHT: "
                 "max_new_tokens = the trace's output length, which no real client sends; comparison rows only)")
     cancel_rate: float = _knob(
-        0.0, "fraction of requests the client cancels, drawn per request from the seed (0: none)")
+        0.0, "fraction of requests the client cancels, drawn per request from the seed (0: none)",
+        bounds=KnobRange(0.0, 1.0))
     cancel_after_s: float = _knob(
-        10.0, "mean delay from a request's arrival to its cancellation (s; exponential; 0: at arrival)")
-    max_requests: int = _knob(0, "stop admitting after this many requests (0: workload default)")
-    max_sessions: int = _knob(0, "sessions to replay (0: workload default)")
-    arrival_time_scale: float = _knob(1.0, "open loop: multiplies trace arrival times (2: half the rate)")
-    max_sim_seconds: float = _knob(0.0, "stop the replay at this simulated time (0: no limit)")
-    seed: int = _knob(0, "seed for every random choice (replays are deterministic per seed)")
-    pace: float = _knob(0.0, "0: as fast as possible; 1: real time; 2: twice real time")
+        10.0, "mean delay from a request's arrival to its cancellation (s; exponential; 0: at arrival)",
+        bounds=KnobRange(0.0, _DAY_S))
+    max_requests: int = _knob(
+        0, "stop admitting after this many requests (0: workload default)",
+        bounds=KnobRange(0, _COUNT_MAX))
+    max_sessions: int = _knob(
+        0, "sessions to replay (0: workload default)",
+        bounds=KnobRange(0, _COUNT_MAX))
+    arrival_time_scale: float = _knob(
+        1.0, "open loop: multiplies trace arrival times (2: half the rate)",
+        bounds=KnobRange(0.0, 1e6, low_open=True))
+    max_sim_seconds: float = _knob(
+        0.0, "stop the replay at this simulated time (0: no limit)",
+        bounds=KnobRange(0.0, 1e9))  # event timestamps are int64 ns: 9.2e9 s at most
+    seed: int = _knob(
+        0, "seed for every random choice (replays are deterministic per seed)",
+        bounds=KnobRange(0, 2**64 - 1))  # the acceptance phase takes it modulo 2**64
+    pace: float = _knob(
+        0.0, "0: as fast as possible; 1: real time; 2: twice real time",
+        bounds=KnobRange(0.0, 1000.0))
     # --- cost model (model; sources in COST_SOURCES.md) ---
-    step_overhead_s: float = _knob(0.010, "fixed time per iteration (s)")
-    prefill_s_per_token: float = _knob(3.1e-5, "time per prefill token (s)")
-    decode_s_per_request: float = _knob(1.1e-4, "time per decode request per iteration (s)")
-    mtp_acceptance_rate: float = _knob(0.875, "probability a draft token is accepted (per position)")
+    step_overhead_s: float = _knob(
+        0.010, "fixed time per iteration (s)",
+        bounds=KnobRange(0.0, 3600.0))
+    prefill_s_per_token: float = _knob(
+        3.1e-5, "time per prefill token (s)",
+        bounds=KnobRange(0.0, 1.0))
+    decode_s_per_request: float = _knob(
+        1.1e-4, "time per decode request per iteration (s)",
+        bounds=KnobRange(0.0, 60.0))
+    mtp_acceptance_rate: float = _knob(
+        0.875, "probability a draft token is accepted (per position)",
+        bounds=KnobRange(0.0, 1.0))
 
     def __post_init__(self) -> None:
         # Coerce enum-typed knobs given as strings (dataclasses.replace passes raw values).
@@ -165,43 +295,15 @@ class EngineConfig:
     def _validate(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            # NaN passes every comparison below as "not < 0"; a knob is a finite number or nothing.
+            # NaN passes every comparison as "not out of range"; a knob is a finite number or nothing.
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
-        positive = ("max_batch_size", "max_num_tokens", "max_seq_len", "tokens_per_block", "pp_size",
-                    "tp_size", "requests_in_flight", "target_bytes_per_token")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.last_stage_num_host_blocks < -1:
-            raise ValueError(f"last_stage_num_host_blocks must be >= -1 (-1: as num_host_blocks), "
-                             f"got {self.last_stage_num_host_blocks}")
-        if self.session_start_interval_s < 0 and self.session_start_interval_s != -1:
-            raise ValueError(
-                f"session_start_interval_s must be >= 0 or -1 (derived), got {self.session_start_interval_s}")
+            bounds = f.metadata["bounds"]
+            if bounds is not None and not bounds.contains(value):
+                raise ValueError(bounds.violation(f.name, value))
         client_max_tokens_cap(self.client_max_tokens)  # raises ValueError on a malformed value
         if self.warmup_concurrency < 0:
             raise ValueError(f"warmup_concurrency must be >= 0, got {self.warmup_concurrency}")
-        if self.num_extra_kv_tokens < -1:
-            raise ValueError(f"num_extra_kv_tokens must be >= -1 (-1: derived), got {self.num_extra_kv_tokens}")
-        non_negative = ("max_draft_len", "num_reserved_index_slots",
-                        "max_gpu_total_bytes", "num_target_blocks", "num_draft_blocks",
-                        "draft_bytes_per_token", "target_fixed_bytes", "draft_fixed_bytes",
-                        "num_host_blocks", "num_mamba_slots", "mamba_snapshot_interval",
-                        "max_requests", "max_sessions", "max_sim_seconds", "pace",
-                        "cancel_after_s",
-                        "step_overhead_s", "prefill_s_per_token", "decode_s_per_request")
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.cancel_rate <= 1.0:
-            raise ValueError(f"cancel_rate must be in [0, 1], got {self.cancel_rate}")
-        if self.arrival_time_scale <= 0:
-            raise ValueError(f"arrival_time_scale must be > 0, got {self.arrival_time_scale}")
-        if not 0.0 < self.max_util_for_resume <= 1.0:
-            raise ValueError(f"max_util_for_resume must be in (0, 1], got {self.max_util_for_resume}")
-        if not 0.0 <= self.mtp_acceptance_rate <= 1.0:
-            raise ValueError(f"mtp_acceptance_rate must be in [0, 1], got {self.mtp_acceptance_rate}")
         if self.num_target_blocks == 0 and self.max_gpu_total_bytes == 0:
             raise ValueError("either num_target_blocks or max_gpu_total_bytes must be > 0")
         if self.max_draft_len > 0 and self.num_draft_blocks == 0 and self.max_gpu_total_bytes == 0:
@@ -270,6 +372,11 @@ class EngineConfig:
         return [f.name for f in fields(cls)]
 
     @classmethod
+    def knob_range(cls, name: str) -> KnobRange | None:
+        """The values knob ``name`` accepts (None: a flag, a name or an enum, checked by its type)."""
+        return {f.name: f.metadata["bounds"] for f in fields(cls)}[name]
+
+    @classmethod
     def describe_knobs(cls) -> list[tuple[str, str, bool]]:
         """(name, help, is_real_engine_name) for every knob, in declaration order."""
         return [(f.name, f.metadata["help"], f.metadata["real"]) for f in fields(cls)]
@@ -289,7 +396,7 @@ class EngineConfig:
         changes: dict[str, Any] = {}
         for key, raw in items:
             if key not in by_name:
-                raise ValueError(f"unknown knob {key!r}; valid knobs: {', '.join(sorted(by_name))}")
+                raise ValueError(_unknown_knob(key, by_name))
             changes[key] = coerce_knob(key, type(getattr(self, key)), raw)
         return dataclasses.replace(self, **changes)
 
@@ -378,6 +485,16 @@ def _coerce_enum(name: str, enum_cls: type[Enum], value: Any) -> Enum:
             pass
     valid = ", ".join(m.value for m in enum_cls)  # type: ignore[attr-defined]
     raise ValueError(f"knob {name!r} must be one of: {valid}; got {value!r}")
+
+
+def _unknown_knob(key: str, names: Any) -> str:
+    """The message for a knob that does not exist: the nearest names, not all of them."""
+    nearest = difflib.get_close_matches(key, list(names), n=3, cutoff=0.6)
+    if not nearest:  # a prefix or a word of a name (--set batch=...)
+        lowered = key.lower()
+        nearest = [n for n in sorted(names) if lowered and lowered in n][:3]
+    listed = f"{', '.join(nearest)} (the nearest; " if nearest else "none with a similar name ("
+    return f"unknown knob {key!r}; valid knobs: {listed}kvscope replay --list-knobs lists all {len(names)})"
 
 
 def _split_pair(pair: str) -> tuple[str, str]:
