@@ -44,6 +44,7 @@ from kvscope.analysis.request_detectors import (
     find_reuse_loss,
     find_stalled_requests,
 )
+from kvscope.analysis.run_label import engine_version_of
 from kvscope.events import EventKind, parse_kv
 
 
@@ -136,6 +137,7 @@ class Analysis:
             "num_events": self.num_events,
             "scenario": self.meta.get("scenario"),
             "engine": self.meta.get("engine"),
+            "engine_version": engine_version_of(self.meta),  # None: the header names no build
             "pools": {p: {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                       for p, row in self.configs.to_dict(orient="index").items()},
             "findings": [f.to_dict() for f in self.findings],

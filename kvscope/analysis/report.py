@@ -21,6 +21,7 @@ import numpy as np
 from kvscope.analysis.analyzer import Analysis, rank_note, switch_text
 from kvscope.analysis.findings import ALARM_KINDS, Finding, FindingKind, Severity
 from kvscope.analysis.incidents import counts, flagged_earlier, in_time
+from kvscope.analysis.run_label import UNKNOWN_BUILD, engine_version_of
 from kvscope.analysis.wording import alarm_open_text, seconds
 
 
@@ -262,6 +263,12 @@ def _comparison_html(runs: Sequence[tuple[str, Analysis]]) -> str:
             + "".join(rows) + "</table>")
 
 
+def _build(meta: dict) -> str:
+    """``build model-of-1.3.0rc25`` of a header, ``unknown build`` without one."""
+    version = engine_version_of(meta)
+    return f"build {version}" if version else UNKNOWN_BUILD
+
+
 def render_html(
     analysis: Analysis, figures: Sequence[HtmlFigure] = (), *, title: str = "kvscope analysis",
     runs: Sequence[tuple[str, Analysis]] = (),
@@ -279,7 +286,8 @@ def render_html(
         f"<title>{html.escape(title)}</title><style>{_CSS}</style>{_FILTER_JS}</head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='meta'>{analysis.num_events:,} events · scenario {html.escape(str(meta.get('scenario') or 'unknown'))} · "
-        f"engine {html.escape(str(meta.get('engine') or 'unknown'))} · times in the event file's clock (s)</p>",
+        f"engine {html.escape(str(meta.get('engine') or 'unknown'))}, {html.escape(_build(meta))} · "
+        "times in the event file's clock (s)</p>",
         f"<p class='meta'>{html.escape(rank_note(analysis.ranks))}</p>" if analysis.ranks else "",
         _verdict_html(analysis),
     ]

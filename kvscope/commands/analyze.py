@@ -3,7 +3,8 @@
     kvscope analyze EVENTS... [--json] [--html REPORT.html] [--stall-min-iterations N]
                     [--stall-min-s S] [--risk-horizon-s S]
 
-``--json`` prints exactly one object: ``num_events``, ``scenario``, ``engine``, ``pools`` and
+``--json`` prints exactly one object: ``num_events``, ``scenario``, ``engine``, ``engine_version`` (the
+header's build, null when it names none; the text verdict line says it, or "unknown build"), ``pools`` and
 ``findings`` (each with at least ``kind``, ``severity``, ``t_start_s``, ``t_end_s``, ``pools``,
 ``request_ids``, ``evidence``; times in the event file's clock; most severe first, then by time),
 ``counts`` (per kind, per severity, per kind and severity), ``verdict`` (engine fatal: when, which
@@ -35,6 +36,12 @@ from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
 from kvscope.analysis.loader import load_events
 from kvscope.analysis.report import lead_times, render_html
+from kvscope.analysis.run_label import (
+    build_text,
+    engine_version_of,
+    remediation_at_start,
+    run_descriptions,
+)
 from kvscope.commands._inputs import check_input_paths, check_output_not_input, load_checked
 from kvscope.commands._outputs import OutputNotWritten, write_text_whole
 from kvscope.recording.files import check_writable
@@ -51,7 +58,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--compare", action="store_true",
                         help="each EVENTS file is its own run (not ranks of one): the report compares them; "
                              "text gives each run's verdict, then each run's findings; --json describes the "
-                             "first and adds 'runs' (file, verdict, counts)")
+                             "first and adds 'runs' (file, verdict, counts, label, scenario, engine_version); each run is "
+                             "labelled by its scenario, engine build and the knobs that differ between the runs")
     d = DetectorConfig()
     parser.add_argument("--stall-min-iterations", type=int, default=d.stall_min_iterations,
                         help=f"starved request threshold in iterations (default {d.stall_min_iterations})")
@@ -86,12 +94,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"kvscope analyze: warning: {warning}", file=sys.stderr)
         loaded.append((paths, events, facts, analyze(events, cfg)))
     _paths, events, facts, analysis = loaded[0]
+    # Compared runs are told apart by scenario, build and the knobs that differ, not file names only.
+    described = run_descriptions([a.meta for *_, a in loaded],
+                                 [remediation_at_start(e) for _p, e, _f, _a in loaded]) if args.compare else []
+    labels = [f"{p[0]} ({d})" for (p, *_), d in zip(loaded, described)]
     out = analysis.to_dict()
     out["input"] = facts.to_dict()
     unwritten: OutputNotWritten | None = None
     if args.compare:
-        out["runs"] = [{"file": str(p[0]), "verdict": a.to_dict()["verdict"], "counts": a.to_dict()["counts"]}
-                       for p, _e, _f, a in loaded]
+        out["runs"] = [{"file": str(p[0]), "verdict": a.to_dict()["verdict"], "counts": a.to_dict()["counts"],
+                        "label": label, "scenario": a.meta.get("scenario"), "engine_version": engine_version_of(a.meta)}
+                       for (p, _e, _f, a), label in zip(loaded, labels)]
     if args.html:
         from kvscope.ui import figures  # composition root: the analyzer itself never imports the UI
 
@@ -118,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             figs.insert(0, compare_runs_figure({Path(p[0]).name: pool_series(one_rank_per_pool(e)[0] if a.ranks else e)
                                                 for p, e, _f, a in loaded}))
         title = f"kvscope analysis: {', '.join(Path(p).name for p in args.events)}"
-        runs = [(Path(p[0]).name, a) for p, _e, _f, a in loaded] if args.compare else ()
+        runs = [(f"{Path(p[0]).name} ({d})", a) for (p, _e, _f, a), d in zip(loaded, described)] if args.compare else ()
         try:
             write_text_whole(args.html, render_html(analysis, figs, title=title, runs=runs), flag="--html")
             out["html"] = str(args.html)
@@ -126,13 +139,13 @@ def run(args: argparse.Namespace) -> int:
             # The findings are what an on-call reader needs: print them, then fail on the report.
             unwritten = e
     status = 0 if all(x[2].complete for x in loaded) else 1
-    _print_findings(args, out, loaded)
+    _print_findings(args, out, loaded, labels)
     if unwritten is not None:
         raise unwritten
     return status
 
 
-def _print_findings(args: argparse.Namespace, out: dict[str, Any], loaded: list[Any]) -> None:
+def _print_findings(args: argparse.Namespace, out: dict[str, Any], loaded: list[Any], labels: list[str]) -> None:
     analysis = loaded[0][3]
     report = out.get("html")  # None when no report was asked for, or it could not be written
     if args.json:
@@ -142,10 +155,10 @@ def _print_findings(args: argparse.Namespace, out: dict[str, Any], loaded: list[
         _print_text(analysis, report)
         return
     # Each run in turn, led by a line per run: the verdicts side by side, then each run's findings.
-    for p, _e, _f, a in loaded:
-        print(f"{p[0]}: {a.headline()}")
-    for p, _e, _f, a in loaded:
-        print(f"\n== {p[0]}")
+    for (_p, _e, _f, a), label in zip(loaded, labels):
+        print(f"{label}: {a.headline()}")
+    for (_p, _e, _f, a), label in zip(loaded, labels):
+        print(f"\n== {label}")
         _print_text(a, None)
     if report:
         print(f"report: {report}")  # one report for all the runs compared
@@ -153,7 +166,7 @@ def _print_findings(args: argparse.Namespace, out: dict[str, Any], loaded: list[
 
 def _print_text(analysis, report: str | None) -> None:
     leads = lead_times(analysis.findings)
-    print(analysis.headline())
+    print(f"{analysis.headline()}; {build_text(analysis.meta)}")  # the build the verdict is about
     c = counts(analysis.findings)
     per_kind = ", ".join(f"{k} {n}" for k, n in c["by_kind"].items() if n)
     print(f"{analysis.num_events} events, {len(analysis.findings)} findings" + (f" ({per_kind})" if per_kind else ""))

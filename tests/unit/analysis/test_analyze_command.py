@@ -12,10 +12,10 @@ from analysis_script import crash_script
 from kvscope.recording import BatchPump, ParquetSink
 
 
-def _write(tmp_path, **kwargs):
+def _write(tmp_path, meta=None, **kwargs):
     script, facts = crash_script(**kwargs)
     path = tmp_path / "events.parquet"
-    pump = BatchPump(script.rec, [ParquetSink(path, meta={"scenario": "hand-built"})], start=False)
+    pump = BatchPump(script.rec, [ParquetSink(path, meta=meta or {"scenario": "hand-built"})], start=False)
     pump.shutdown()
     return path, facts
 
@@ -92,9 +92,15 @@ def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
         with_html = _kvscope(crash, healthy, "--compare", "--html", f"{tmp}/r.html").stdout.splitlines()
     assert [line for line in with_html if line.startswith("report:")] == [f"report: {tmp}/r.html"]  # one report
     lines = res.stdout.splitlines()
-    assert lines[0].startswith(f"{crash}: ENGINE FATAL") and lines[1].startswith(f"{healthy}: HEALTHY")
-    assert f"== {crash}" in lines and f"== {healthy}" in lines
-    assert lines.index(f"== {healthy}") > lines.index(f"== {crash}") + 2  # the first run's findings in between
+    # Each run is labelled by its file, scenario, build and the knobs that differ between the runs.
+    crash_label = f"{crash} (glm5-dsa on engine model-of-main-00746ef, enable_block_reuse=true, "
+    healthy_label = f"{healthy} (glm5-dsa on engine model-of-1.3.0rc27, enable_block_reuse=false, "
+    assert lines[0].startswith(crash_label) and "): ENGINE FATAL" in lines[0]
+    assert lines[1].startswith(healthy_label) and "): HEALTHY" in lines[1]
+    heads = [i for i, line in enumerate(lines) if line.startswith("== ")]
+    assert [lines[i][3:].split(" (")[0] for i in heads] == [crash, healthy]
+    assert lines[heads[0]][3:] == lines[0].split("): ")[0] + ")"  # the same label as the verdict line's
+    assert heads[1] > heads[0] + 2  # the first run's findings in between
 
 
 def test_a_healthy_auto_run_says_which_finding_switched_remediation_on(tmp_path):
@@ -109,5 +115,48 @@ def test_a_healthy_auto_run_says_which_finding_switched_remediation_on(tmp_path)
     assert verdict["status"] == "healthy" and trig["trigger"].endswith("finding") and trig["iteration"] >= 0
     text = _kvscope(str(events)).stdout.splitlines()[0]
     assert text.endswith(f"; remediation (auto) switched on at iteration {trig['iteration']}, triggered by "
-                         f"{trig['trigger']}")
+                         f"{trig['trigger']}; engine model-of-1.3.0rc27")  # the build last
     assert "Remediation (auto) switched on at iteration" in (tmp_path / "r.html").read_text()
+
+
+def test_verdict_line_json_and_html_header_name_the_engine_build_of_the_header(tmp_path):
+    meta = {"scenario": "hand-built", "engine": "tensorrt_llm", "engine_version": "1.3.0rc25"}
+    path, _ = _write(tmp_path, meta=meta)
+    first = _kvscope(str(path), "--html", str(tmp_path / "r.html")).stdout.splitlines()[0]
+    assert first.startswith("ENGINE FATAL at ") and first.endswith("; engine 1.3.0rc25")  # the verdict leads
+    out = json.loads(_kvscope(str(path), "--json").stdout)
+    assert (out["engine"], out["engine_version"]) == ("tensorrt_llm", "1.3.0rc25")
+    assert "engine tensorrt_llm, build 1.3.0rc25 · " in (tmp_path / "r.html").read_text()
+
+
+def test_verdict_line_json_and_html_header_say_unknown_build_when_the_header_names_none(tmp_path):
+    path, _ = _write(tmp_path)  # meta: the scenario only
+    first = _kvscope(str(path), "--html", str(tmp_path / "r.html")).stdout.splitlines()[0]
+    assert first.startswith("ENGINE FATAL at ") and first.endswith("; unknown build")
+    out = json.loads(_kvscope(str(path), "--json").stdout)
+    assert "engine_version" in out and out["engine_version"] is None
+    assert "engine unknown, unknown build · " in (tmp_path / "r.html").read_text()
+
+
+def test_compare_labels_runs_by_scenario_build_and_the_knobs_that_differ(tmp_path):
+    runs = {"rc25": ["engine_version=1.3.0rc25"], "main": ["engine_version=main", "enable_block_reuse=false"]}
+    for name, knobs in runs.items():
+        res = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "oversize", "--json",
+                              "--events", str(tmp_path / f"{name}.jsonl"), *[a for k in knobs for a in ("--set", k)]],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-1000:]
+    rc25, main = str(tmp_path / "rc25.jsonl"), str(tmp_path / "main.jsonl")
+    labels = [f"{rc25} (oversize on engine model-of-1.3.0rc25, enable_block_reuse=true)",
+              f"{main} (oversize on engine model-of-main-00746ef, enable_block_reuse=false)"]
+    lines = _kvscope(rc25, main, "--compare").stdout.splitlines()
+    assert lines[0].startswith(f"{labels[0]}: HEALTHY: no engine failure")
+    assert lines[1].startswith(f"{labels[1]}: HEALTHY: no engine failure")
+    assert [line[3:] for line in lines if line.startswith("== ")] == labels
+    res = _kvscope(rc25, main, "--compare", "--json", "--html", str(tmp_path / "r.html"))
+    out = json.loads(res.stdout)
+    assert out["engine_version"] == "model-of-1.3.0rc25"  # the first run's, as the rest of the object
+    assert [(r["file"], r["label"], r["scenario"], r["engine_version"]) for r in out["runs"]] == [
+        (rc25, labels[0], "oversize", "model-of-1.3.0rc25"), (main, labels[1], "oversize", "model-of-main-00746ef")]
+    page = (tmp_path / "r.html").read_text()
+    assert "<tr><td>rc25.jsonl (oversize on engine model-of-1.3.0rc25, enable_block_reuse=true)</td>" in page
+    assert "<tr><td>main.jsonl (oversize on engine model-of-main-00746ef, enable_block_reuse=false)</td>" in page

@@ -57,7 +57,7 @@ def test_verdict_says_damaged_not_healthy_when_a_row_group_is_lost(tmp_path, fak
     code, out, _ = analyze(capsys, path)
     assert code == 1
     assert out.splitlines()[0] == ("OUTCOME UNKNOWN: no engine failure in the events read, but the recording is "
-                                   f"damaged: {path} (4 unreadable row(s) dropped); no findings")
+                                   f"damaged: {path} (4 unreadable row(s) dropped); no findings; unknown build")
 
 
 def test_end_missing_names_both_the_cut_and_the_damage_when_files_have_both():
