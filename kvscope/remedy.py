@@ -35,7 +35,7 @@ from kvscope.engines.binding import Binding
 from kvscope.engines.gate import executor_error_path
 from kvscope.engines.launcher import remediation_form_problem
 from kvscope.engines.model.session import EventFileSession
-from kvscope.engines.port import BindingPort, hidden_pools_for
+from kvscope.engines.port import BindingPort
 from remediation import DEFAULT_POLICY, MODES, POLICIES, Controller, FileControlChannel, attach
 from remediation.sizing import (
     BudgetSplit,
@@ -84,10 +84,13 @@ model_error_path = executor_error_path
 
 def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: str = DEFAULT_POLICY,
                     channel: Any = None, max_wait_passes: int = 256, lead_passes: int = 8) -> Controller:
-    """Attach a controller to an instrumented engine-model replay (``EngineParts`` + its binding)."""
+    """Attach a controller to an instrumented engine-model replay (``EngineParts`` + its binding).
+    The pipeline size and every pool's configuration are read from the engine's managers.
+
+    Raises:
+        EngineConfigMissing: a manager lacks a value admission needs (one line)."""
     config = parts.config
-    port = BindingPort(binding, hidden_pools=hidden_pools_for(int(getattr(config, "pp_size", 1))),
-                       error_path=model_error_path(parts.executor))
+    port = BindingPort(binding, error_path=model_error_path(parts.executor))
     return attach(port, mode=mode, policy=policy, max_seq_len=int(config.max_seq_len), channel=channel,
                   max_wait_passes=max_wait_passes, lead_passes=lead_passes)
 
@@ -359,7 +362,7 @@ def observed_from_events(paths: Any) -> tuple[float, float]:
     return peaks["draft"], peaks["target"]
 
 
-PP_ERROR_PATH_OFF = ("remediation on TensorRT-LLM with pipeline parallelism (KVSCOPE_PP_SIZE > 1): rejections "
+PP_ERROR_PATH_OFF = ("remediation on TensorRT-LLM with pipeline parallelism (mapping.pp_size > 1): rejections "
                      "wait and containment is off; ending one request needs every PP rank to drop it on the same "
                      "iteration, and the per-request error path is local to the rank that calls it (no broadcast)")
 
@@ -380,7 +383,11 @@ def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None, *,
                     real_engine: bool = True) -> Controller | None:
     """``kvscope-instrument``: attach remediation when ``KVSCOPE_REMEDIATION`` is set (see module
     docstring). Returns the controller, or None when the variable is unset or ``off`` without a
-    channel. Raises ValueError on a bad value (the launcher reports it in one line)."""
+    channel. Raises ValueError on a bad value (the launcher reports it in one line).
+
+    The pipeline size is the engine's (``mapping.pp_size``, read when its managers are found):
+    ``KVSCOPE_PP_SIZE``, when set, is a declaration checked against it (remediation refuses to
+    start when they differ), never a substitute for it."""
     env = os.environ if env is None else env
     value = env.get("KVSCOPE_REMEDIATION", "").strip()
     channel_path = env.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
@@ -388,10 +395,11 @@ def attach_from_env(binding: Binding, env: Mapping[str, str] | None = None, *,
         return None
     mode, policy = parse_remediation_env(value)
     channel = FileControlChannel(channel_path) if channel_path else None
-    pp_size = int(env.get("KVSCOPE_PP_SIZE", "1") or 1)
+    declared_pp = int(env.get("KVSCOPE_PP_SIZE", "0") or 0)
     # The executor's per-request error path is found by the binding at the executor's first
-    # _prepare_and_schedule_batch; under PP on a real engine it stays off (see PP_ERROR_PATH_OFF).
-    off = PP_ERROR_PATH_OFF if real_engine and pp_size > 1 else ""
-    port = BindingPort(binding, hidden_pools=hidden_pools_for(pp_size), error_path_off=off)
+    # _prepare_and_schedule_batch; once the managers say PP on a real engine it is switched off
+    # (see PP_ERROR_PATH_OFF).
+    port = BindingPort(binding, pp_error_path_off=PP_ERROR_PATH_OFF if real_engine else "",
+                       declared_pp_size=declared_pp)
     return attach(port, mode=mode, policy=policy, max_seq_len=int(env.get("KVSCOPE_MAX_SEQ_LEN", "0") or 0),
                   channel=channel)

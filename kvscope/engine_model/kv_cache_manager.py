@@ -154,6 +154,24 @@ class KvCacheStatsModel:
     cache_hit_rate: float
 
 
+@dataclass(frozen=True, slots=True)
+class MappingModel:
+    """What a manager keeps of ``tensorrt_llm.mapping.Mapping`` (the real adapter stores the whole
+    object as ``self.mapping``): the pipeline-parallel size."""
+
+    pp_size: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheManagerConfigModel:
+    """The core config the real adapter keeps as ``kv_cache_manager_py_config`` (built by
+    ``_build_base_config`` from ``kv_cache_config``; ``max_util_for_resume`` lives here, not on the
+    adapter): the fields kvscope reads."""
+
+    tokens_per_block: int
+    max_util_for_resume: float
+
+
 class KVCacheManagerV2Model:
     """One KV pool as the PyTorch executor sees it (target, or draft with ``is_draft=True``).
 
@@ -213,6 +231,10 @@ class KVCacheManagerV2Model:
             reuse_match_backoff = max_draft_len if self._supports_reuse_match_backoff else 0
         self.reuse_match_backoff = reuse_match_backoff
         self.max_util_for_resume = max_util_for_resume
+        # Where the real adapter keeps these (kv_cache_manager_v2.py @ 0004396): the mapping, and
+        # the core config carrying kv_cache_config.max_util_for_resume.
+        self.mapping = MappingModel(pp_size)
+        self.kv_cache_manager_py_config = KVCacheManagerConfigModel(tokens_per_block, max_util_for_resume)
         self.bytes_per_token = bytes_per_token
         self.engine_build = engine_build
         # Proposed fix of #18661 (PR #19120, open): clamp the generation reclaim at the history,

@@ -22,6 +22,12 @@ The binding owns the only patch of each seam; remediation plugs in through the p
 Nothing here raises into the engine: a policy that raises is counted (``RemedyState.num_policy_errors``)
 and the attempt is admitted as stock would (a broken policy never stalls the engine).
 
+Configuration: every value the policy is given (:class:`kvscope.port.PoolConfig`) and the pipeline
+size are read from the managers where TensorRT-LLM keeps them (:mod:`kvscope.engines.manager_config`),
+never defaulted. When one cannot be found, remediation refuses to start: one log line names the
+value and where it was looked for, the policy is never consulted and nothing is contained (the
+engine runs as stock). With managers known at attach (the engine model) the port raises instead.
+
 Size: the five entry points share one per-pass state and one never-raise guard; split, each part
 would reach into the others' state.
 """
@@ -35,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscope.engines.manager_config import read_manager_config
 from kvscope.events import UNKNOWN, EventKind, KVEvent, PoolRole, format_kv, remediation_reason
 from kvscope.port import (
     AdmissionPolicy,
@@ -91,11 +98,22 @@ class RemedyState:
     """Per-binding state of the gate (created on first install)."""
 
     hidden_pools: frozenset[PoolRole] = frozenset()
-    """Pools the scheduling rank cannot read (the draft pool under PP)."""
+    """Pools the scheduling rank cannot read (the draft pool under PP: added once the engine's
+    ``mapping.pp_size`` is read; a caller may declare more)."""
     error_path: ErrorPath | None = None
     error_path_off: str = ""
     """Why the executor's per-request error path must not be used (e.g. a real engine under
     pipeline parallelism, whose ranks would not agree); empty: use it once the executor is known."""
+    pp_error_path_off: str = ""
+    """Why the error path must not be used if the engine runs pipeline parallel (set by the
+    composition root for a real engine; becomes :attr:`error_path_off` when ``pp_size`` > 1)."""
+    declared_pp_size: int = 0
+    """A pipeline size the operator declared (``KVSCOPE_PP_SIZE``; 0: none): it must be the engine's."""
+    pp_size: int = 0
+    """The engine's ``mapping.pp_size`` (0: no manager read yet)."""
+    refused: str = ""
+    """Why remediation refused to start (empty: it did not): the policy is not consulted and
+    nothing is contained."""
     containment: ContainmentHandler | None = None
     pools: dict[PoolRole, PoolConfig] = field(default_factory=dict)
     managers: dict[PoolRole, Any] = field(default_factory=dict)
@@ -194,28 +212,78 @@ def state_of(b: Any) -> RemedyState:
     return remedy
 
 
-def pool_configs(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
-    """Every discovered KV pool's :class:`PoolConfig` (read from the managers once, then cached; a
-    hybrid target's mamba state pool is allocated by the target manager and is not listed)."""
+def read_pools(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
+    """Every discovered KV pool's :class:`PoolConfig`, read from the managers where the engine keeps
+    each value (:func:`read_manager_config`), then cached; the engine's pipeline size sets which
+    pools the scheduling rank cannot read (a hybrid target's mamba state pool is allocated by the
+    target manager and is not listed).
+
+    Raises:
+        EngineConfigMissing: a value is not where TensorRT-LLM keeps it (one line).
+        ValueError: a value out of range, the managers disagree on the pipeline size, or it is not
+            the declared one.
+    """
     if remedy.num_managers_seen == len(b.managers):
         return remedy.pools
-    remedy.num_managers_seen = len(b.managers)
+    found = []
     for manager in list(b.managers.values()):
         role = b.pools.roles.get(id(manager), PoolRole.TARGET)
         if role in remedy.pools or role is PoolRole.MAMBA:
             continue
+        found.append((role, manager, read_manager_config(manager)))
+    for _, _, cfg in found:
+        learn_pipeline(b, remedy, cfg.pp_size)
+    for role, manager, cfg in found:
         cap = b.reader.state(manager)[0]
-        is_draft = role is PoolRole.DRAFT
-        paired = bool(getattr(manager, "enable_joint_kv_cache_reuse", False))
         remedy.pools[role] = PoolConfig(
-            role, int(manager.tokens_per_block), max(int(cap), 0),
-            max_draft_len=int(getattr(manager, "max_draft_len", 0) or 0),
-            num_extra_kv_tokens=int(getattr(manager, "num_extra_kv_tokens", 0) or 0),
-            max_util_for_resume=float(getattr(manager, "max_util_for_resume", 1.0) or 1.0),
-            shares_prefix=bool(manager.enable_block_reuse) and (paired or not is_draft),
+            role, cfg.tokens_per_block, max(int(cap), 0), max_draft_len=cfg.max_draft_len,
+            num_extra_kv_tokens=cfg.num_extra_kv_tokens, max_util_for_resume=cfg.max_util_for_resume,
+            shares_prefix=cfg.enable_block_reuse and (cfg.is_paired or role is not PoolRole.DRAFT),
             is_visible=role not in remedy.hidden_pools)
         remedy.managers[role] = manager
+    remedy.num_managers_seen = len(b.managers)
     return remedy.pools
+
+
+def pool_configs(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
+    """:func:`read_pools`, never raising: a value that cannot be read makes remediation refuse to
+    start (:func:`refuse`); the pools read so far are returned."""
+    if not remedy.refused:
+        try:
+            return read_pools(b, remedy)
+        except ValueError as exc:
+            refuse(remedy, str(exc))
+    return remedy.pools
+
+
+def refuse(remedy: RemedyState, why: str) -> None:
+    """Remediation refuses to start on this engine (said once in the log, in one line)."""
+    if remedy.refused:
+        return
+    remedy.refused = " ".join(why.split())
+    log.error("kvscope: remediation refused to start, the engine runs as stock: %s", remedy.refused)
+
+
+def learn_pipeline(b: Any, remedy: RemedyState, pp_size: int) -> None:
+    """The engine's ``mapping.pp_size``: over one stage the draft pool is not on the scheduling rank,
+    and on a real engine the per-request error path is switched off (said once in the log).
+
+    Raises:
+        ValueError: managers disagree on it, or it is not the declared ``KVSCOPE_PP_SIZE``.
+    """
+    if remedy.pp_size and remedy.pp_size != pp_size:
+        raise ValueError(f"the KV managers disagree on mapping.pp_size ({remedy.pp_size} and {pp_size})")
+    if remedy.declared_pp_size and remedy.declared_pp_size != pp_size:
+        raise ValueError(f"KVSCOPE_PP_SIZE={remedy.declared_pp_size} but the engine's mapping.pp_size is {pp_size}")
+    remedy.pp_size = pp_size
+    if pp_size <= 1:
+        return
+    remedy.hidden_pools = remedy.hidden_pools | {PoolRole.DRAFT}
+    if remedy.pp_error_path_off and not remedy.error_path_off:
+        remedy.error_path_off = remedy.pp_error_path_off
+        remedy.error_path = None
+        if b.executor is not None:  # else said when the executor is found
+            log.warning("kvscope: %s", remedy.error_path_off)
 
 
 def admission_request(req: Any) -> AdmissionRequest:
@@ -232,6 +300,8 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
     remedy.epoch = None
     try:
         pools = pool_configs(b, remedy)
+        if remedy.refused:
+            return
         visible: dict[PoolRole, PoolSnapshot] = {}
         for role, manager in remedy.managers.items():
             if role in remedy.hidden_pools:
@@ -262,6 +332,8 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     without building the request record or calling the policy (the common case at a full pool).
     """
     remedy = b.remedy
+    if remedy is not None and remedy.refused:
+        return True
     rid = req.py_request_id
     epoch = remedy.epoch if remedy is not None else None
     if epoch is not None:
@@ -364,7 +436,13 @@ def contain(b: Any, manager: Any, batch: Any, exc: BaseException, call: Callable
     contained the same way.
     """
     remedy = b.remedy
-    if remedy is None or remedy.containment is None or remedy.error_path is None:
+    if remedy is None or remedy.containment is None:
+        return False
+    try:
+        pool_configs(b, remedy)  # the engine's layout decides whether the error path may be used
+    except Exception:
+        return False
+    if remedy.refused or remedy.error_path is None:
         return False
     while True:
         message = str(exc)

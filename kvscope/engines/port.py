@@ -11,9 +11,10 @@ attribute store, atomic under the GIL; the engine thread reads it once per conte
 the binding's hooks consult them (:mod:`kvscope.engines.gate`), so ``uninstrument()`` restores the
 original methods whatever was installed.
 
-Rank visibility: ``hidden_pools`` names the pools the scheduling rank cannot read (under pipeline
-parallelism the one-model draft pool lives on the last stage): their snapshots are withheld from
-the read side and from the policy's per-pass view (:func:`hidden_pools_for`).
+Rank visibility: the pools the scheduling rank cannot read (under pipeline parallelism the
+one-model draft pool lives on the last stage) are withheld from the read side and from the policy's
+per-pass view. The pipeline size is read from the engine (``mapping.pp_size`` on its managers,
+:mod:`kvscope.engines.manager_config`); ``hidden_pools`` may declare more (:func:`hidden_pools_for`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from typing import Any
 
 from kvscope.engines import gate
 from kvscope.engines.binding import Binding
+from kvscope.engines.manager_config import EngineConfigMissing
 from kvscope.events import UNKNOWN, Emit, PoolRole
 from kvscope.port import AdmissionPolicy, ContainmentHandler, PoolConfig, PoolSnapshot
+
+__all__ = ["BindingPort", "EngineConfigMissing", "hidden_pools_for"]
 
 
 def hidden_pools_for(pp_size: int) -> frozenset[PoolRole]:
@@ -37,7 +41,8 @@ class BindingPort:
 
     Args:
         binding: the active instrumentation's binding.
-        hidden_pools: pools not resident on the scheduling rank (see :func:`hidden_pools_for`).
+        hidden_pools: pools not resident on the scheduling rank beyond those the engine's pipeline
+            size implies (see :func:`hidden_pools_for`).
         error_path: ``(request, message, charge_budget)`` ending ONE request through the engine's
             per-request error path (``PyExecutor._handle_errors(msg, requests=[request],
             charge_budget=...)``, the engine model's the same); None: the executor's own, learnt at
@@ -45,13 +50,25 @@ class BindingPort:
             is off).
         error_path_off: why the per-request error path must not be used on this engine (logged
             once when the executor is found); rejections wait and containment is off.
+        pp_error_path_off: the same, applied only when the engine's ``mapping.pp_size`` is above 1
+            (a real engine, whose ranks would not agree on ending one request).
+        declared_pp_size: a pipeline size the operator declared (0: none); remediation refuses
+            to start when the engine's is another.
+
+    Raises:
+        EngineConfigMissing: the engine's managers are known already and one lacks a value
+            admission needs (one line: which, and where it was looked for).
+        ValueError: a value out of range or a declared pipeline size the engine does not have.
     """
 
     def __init__(self, binding: Binding, *, hidden_pools: Iterable[PoolRole] = (),
-                 error_path: Callable[[Any, str, bool], None] | None = None, error_path_off: str = "") -> None:
+                 error_path: Callable[[Any, str, bool], None] | None = None, error_path_off: str = "",
+                 pp_error_path_off: str = "", declared_pp_size: int = 0) -> None:
         self.binding = binding
         remedy = gate.state_of(binding)
         remedy.hidden_pools = frozenset(hidden_pools)
+        remedy.pp_error_path_off = pp_error_path_off
+        remedy.declared_pp_size = int(declared_pp_size)
         if error_path_off:
             remedy.error_path_off = error_path_off
             remedy.error_path = None
@@ -59,6 +76,16 @@ class BindingPort:
             remedy.error_path = error_path
         elif remedy.error_path is None and binding.executor is not None:
             remedy.error_path = gate.executor_error_path(binding.executor)
+        if binding.managers:
+            # Known now (the engine model is built before remediation attaches): refuse to attach
+            # rather than start without a value. A real engine's managers come later; the gate
+            # refuses there (gate.pool_configs).
+            gate.read_pools(binding, remedy)
+
+    @property
+    def refused(self) -> str:
+        """Why remediation refused to start on this engine (empty: it did not)."""
+        return gate.state_of(self.binding).refused
 
     # ---- read side --------------------------------------------------------------------------------
     def pool_snapshots(self) -> dict[PoolRole, PoolSnapshot]:
@@ -115,4 +142,5 @@ class BindingPort:
         """The gate's own counts: rejections ended, failures contained, policy errors swallowed."""
         remedy = gate.state_of(self.binding)
         return {"rejected": remedy.num_rejected, "contained": remedy.num_contained,
-                "policy_errors": remedy.num_policy_errors, "deferrals_repeated": remedy.num_deferrals_repeated}
+                "policy_errors": remedy.num_policy_errors, "deferrals_repeated": remedy.num_deferrals_repeated,
+                "refused": int(bool(remedy.refused))}

@@ -11,6 +11,7 @@ import pytest
 from kvscope.engine_model.request import LlmRequestModel
 from kvscope.engines.binding import CACHE_ATTRIBUTES_READ, REQUEST_ATTRIBUTES_READ
 from kvscope.engines.hooks import HOOKS, MODEL_ONLY
+from kvscope.engines.manager_config import LOCATIONS
 from kvscope.engines.model.seams import NOT_MODELLED, model_classes, model_seams
 from kvscope.engines.seams import PROPERTY, check_seams, parse_parameters
 from kvscope.engines.trtllm.seams import MODEL_VERSION, SEAMS_BY_VERSION, seams_for
@@ -116,6 +117,15 @@ def test_binding_reads_only_request_attributes_the_real_code_has():
 def test_binding_reads_only_cache_attributes_the_real_code_uses():
     real = set(_snapshots()["main-0004396"]["cache_attributes"]["names"])
     assert set(CACHE_ATTRIBUTES_READ) <= real
+
+
+def test_the_config_reader_looks_only_where_the_real_adapter_keeps_each_value():
+    adapter = _snapshots()["main-0004396"]["classes"]["KVCacheManagerV2"]
+    roots = {path.split(".")[0] for paths in LOCATIONS.values() for path in paths}
+    assert roots <= set(adapter["attributes"])
+    assert "max_util_for_resume" not in adapter["attributes"]  # the adapter keeps no copy of its own
+    for name in ("max_util_for_resume", "pp_size", "max_seq_len"):
+        assert list(LOCATIONS[name]) == adapter["config_values"][name]
 
 
 def test_engine_model_request_has_every_attribute_the_binding_reads():

@@ -6,6 +6,10 @@ and the signatures of ``snapshots/``; bodies reduced to the control flow the hoo
   never-fitting request is rejected with the pool, the blocks it needs and the blocks that exist; a
   draft resize failure fails only its request; the engine serves on; ``uninstrument()`` puts the
   originals back. Under pipeline parallelism on the real engine both stay off and the log says why.
+* Configuration: the stand-in manager carries the recorded layout (no ``max_util_for_resume``
+  attribute; the ceiling in ``kv_cache_manager_py_config`` / ``impl.init_config``, the pipeline size
+  in ``mapping``): the policy is given the engine's ceiling, and without it remediation refuses to
+  start in one line and the engine runs as stock.
 * Sizing: ``KVSCOPE_SIZING`` re-splits the byte budget at ``KvCacheCreator._split_kv_cache_budget_for_draft``
   and yields the pool sizes the engine model's ``--sizing`` knob gives for the same plan.
 """
@@ -63,9 +67,16 @@ PyExecutor._handle_errors = _handle_errors
 originals = {name: vars(PyExecutor)[name] for name in ("_prepare_and_schedule_batch", "_handle_errors")}
 
 def manager(is_draft, capacity):
+    # The adapter's attributes where kv_cache_manager_v2.py @ 0004396 keeps them (snapshots/): no
+    # max_util_for_resume of its own; it is in the core config built from kv_cache_config (kept as
+    # kv_cache_manager_py_config, and by the core as impl.init_config); the pipeline size in mapping.
     m = object.__new__(KVCacheManagerV2)
     m.kv_cache_map, m.tokens_per_block, m.is_draft, m.capacity = {}, 4, is_draft, capacity
     m.enable_block_reuse, m.enable_joint_kv_cache_reuse, m.max_draft_len, m.num_extra_kv_tokens = True, False, 0, 0
+    m.max_seq_len, m.mapping = 256, SimpleNamespace(pp_size=PP_SIZE, tp_size=1, world_size=PP_SIZE)
+    if CEILING is not None:
+        m.kv_cache_manager_py_config = SimpleNamespace(tokens_per_block=4, max_util_for_resume=CEILING)
+        m.impl = SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=CEILING))
     return m
 def request(rid, prompt):
     return SimpleNamespace(py_request_id=rid, prompt_len=prompt, max_new_tokens=2, context_current_position=0,
@@ -101,8 +112,11 @@ try:
     step()
 except Exception as exc:
     fatal = str(exc)
+pools = {r.value: [c.max_util_for_resume, c.is_visible] for r, c in controller.port.pool_configs().items()}
+refused = controller.port.refused
 uninstrument()
 print(json.dumps({
+    "pools": pools, "refused": refused,
     "served": ex.served, "errors": {str(k): v for k, v in sorted(ex.errors.items())}, "fatal": fatal,
     "restored": all(vars(PyExecutor)[n] is f for n, f in originals.items()),
     "events": [[e.kind.value, e.request_id, e.pool.value, e.reason] for e in rec.drain()
@@ -115,15 +129,18 @@ REJECTED = ("request 2 can never fit the draft pool: it needs 26 blocks (100 pro
 CONTAINED = "Failed to resize the draft cache of request 3 to 12 tokens"
 
 
-def _engine(tmp_path, env: dict[str, str]) -> tuple[dict, str]:
+def _engine(tmp_path, env: dict[str, str], *, pp_size: int = 1, ceiling: float | None = 0.95) -> tuple[dict, str]:
     _standin(tmp_path, drift=False)
-    done = _run(tmp_path, f"ENV = {env!r}\n" + ENGINE)
+    done = _run(tmp_path, f"ENV, PP_SIZE, CEILING = {env!r}, {pp_size!r}, {ceiling!r}\n" + ENGINE)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
 
 
 def test_real_engine_rejects_and_contains_one_request_through_handle_errors_and_serves_on(tmp_path):
     result, _ = _engine(tmp_path, {"KVSCOPE_REMEDIATION": "on"})
+    # The policy is given the resume ceiling the engine enforces, read from its core config (the
+    # adapter has no max_util_for_resume of its own), not 1.0.
+    assert result["pools"] == {"target": [0.95, True], "draft": [0.95, True]} and result["refused"] == ""
     assert result["fatal"] is None
     assert result["served"] == [1, 4]  # the engine kept serving: request 4 arrived after both ends
     assert result["errors"] == {"2": [REJECTED, False], "3": [CONTAINED, True]}
@@ -139,13 +156,36 @@ def test_real_engine_rejects_and_contains_one_request_through_handle_errors_and_
 
 
 def test_real_engine_under_pipeline_parallelism_keeps_both_off_and_says_why(tmp_path):
-    result, stderr = _engine(tmp_path, {"KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"})
+    # The pipeline size is the engine's (mapping.pp_size): nothing declared in the environment.
+    result, stderr = _engine(tmp_path, {"KVSCOPE_REMEDIATION": "on"}, pp_size=2)
     assert "rejections wait and containment is off" in stderr and "pipeline parallelism" in stderr
+    assert result["pools"] == {"target": [0.95, True], "draft": [0.95, False]}  # the draft is on the last stage
     assert result["errors"] == {}  # nothing ended through the per-request path
     deferred = [e for e in result["events"] if e[0] == "admission_deferred" and e[1] == 2]
     assert deferred and deferred[0][3].endswith("(no per-request error path: waiting)")
     assert result["fatal"] == CONTAINED  # not contained: the draft raise stays fatal, as stock
     assert result["restored"] is True
+
+
+STOCK_EVENTS = [["engine_failed", 3, "draft", "RuntimeError: " + CONTAINED]] + [
+    ["request_failed", rid, "none", "engine failed: " + CONTAINED] for rid in (1, 2, 3)]
+
+
+def test_real_engine_without_the_resume_ceiling_where_tensorrt_llm_keeps_it_refuses_remediation_in_one_line(tmp_path):
+    result, stderr = _engine(tmp_path, {"KVSCOPE_REMEDIATION": "on"}, ceiling=None)
+    why = ("cannot read max_util_for_resume from KVCacheManagerV2 (looked for kv_cache_manager_py_config."
+           "max_util_for_resume and impl.init_config.max_util_for_resume; TensorRT-LLM keeps it there at 0004396)")
+    assert result["refused"] == why
+    assert stderr.splitlines() == [f"ERROR:kvscope.engines.gate:kvscope: remediation refused to start, the engine "
+                                   f"runs as stock: {why}"]
+    # Stock: nothing rejected or contained, the draft raise stays fatal.
+    assert (result["errors"], result["fatal"], result["events"]) == ({}, CONTAINED, STOCK_EVENTS)
+
+
+def test_a_declared_pipeline_size_the_engine_does_not_have_refuses_remediation(tmp_path):
+    result, stderr = _engine(tmp_path, {"KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "1"}, pp_size=2)
+    assert result["refused"] == "KVSCOPE_PP_SIZE=1 but the engine's mapping.pp_size is 2"
+    assert "remediation refused to start" in stderr and result["events"] == STOCK_EVENTS
 
 
 SPLIT = '''

@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from kvscope.engines.manager_config import lookup_or
 from kvscope.events import UNKNOWN, PoolRole
 
 
@@ -47,7 +48,7 @@ class ModelPoolReader:
             "enable_block_reuse": int(bool(manager.enable_block_reuse)),
             "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
             "is_draft": int(bool(manager.is_draft)),
-            "max_util_for_resume": float(getattr(manager, "max_util_for_resume", UNKNOWN)),
+            "max_util_for_resume": float(lookup_or(manager, "max_util_for_resume", UNKNOWN)),
             # Build facts the analyzer needs to know which raise comes first: whether the scheduler
             # admits the unpaired mirror (else it is born suspended and first resumed, under the
             # max_util_for_resume gate, in the draft manager's prepare_resources), and whether a

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscope.engines.manager_config import JOINT_REUSE_METHODS, lookup_or
 from kvscope.events import UNKNOWN
 
 _GPU_LEVEL: Any = None
@@ -54,27 +55,20 @@ class TrtllmPoolReader:
             return (UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
 
     def config(self, manager: Any, rank: int) -> dict[str, int | float | str]:
-        util = UNKNOWN
-        for path in (("impl", "init_config", "max_util_for_resume"),
-                     ("kv_cache_manager_py_config", "max_util_for_resume")):
-            obj: Any = manager
-            for name in path:
-                obj = getattr(obj, name, None)
-            if obj is not None:
-                util = float(obj)
-                break
+        # Where the engine keeps each value (kvscope.engines.manager_config); -1 when absent
+        # (recorded as unknown; admission refuses to start on it instead).
         try:
             bytes_per_token = int(manager.get_cache_bytes_per_token())
         except Exception:
             bytes_per_token = 0
         return {
             "tokens_per_block": int(manager.tokens_per_block),
-            "max_draft_len": int(getattr(manager, "max_draft_len", 0) or 0),
-            "num_extra_kv_tokens": int(getattr(manager, "num_extra_kv_tokens", 0) or 0),
-            "enable_block_reuse": int(bool(getattr(manager, "enable_block_reuse", False))),
-            "paired": int(bool(getattr(manager, "enable_joint_kv_cache_reuse", False))),
-            "is_draft": int(bool(getattr(manager, "is_draft", False))),
-            "max_util_for_resume": util,
+            "max_draft_len": int(lookup_or(manager, "max_draft_len", 0) or 0),
+            "num_extra_kv_tokens": int(lookup_or(manager, "num_extra_kv_tokens", 0) or 0),
+            "enable_block_reuse": int(bool(lookup_or(manager, "enable_block_reuse", False))),
+            "paired": int(bool(lookup_or(manager, "enable_joint_kv_cache_reuse", False))),
+            "is_draft": int(bool(lookup_or(manager, "is_draft", False))),
+            "max_util_for_resume": float(lookup_or(manager, "max_util_for_resume", UNKNOWN)),
             # The build's scheduler admits unpaired mirrors (the method the seam table is chosen by).
             "admits_mirror": int(hasattr(type(manager), "admit_mirror")),
             "resumes_before_budget": _resumes_before_budget(manager),
@@ -106,4 +100,4 @@ def _resumes_before_budget(manager: Any) -> int:
     methods: its scheduler prepares -- creates and resumes -- a waiting request's target cache
     before checking the token budget), 0 on the builds with it."""
     cls = type(manager)
-    return 0 if any(hasattr(cls, m) for m in ("prepare_context_cache", "try_allocate_draft_context")) else 1
+    return 0 if any(hasattr(cls, m) for m in JOINT_REUSE_METHODS) else 1

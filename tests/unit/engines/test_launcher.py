@@ -36,7 +36,8 @@ CHILD = textwrap.dedent("""
         def is_exhausted(self):
             return not self.reqs
 
-    common = dict(tokens_per_block=4, max_seq_len=64, max_batch_size=4, max_num_tokens=64, max_draft_len=1)
+    common = dict(tokens_per_block=4, max_seq_len=64, max_batch_size=4, max_num_tokens=64, max_draft_len=1,
+                  pp_size=globals().get("PP_SIZE", 1))
     target = KVCacheManagerV2Model(num_blocks=32, **common)
     draft = KVCacheManagerV2Model(num_blocks=32, is_draft=True, **common)
     config = EngineConfig(max_batch_size=4, max_num_tokens=64, max_seq_len=64, tokens_per_block=4, max_draft_len=1)
@@ -213,6 +214,7 @@ def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_u
         assert session.remediation is not None and gate.state_of(session.binding).error_path_off == ""
     finally:
         session.close()
+    from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
     from kvscope.engines.binding import Binding
     from kvscope.engines.model.state import ModelPoolReader
     from kvscope.recording import Recorder
@@ -220,20 +222,27 @@ def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_u
 
     binding = Binding(Recorder(), ModelPoolReader())
     attach_from_env(binding, {"KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"}, real_engine=True)
+    # The pipeline size is the engine's: read from its managers' mapping once they are found.
+    assert gate.state_of(binding).error_path_off == ""
+    common = dict(num_blocks=8, tokens_per_block=4, max_seq_len=64, max_batch_size=4, pp_size=2)
+    for manager in (KVCacheManagerV2Model(**common), KVCacheManagerV2Model(is_draft=True, **common)):
+        binding.discover(manager)
+    gate.pool_configs(binding, gate.state_of(binding))  # the first pass reads them
     assert gate.state_of(binding).error_path_off == PP_ERROR_PATH_OFF
     gate.found_executor(binding, object())
     assert gate.state_of(binding).error_path is None and binding.executor is not None
 
 
-def _subscribe_late(session, endpoint: str):
-    """The engine runs (CHILD) under ``session`` and publishes; then a subscriber joins, and hears
-    the engine's next batch. Returns (subscriber, its first batches)."""
+def _subscribe_late(session, endpoint: str, *, pp_size: int = 1):
+    """The engine runs (CHILD, its managers on ``pp_size`` pipeline stages) under ``session`` and
+    publishes; then a subscriber joins, and hears the engine's next batch. Returns (subscriber, its
+    first batches)."""
     import time
 
     from kvscope.engines.live import LiveSubscriber
     from kvscope.events import PoolRole
 
-    exec(compile(CHILD, "child", "exec"), {})
+    exec(compile(CHILD, "child", "exec"), {"PP_SIZE": pp_size})
     session.pump.flush()
     sub = LiveSubscriber(endpoint)
     got: list = []
@@ -261,7 +270,8 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
     session = ProcessSession("model", env)
     sub = None
     try:
-        sub, _got = _subscribe_late(session, endpoint)  # after the engine's events, the mode change's among them
+        # After the engine's events, the mode change's among them; the engine has the declared stages.
+        sub, _got = _subscribe_late(session, endpoint, pp_size=2)
         assert sub.meta["remediation"].split()[:2] == ["mode=on", "policy=draft-reserve"]
         assert "enforcing=1" in sub.meta["remediation"].split()
         assert (sub.meta["engine"], sub.meta["pp_size"]) == ("engine_model", 2)  # what its export is labelled with
