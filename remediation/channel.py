@@ -8,8 +8,10 @@ passes ahead (``lead_passes``) so that every rank reads the record before it get
 that reads it late applies it at once and counts it (``Controller.stats().late_changes``).
 
 :class:`FileControlChannel` is one JSON file shared by the ranks (a local or shared filesystem):
-reading it costs one ``os.stat`` per pass unless it changed. :class:`LocalControlChannel` is the
-in-process form (one rank, notebooks and tests).
+reading it costs one ``os.stat`` per pass unless it changed. It is obeyed only while it is owned by
+the engine's own user and not writable by group or others, as ssh treats its keys: in a shared folder
+(``/tmp``) another local user could otherwise create or replace it and steer the engine.
+:class:`LocalControlChannel` is the in-process form (one rank, notebooks and tests).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,7 +42,8 @@ class ControlRecord:
 
 
 class ControlRecordError(ValueError):
-    """A control record that can never be applied (malformed file, unknown mode or policy).
+    """A control record that can never be applied (malformed file, unknown mode or policy, a file
+    that is not the engine user's own).
 
     Args:
         code: one word for the event's reason (``bad_json``, ``missing_seq``, ``unknown_mode`` ...).
@@ -112,14 +117,21 @@ class FileControlChannel:
     :meth:`poll` raises :class:`ControlRecordError` until it changes. A decoded file that is not a
     record (no ``seq``, a field of the wrong type) raises at once: a torn JSON object never decodes.
 
+    A file owned by another user, or writable by group or others, is refused the same way (code
+    ``not_owner`` / ``writable_by_others``) and never read: whoever could write it is not trusted to
+    steer the engine. :meth:`publish` writes it owned by this process's user, mode 0600.
+
     Args:
         path: the control file (created on first publish; its directory must exist).
         settle_s: how long an undecodable file may stay unchanged before it is reported.
+        euid: the user the file must belong to (default: this process's effective user).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, settle_s: float = 1.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, settle_s: float = 1.0,
+                 euid: Callable[[], int] = os.geteuid) -> None:
         self.path = Path(path)
         self.settle_s = settle_s
+        self._euid = euid
         self._stamp: tuple[int, int, int] | None = None
         self._record: ControlRecord | None = None
         self._error: ControlRecordError | None = None
@@ -148,6 +160,9 @@ class FileControlChannel:
             st = os.stat(self.path)
         except FileNotFoundError:
             return self._record
+        untrusted = self._untrusted(st)
+        if untrusted is not None:
+            raise untrusted
         stamp = (st.st_mtime_ns, st.st_ino, st.st_size)
         if stamp == self._stamp:
             if self._error is not None:
@@ -175,6 +190,24 @@ class FileControlChannel:
             self._error = e
             raise
         return self._record
+
+    def _untrusted(self, st: os.stat_result) -> ControlRecordError | None:
+        """Why a file with this stat may not steer the engine (None: it may). Its version is the
+        file's owner and mode as well as its stamp: a chmod or chown is a new version."""
+        euid = self._euid()
+        if st.st_uid != euid:
+            error = ControlRecordError(
+                "not_owner", f"owned by uid {st.st_uid}, not by this engine's user (uid {euid}); a control "
+                "file must be the engine user's own and writable by it alone (as ssh requires of its keys)")
+        elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            error = ControlRecordError(
+                "writable_by_others", f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"a control file must be writable by the engine's user alone (chmod go-w {self.path}, "
+                "as ssh requires of its keys)")
+        else:
+            return None
+        error.version = ("untrusted", st.st_uid, st.st_mode, st.st_mtime_ns, st.st_ino, st.st_size)
+        return error
 
     def next_seq(self) -> int:
         """The seq for the next record: one above the file's (or above a broken file's own seq)."""
