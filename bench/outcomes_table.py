@@ -18,34 +18,44 @@ import sys
 # (glm5 family: 1.3.0rc25; qwen-hybrid-mtp: 1.3.0rc27); main-00746ef is the newest build read.
 MAIN = "engine_version=main"
 RUNS: list[tuple[str, list[str], str]] = [
-    ("glm5-dsa", [], "target cache prepared in an earlier pass; the mirror, born in prepare_resources, "
-                      "is refused at its first resume (draft above max_util_for_resume)"),
-    ("glm5-dsa", ["session_start_interval_s=0"], "the closed loop's earlier start (24 sessions at t=0): same path, "
-                                                 "sooner"),
-    ("glm5-dsa", ["enable_block_reuse=false"], "same rc25 admission order: a target cache prepared while the pools "
-                                               "were empty lets the request in; its mirror meets the resume gate "
-                                               "alone (the report saw no failure: not reproduced)"),
-    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "same path, later: batch 8 delays it, does not "
-                                                                   "stop it (the report saw no failure)"),
+    ("glm5-dsa", [], "a mirror (no reuse) asks a private copy of a long shared-prefix prompt: context resize"),
+    ("glm5-dsa", ["max_batch_size=8"], "batch 8: a suspended generation request's mirror is refused at its resume"),
+    ("glm5-dsa", ["session_start_interval_s=-1"], "sessions 1.19 s apart (one request cycle over 24): the first "
+                                                  "long prompts arrive together, a new mirror's resume is refused"),
+    ("glm5-dsa", ["session_start_interval_s=0"], "every session at t=0 (a burst): same path, sooner"),
+    ("glm5-dsa", ["enable_block_reuse=false"], "reuse off: the target reserves what each mirror later asks; its "
+                                               "shortage is back-pressure, never a draft raise"),
+    ("glm5-dsa", ["enable_block_reuse=false", "max_batch_size=8"], "reuse off at batch 8: the same"),
+    ("glm5-dsa", ["enable_block_reuse=false", "session_start_interval_s=-1"],
+     "reuse off with the 1.19 s ramp: a suspended generation mirror's resume after the pass's context mirrors "
+     "took the draft over 0.95 (a route in the real code)"),
     ("glm5-dsa", [MAIN], "admit_mirror resumes at scheduling; the unsized mirror fails its context resize"),
     ("glm5-dsa", [MAIN, "draft_mode=paired"], "joint reuse: both pools sized and reverted together at admission"),
     ("glm5-dsa", [MAIN, "enable_block_reuse=false"], "admit_mirror defers a refused mirror; the target reserves what "
                                                   "the mirror asks, so its shortage is back-pressure"),
     ("shared-prefix", [], "mirror (no reuse) asks a full private copy of each shared prompt: context resize"),
-    ("shared-prefix", ["enable_block_reuse=false"], "same rc25 admission order: a mirror's first resume refused"),
+    ("shared-prefix", ["enable_block_reuse=false"], "reuse off: back-pressure in the target"),
     ("shared-prefix", [MAIN], "same resize, with the [draft pool: ...] diagnostic"),
     ("shared-prefix", [MAIN, "enable_block_reuse=false"], "admit_mirror defers; the target reserves what the mirror asks"),
     ("shared-prefix", [MAIN, "draft_mode=paired"], "joint reuse: the draft shares prefixes too"),
-    ("qwen-hybrid-mtp", [], "prompt-cursor mirror fills the smaller draft pool; a new mirror's first resume refused"),
-    ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"], "chunk-sized mirrors still outgrow the smaller draft pool"),
+    ("qwen-hybrid-mtp", [], "after the warm-ups, the follow-ups' prompt-sized mirrors fill the smaller draft pool; "
+                            "a new mirror's first resume refused"),
+    ("qwen-hybrid-mtp", ["warmup_concurrency=0"], "twelve concurrent 80k warm-ups overfill the draft pool alone"),
+    ("qwen-hybrid-mtp", ["draft_cursor_sizing=chunk"], "cursor sizing: the follow-ups' cursor starts at the reused "
+                                                       "80k prefix, so a mirror asks the same; the same resume"),
     ("qwen-hybrid-mtp", ["enable_block_reuse=false"], "draft pool smaller than target: reuse off does not save it"),
     ("qwen-hybrid-mtp", ["draft_mode=paired"], "model-only counterfactual: the hybrid class opts out of joint reuse"),
     ("qwen-hybrid-mtp", [MAIN], "admit_mirror; the prompt-sized mirror fails its context resize"),
     ("qwen-hybrid-mtp", [MAIN, "enable_block_reuse=false"], "draft pool smaller than target: generation resize"),
-    ("mooncake-conversation", [], "healthy: stretched arrivals, short prompts"),
+    ("mooncake-conversation", [], "healthy: arrivals stretched 2.5x, short prompts"),
+    ("mooncake-conversation", ["arrival_time_scale=2"], "stretched only 2x: the pools run full; a suspended "
+                                                        "generation mirror's resume is refused"),
+    ("mooncake-conversation", ["arrival_time_scale=2", MAIN], "stretched 2x on main: admit_mirror defers "
+                                                              "what the draft refuses"),
     ("near-miss", [], "draft peaks near capacity, no raise"),
     ("oversize", [], "prompts over max_seq_len rejected per request"),
 ]
+
 
 HEADER = ("| scenario | engine_version | `--set` | engine_fatal | fatal_message | fatal_request_id | mechanism | "
           "requests total / completed / failed / rejected | sim_seconds | peak_utilization target / draft | "
