@@ -29,7 +29,8 @@ from kvscope.recording.files import check_writable
 from kvscope.remedy import RemediatedSession
 
 SCENARIO = "glm5-dsa"
-ENGINE = "engine_version=main-00746ef"
+ENGINE_VERSION = "main-00746ef"
+ENGINE = f"engine_version={ENGINE_VERSION}"
 """The demo runs the newest build read, where joint reuse exists and the failing request is one the
 scheduler already admitted (so the analyzer names it well ahead). The scenario's own default is the
 GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
@@ -83,6 +84,7 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
         "label": label,
         "overrides": overrides,
         "events": str(path),
+        "engine_version": summary.engine_version,
         "engine_fatal": summary.engine_fatal,
         "fatal_message": summary.fatal_message,
         "fatal_request_id": summary.fatal_request_id,
@@ -104,12 +106,15 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     extra = list(args.overrides)
     labels = []
+    version = ""
     for i, (label, overrides) in enumerate(RUNS):  # a bad knob is refused before anything runs or is printed
         try:
             config = replay_mod.resolve(SCENARIO)[0].with_overrides(overrides + extra)
         except ValueError as e:
             raise ValueError(f"--set {' '.join(extra)}: the demo's run {i + 1} ({label}) cannot take it: {e}") from None
         labels.append(label if not extra else _described(config, label == REMEDIATED))
+        if i == 0:
+            version = config.engine_version  # the build every run runs (a --set may change it)
     # The labels describe the stock runs; with knobs given on top, each run is described by what it
     # runs (the knobs may change what a stock label claims: reuse, pairing), and the knobs are said.
     given = f" [--set {' '.join(extra)}]" if extra else ""
@@ -119,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(out / "report.html")  # the folder, made and probed before any run (one line if not)
     t0 = time.perf_counter()
     results = []
+    if not args.json:
+        print(_build_line(version), flush=True)
     for i, (label, overrides) in enumerate(RUNS):
         if not args.json:
             print(f"[{i + 1}/{len(RUNS)}] replaying {SCENARIO}: {labels[i]}{given} ...", flush=True)
@@ -141,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             written[key] = None
     summary = {
         "scenario": SCENARIO,
+        "engine_version": version,
         "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
         "report": written["report"],
         "remediated_report": written["remediated_report"],
@@ -157,6 +165,13 @@ def run(args: argparse.Namespace) -> int:
     if unwritten is not None:
         raise unwritten
     return 0
+
+
+def _build_line(version: str) -> str:
+    """Why the demo runs the build it runs, and how to run the report's (its scenario's default)."""
+    report = replay_mod.resolve(SCENARIO)[0].engine_version
+    why = "the newest build read (it has the joint reuse run 3 needs)" if version == ENGINE_VERSION else "given with --set"
+    return f"engine {version}: {why}; the report's build {report} is {SCENARIO}'s default: kvscope replay --scenario {SCENARIO}"
 
 
 def _described(config: Any, remediated: bool) -> str:

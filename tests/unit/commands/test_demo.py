@@ -15,6 +15,8 @@ def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_
     assert len(lines) == 1
     out = json.loads(lines[0])
     unpaired, remediated, paired, reuse_off = out["runs"]
+    assert out["engine_version"] == "main-00746ef"
+    assert [r["engine_version"] for r in out["runs"]] == ["main-00746ef"] * 4
     assert unpaired["engine_fatal"] is True
     assert unpaired["fatal_message"].startswith(
         f"Draft KV cache context resize failed for request {unpaired['fatal_request_id']}: could not resize to"
@@ -51,6 +53,14 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     proc = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "enable_block_reuse=false",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # The first line says why the demo runs main-00746ef and how to run the report's build.
+    first = proc.stdout.splitlines()[0]
+    assert first == ("engine main-00746ef: the newest build read (it has the joint reuse run 3 needs); the report's "
+                     "build 1.3.0rc25 is glm5-dsa's default: kvscope replay --scenario glm5-dsa")
+    told = first.split(": ")[-1].split()[1:]  # the command it names, shortened to a few requests
+    shown = subprocess.run([sys.executable, "-m", "kvscope", *told, "--set", "max_requests=4"],
+                           capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0 and shown.stdout.startswith("replay glm5-dsa on engine 1.3.0rc25 ")
     starts = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert len(starts) == 4 and all(line.endswith("[--set enable_block_reuse=false] ...") for line in starts)
     # each run is described by what it runs: no "reuse on" under a knob that turned it off
@@ -60,3 +70,10 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     # Every run gets the same simulated span, so the stock column is not the only one left running.
     served = next(line for line in proc.stdout.splitlines() if "simulated seconds served" in line).split()
     assert served[-2:] == ["150", "150"]
+
+
+def test_build_line_says_a_build_given_with_set_is_not_the_demos_own():
+    from kvscope.commands.demo import _build_line
+
+    assert _build_line("1.3.0rc27").startswith("engine 1.3.0rc27: given with --set; the report's build 1.3.0rc25 ")
+    assert "the newest build read" in _build_line("main-00746ef")
