@@ -3,6 +3,7 @@
     kvscope replay (--scenario NAME | --trace PATH [--engine SCENARIO]) [--set key=value ...] [--json]
                    [--list-scenarios] [--list-knobs] [--list-policies] [--events PATH]
                    [--remediation off|shadow|on|auto|POLICY] [--sizing auto|SHARE|RATIOx]
+                   [--scheduler model|installed] [--manager model|installed]
 
 ``--json`` prints exactly one JSON object (the ``ReplaySummary``; keys are a public contract and are
 never renamed) and nothing else. Without ``--json``, a progress line (simulated time, requests done,
@@ -24,6 +25,10 @@ remediation to a shared control file even when off, so several ranks switch on t
 Under ``kvscope-instrument`` the instrumentation records the replay and owns remediation (its own
 ``KVSCOPE_REMEDIATION`` / ``KVSCOPE_REMEDIATION_CHANNEL``): ``--events`` and ``--remediation`` are
 refused there, and the summary reports the instrumentation's controller.
+``--scheduler installed`` / ``--manager installed`` run the installed TensorRT-LLM's
+``KVCacheV2Scheduler`` / ``KVCacheManagerV2`` in place of the model's (:mod:`kvscope.engines.trtllm.installed`;
+the model keeps the executor loop and the forward pass's timing); a build without the seams kvscope
+records, or none at all, is refused in one line, and ``--json`` gains ``installed``.
 The readable summary's first line names the engine build (``engine_version`` and its release or
 commit); ``--json`` always carries ``engine_version``, ``remediation``, ``sizing``,
 ``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
@@ -77,6 +82,11 @@ def register(subparsers: Any) -> None:
                         help="with --sizing auto: size from this recorded run's peak pool usage "
                              "(default: a probe replay of the same traffic with the draft pool out of the way)")
     parser.add_argument("--list-policies", action="store_true", help="print the admission policies")
+    parser.add_argument("--scheduler", choices=("model", "installed"), default="model",
+                        help="model (default) or installed: run the installed TensorRT-LLM's KVCacheV2Scheduler")
+    parser.add_argument("--manager", choices=("model", "installed"), default="model",
+                        help="model (default) or installed: run the installed TensorRT-LLM's KVCacheManagerV2 "
+                             "(on the GPU, or decisions-only on CPU; needs --scheduler installed)")
     parser.set_defaults(func=run)
 
 
@@ -132,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
     engine_config = get_scenario(engine).config if args.trace else None
     mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
+    # Checked before anything runs: a build without kvscope's seams is refused in one line.
+    installed_build = _installed_build(args)
     overrides = list(args.overrides)
     plan = None
     if getattr(args, "sizing", None):
@@ -177,7 +189,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         instrument = _instrumentation(args.events, source) if args.events else None
     show_progress = (not args.json) and sys.stderr.isatty()
-    summary = replay_mod.run(source, overrides, config=engine_config, instrument=instrument,
+    swap = None
+    if installed_build is not None:
+        from kvscope.engines.trtllm.swap import InstalledSwap
+
+        swap = InstalledSwap(installed_build, instrument)
+    summary = replay_mod.run(source, overrides, config=engine_config, instrument=swap or instrument,
                              progress=_draw_progress if show_progress else None)
     if show_progress:
         sys.stderr.write("\n")
@@ -186,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         remedy.apply_rejections(summary, stats)
     data = summary.to_dict()
     data.update(remedy.summary_keys(stats, summary, sizing=plan, mode=mode, policy=policy))
+    if swap is not None:
+        data["installed"] = {**swap.build.describe(), "model_knobs_not_passed": swap.not_passed}
     status = 0
     recording = _recording_facts(instrument, args.events)
     if recording is not None:
@@ -209,6 +228,23 @@ def run(args: argparse.Namespace) -> int:
                   f"engine {build_label(data['engine_version'])}")
         _print_summary(data)
     return status
+
+
+def _installed_build(args: argparse.Namespace) -> Any:
+    """The installed TensorRT-LLM classes ``--scheduler`` / ``--manager`` ask for (None: the model's).
+
+    Raises:
+        ValueError: one line, when they cannot run (not importable, seams missing).
+    """
+    scheduler, manager = getattr(args, "scheduler", "model"), getattr(args, "manager", "model")
+    if (scheduler, manager) == ("model", "model"):
+        return None
+    if remedy_hosted.hosted_controller()[0]:
+        raise ValueError("under kvscope-instrument the engine model is instrumented in this process; "
+                         "--scheduler/--manager installed replays outside it")
+    from kvscope.engines.trtllm.installed import resolve
+
+    return resolve(scheduler, manager)
 
 
 def _recording_facts(instrument: Any, path: str | None) -> dict[str, Any] | None:

@@ -117,14 +117,22 @@ class Instrumentor:
 
     def _resolve(self) -> tuple[tuple[Seam, ...], dict[str, type | None], PoolReader, list]:
         if self.kind == ENGINE_MODEL:
-            from kvscope.engines.model.seams import model_classes, model_executor_class, model_seams
+            from kvscope.engines.model.seams import (
+                model_classes,
+                model_executor_class,
+                model_seams,
+                runs_installed_manager,
+            )
             from kvscope.engines.model.state import ModelPoolReader
             from kvscope.engines.trtllm.seams import MODEL_VERSION, seams_for
+            from kvscope.engines.trtllm.state import TrtllmPoolReader
 
             self.version = MODEL_VERSION
             executor = model_executor_class()
             extras = [(executor, qualname) for qualname in MODEL_ONLY]
-            return model_seams(seams_for(MODEL_VERSION)), dict(model_classes()), ModelPoolReader(), extras
+            # Installed KV managers (kvscope replay --manager installed) are read as TensorRT-LLM's.
+            reader: PoolReader = TrtllmPoolReader() if runs_installed_manager() else ModelPoolReader()
+            return model_seams(seams_for(MODEL_VERSION)), dict(model_classes()), reader, extras
         from kvscope.engines.trtllm.classes import installed_seams_and_classes
         from kvscope.engines.trtllm.state import TrtllmPoolReader
 

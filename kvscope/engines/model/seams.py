@@ -8,6 +8,9 @@ only in the model (the real executor has no equivalent entry points worth wrappi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+
 from kvscope.engines.seams import Seam
 
 NOT_MODELLED: tuple[str, ...] = ("KvCacheCreator._split_kv_cache_budget_for_draft",
@@ -22,8 +25,36 @@ def model_seams(seams: tuple[Seam, ...]) -> tuple[Seam, ...]:
     return tuple(s for s in seams if s.qualname not in NOT_MODELLED)
 
 
+_OVERRIDES: dict[str, type] = {}
+_INSTALLED_MANAGER: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def class_overrides(classes: Mapping[str, type], *, installed_manager: bool = False) -> Iterator[None]:
+    """While inside, :func:`model_classes` answers ``classes`` for the names given (the installed
+    TensorRT-LLM classes a replay runs in place of the model's, ``kvscope replay --scheduler
+    installed``), and :func:`runs_installed_manager` says whether the KV managers are installed ones.
+    An instrumentation made inside keeps the classes it resolved after the block ends."""
+    saved, saved_manager = dict(_OVERRIDES), _INSTALLED_MANAGER[0]
+    _OVERRIDES.update(classes)
+    _INSTALLED_MANAGER[0] = installed_manager
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
+        _INSTALLED_MANAGER[0] = saved_manager
+
+
+def runs_installed_manager() -> bool:
+    """Whether the replay being instrumented runs the installed ``KVCacheManagerV2`` (its pools are
+    read as TensorRT-LLM's, not through the model's counters)."""
+    return _INSTALLED_MANAGER[0]
+
+
 def model_classes() -> dict[str, type]:
-    """Real class name -> engine-model class (imported on call)."""
+    """Real class name -> engine-model class (imported on call), or the installed class standing in
+    for it inside :func:`class_overrides`."""
     from kvscope.engine_model.executor import PyExecutorModel
     from kvscope.engine_model.kv_cache_manager import DSACacheManagerV2Model, KVCacheManagerV2Model
     from kvscope.engine_model.resource_manager import ResourceManagerModel
@@ -35,7 +66,7 @@ def model_classes() -> dict[str, type]:
         "KVCacheV2Scheduler": KVCacheV2SchedulerModel,
         "ResourceManager": ResourceManagerModel,
         "PyExecutor": PyExecutorModel,
-    }
+    } | _OVERRIDES
 
 
 def model_executor_class() -> type:
