@@ -1,12 +1,14 @@
 """Shared fixtures: a fake clock, a recorder wired to a memory sink. And a session check that the
-suite leaves the checkout it runs from as it found it (tests write in their own temporary folders)."""
+suite leaves the checkout it runs from, and the shared traces folder, as it found them (tests write in
+their own temporary folders; see checkout_state.py)."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 from pathlib import Path
 
 import pytest
+from checkout_state import CheckoutSnapshot
 
 from kvscope.recording import BatchPump, MemorySink, Recorder
 from kvscope.testing import FakeClock
@@ -60,33 +62,33 @@ def replay_with_control(tmp_path, monkeypatch, capsys):
     return run
 
 
-def _checkout_state() -> set[str]:
-    """The checkout's top-level names (tool caches aside) and its untracked, unignored files: what a
-    test that writes outside its temporary folder adds (git does not list empty folders, hence both)."""
-    names = {p.name for p in ROOT.iterdir() if p.name not in TOOL_CACHES}
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return names
-    if out.returncode == 0:
-        names |= {line[3:] for line in out.stdout.splitlines() if line.startswith("?? ")}
-    return names
+def _snapshot() -> CheckoutSnapshot:
+    from kvscope.replay.scenarios import TRACES_DIR
+
+    return CheckoutSnapshot.take(ROOT, TRACES_DIR, tool_caches=TOOL_CACHES)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[_BEFORE] = _checkout_state()
+    # Tests write control files by hand: with a umask of 002 they would be group-writable, which the
+    # remediation channel refuses (as ssh refuses such keys).
+    os.umask(0o022)
+    session.config.stash[_BEFORE] = _snapshot()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it changed the checkout (git status, top-level names) or the shared traces
+    folder: tests write only in their temporary folders, which lie outside both."""
     before = session.config.stash.get(_BEFORE, None)
     if before is None or session.config.option.collectonly:
         return
-    added = sorted(_checkout_state() - before)
-    if added:
+    # KVSCOPE_UPDATE_README=1 asks the README test to rewrite README's demo block.
+    expected = {"README.md"} if os.environ.get("KVSCOPE_UPDATE_README") == "1" else set()
+    changed = _snapshot().changes_since(before, expected=expected)
+    if changed:
         session.config.get_terminal_writer().line(
-            f"the suite left {len(added)} new entries in the checkout {ROOT}: {added[:10]}", red=True)
+            f"the run changed {len(changed)} entries outside its temporary folders (checkout {ROOT}): "
+            f"{changed[:10]}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_BEFORE = pytest.StashKey[set[str]]()
+_BEFORE = pytest.StashKey[CheckoutSnapshot]()

@@ -33,7 +33,9 @@ PP = {"glm5-dsa": "pp_size=4", "shared-prefix": "pp_size=4", "qwen-hybrid-mtp": 
 
 
 def _replay(source: str, overrides: list[str], tmp_path: Path, **session_kwargs):
-    events = tmp_path / f"{source}.jsonl"
+    # A trace source is an absolute path: joined whole, it would replace tmp_path (and record beside
+    # the shared trace); its file name keeps the recording in this test's folder.
+    events = tmp_path / f"{Path(source).name}.jsonl"
     session = RemediatedSession(label=source, events_path=str(events), **session_kwargs)
     summary = replay.run(source, overrides, instrument=session)
     apply_rejections(summary, session.final_stats)
