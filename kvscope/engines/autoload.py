@@ -76,7 +76,8 @@ class ProcessSession:
         }
         pp = env.get("KVSCOPE_PP_SIZE", "").strip()
         if pp.isdigit() and int(pp) > 0:
-            meta["pp_size"] = int(pp)  # the layout the user declared (remediation reads it too): labels the export
+            # The layout the user declared (labels the export; remediation checks it against the engine's).
+            meta["pp_size"] = int(pp)
         self.closers: list = []
         self.sinks = _make_sinks(env, out_dir, self.rank, self.pid, meta, self.closers)
         # For the live stream only (file sinks copied the meta when opened): where a subscriber

@@ -26,6 +26,9 @@ Configuration is by environment variables (options here only set them):
                             or draft tokens per target token (``4x``), as ``kvscope replay --sizing``
 ``KVSCOPE_REMEDIATION``     attach remediation at engine start: ``MODE[:POLICY]`` or ``POLICY`` (mode
                             ``on``), any case (``kvscope.remedy.parse_remediation_env``)
+``KVSCOPE_PP_SIZE``         optional: the pipeline stages you run (labels the export). Remediation
+                            reads the engine's own ``mapping.pp_size`` and refuses to start, in one
+                            log line, when this says otherwise
 ``KVSCOPE_RUN_ID``          id of this run in every file header (set here once, so the files of
                             all processes of one run are known to belong together)
 ==========================  ======================================================================

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from kvscope.engine_model.kv_cache_manager import KVCacheManagerConfigModel, MappingModel
 from kvscope.engine_model.scheduler import KVCacheV2SchedulerModel
+from kvscope.engines import gate
 from kvscope.engines.instrumentor import instrument, uninstrument
+from kvscope.engines.manager_config import EngineConfigMissing
 from kvscope.engines.port import BindingPort, hidden_pools_for
 from kvscope.events import EventKind as K
 from kvscope.events import PoolRole, remediation_reason
@@ -121,6 +126,48 @@ def test_the_draft_pool_cannot_be_read_from_the_scheduling_rank_under_pipeline_p
     engine.step()
     assert seen and "not resident on the scheduling rank" in seen[0]
     assert PoolRole.DRAFT not in port.pool_snapshots()
+
+
+def test_the_policy_is_given_the_resume_ceiling_the_managers_core_config_holds(make_engine):
+    engine = make_engine()
+    draft = engine.scheduler.draft_kv_cache_manager
+    draft.kv_cache_manager_py_config = KVCacheManagerConfigModel(4, 0.9)
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine))
+    configs = port.pool_configs()
+    assert (configs[PoolRole.DRAFT].max_util_for_resume, configs[PoolRole.TARGET].max_util_for_resume) == (0.9, 0.95)
+
+
+def test_the_draft_pool_is_hidden_when_the_engines_mapping_says_pipeline_parallel(make_engine):
+    engine = make_engine()
+    for manager in (engine.scheduler.kv_cache_manager, engine.scheduler.draft_kv_cache_manager):
+        manager.mapping = MappingModel(pp_size=2)
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine))  # nothing declared
+    assert port.pool_configs()[PoolRole.DRAFT].is_visible is False
+    assert PoolRole.DRAFT not in port.pool_snapshots()
+    # The engine model's ranks share one state: its per-request error path is not switched off.
+    assert gate.state_of(port.binding).error_path_off == ""
+
+
+def test_attach_refuses_in_one_line_when_a_manager_lacks_its_resume_ceiling(make_engine):
+    engine = make_engine()
+    del engine.scheduler.draft_kv_cache_manager.kv_cache_manager_py_config  # its core keeps no init_config
+    with pytest.raises(EngineConfigMissing) as caught:
+        BindingPort(instrument(recorder=Recorder(), engine=engine))
+    assert str(caught.value).startswith("cannot read max_util_for_resume from KVCacheManagerV2Model (looked for "
+                                        "kv_cache_manager_py_config.max_util_for_resume and impl.init_config.")
+
+
+def test_a_gate_that_refused_admits_as_stock_and_never_asks_the_policy(make_engine):
+    engine = make_engine()
+    port = BindingPort(instrument(recorder=Recorder(), engine=engine))
+    policy = DeferDraft()
+    port.set_admission_policy(policy)
+    gate.refuse(gate.state_of(port.binding), "cannot read pp_size from X")
+    engine.add_request(WorkloadRequest(1, 0.0, 6, 20, (11,)))
+    _run(engine, 2)
+    assert (policy.views, policy.decided) == ([], [])
+    assert engine.scheduler.kv_cache_manager.kv_cache_map.keys() == {1}
+    assert port.refused == "cannot read pp_size from X" and port.counters()["refused"] == 1
 
 
 def test_uninstrument_restores_the_originals_whatever_policy_is_installed(make_engine):
