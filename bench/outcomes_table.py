@@ -4,7 +4,8 @@ Each row is one ``python -m kvscope replay --scenario NAME [--set k=v] --json`` 
 Not part of ``make bench`` (name without the ``bench_`` prefix): it replays every scenario in full,
 which takes several minutes (glm5-dsa paired: the longest).
 
-Usage: ``python bench/outcomes_table.py [--jsonl OUT]``
+Usage: ``python bench/outcomes_table.py [--jsonl OUT]``; ``--facts`` prints the reports' facts table
+instead (``kvscope.replay.report_facts``).
 """
 
 from __future__ import annotations
@@ -84,12 +85,36 @@ def row(scenario: str, overrides: list[str], mechanism: str, d: dict) -> str:
             f"{d['wall_seconds']:.1f} |")
 
 
+def replay_for_fact(scenario: str, overrides: list[str], remediation: str):  # noqa: ANN201 - ReplaySummary
+    """The replay a report fact stands on, remediation attached when the fact names one."""
+    from kvscope import remedy, replay
+
+    if remediation == "off":
+        return replay.run(scenario, overrides)
+    mode, policy = remedy.parse_remediation(remediation)
+    return replay.run(scenario, overrides, instrument=remedy.RemediatedSession(mode=mode, policy=policy,
+                                                                                label=scenario))
+
+
+def print_facts() -> int:
+    from kvscope.replay import report_facts
+
+    checks = [report_facts.check(fact, replay_for_fact) for fact in report_facts.REPORT_FACTS]
+    print(report_facts.markdown_table(checks))
+    held = sum(c.holds for c in checks)
+    print(f"\n{held} of {len(checks)} facts within 2x")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", action="store_true", help="print the reports' facts table and stop")
     parser.add_argument("--jsonl", help="also write every summary as one JSON line here")
     parser.add_argument("--from-jsonl", help="render the table from a --jsonl file instead of replaying "
                                              "(rows it lacks are replayed)")
     args = parser.parse_args()
+    if args.facts:
+        return print_facts()
     recorded: dict[tuple[str, tuple[str, ...]], dict] = {}
     if args.from_jsonl:
         with open(args.from_jsonl) as f:
