@@ -1,8 +1,10 @@
 """``kvscope`` command line: a thin dispatcher over ``kvscope.commands.<name>`` modules.
 
 Each command module exposes ``register(subparsers)`` (adds its parser and sets ``func``) and
-``run(args) -> int``. Modules are imported when the CLI starts, one by one, so a command whose
-optional dependencies are missing is listed with the reason instead of breaking the others.
+``run(args) -> int``. Only the module of the command that runs is imported (the others are listed
+with their one-line help from :data:`COMMANDS`), so ``kvscope --version`` and ``kvscope --help``
+start without pandas, and a command whose optional dependencies are missing says why when it is run,
+without breaking the others.
 Contract: ``--json`` prints exactly one JSON object on stdout; errors exit non-zero with one line.
 Exit codes: 2 bad input, configuration or output path (one line naming the file, row and field or
 flag); 1 a command's own "partial" result (documented per command); 70 an internal error (one line;
@@ -19,15 +21,27 @@ from collections.abc import Sequence
 
 from kvscope.arguments import OneLineParser
 
-COMMANDS: tuple[str, ...] = ("demo", "replay", "analyze", "export", "remediation", "check", "selfcheck")
-"""Command modules under ``kvscope.commands``, in help order."""
+COMMANDS: dict[str, str] = {
+    "demo": "reproduce the draft-pool crash on the engine model and analyze it",
+    "replay": "replay a scenario or trace on the CPU engine model",
+    "analyze": "find admission gaps, exhaustion, stalls and never-fitting requests in event files",
+    "export": "replay recorded event files into OpenTelemetry (OTLP) with their original timestamps",
+    "remediation": "switch remediation of a running engine through its control file",
+    "check": "check the seam record against installed engines and the model",
+    "selfcheck": "check that recording and replay files work here",
+}
+"""Command modules under ``kvscope.commands``, in help order, with the line ``kvscope --help`` shows
+for each: the module's own ``help=`` (kept equal by tests/unit/cli/test_cli_startup.py), here so that
+listing the commands imports none of them."""
 
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: the command it names is registered by its module, every other one
+    is listed by name and help line only (``argv`` None: all of them, e.g. for documentation)."""
     parser = OneLineParser(
         prog="kvscope",
         description="Observe and remediate the KV cache of LLM inference engines.",
@@ -36,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"kvscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    chosen = _command_named(argv) if argv is not None else None
+    for name, summary in COMMANDS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=summary)
+            continue
         try:
             mod = importlib.import_module(f"kvscope.commands.{name}")
         except ModuleNotFoundError as e:
@@ -49,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs: its first word (the options before it take no value)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def _unavailable(name: str, why: str):
     def run(_args: argparse.Namespace) -> int:
         raise CliError(f"kvscope {name} is unavailable here: {why}")
@@ -57,7 +83,8 @@ def _unavailable(name: str, why: str):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
