@@ -256,6 +256,11 @@ def pool_configs(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
     return remedy.pools
 
 
+def hidden_pools_for(pp_size: int) -> frozenset[PoolRole]:
+    """Pools the scheduling rank (first PP stage) cannot read: the draft pool when ``pp_size`` > 1."""
+    return frozenset({PoolRole.DRAFT}) if pp_size > 1 else frozenset()
+
+
 def refuse(remedy: RemedyState, why: str) -> None:
     """Remediation refuses to start on this engine (said once in the log, in one line)."""
     if remedy.refused:
@@ -278,7 +283,7 @@ def learn_pipeline(b: Any, remedy: RemedyState, pp_size: int) -> None:
     remedy.pp_size = pp_size
     if pp_size <= 1:
         return
-    remedy.hidden_pools = remedy.hidden_pools | {PoolRole.DRAFT}
+    remedy.hidden_pools = remedy.hidden_pools | hidden_pools_for(pp_size)
     if remedy.pp_error_path_off and not remedy.error_path_off:
         remedy.error_path_off = remedy.pp_error_path_off
         remedy.error_path = None

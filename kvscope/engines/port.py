@@ -31,9 +31,7 @@ from kvscope.port import AdmissionPolicy, ContainmentHandler, PoolConfig, PoolSn
 __all__ = ["BindingPort", "EngineConfigMissing", "hidden_pools_for"]
 
 
-def hidden_pools_for(pp_size: int) -> frozenset[PoolRole]:
-    """Pools the scheduling rank (first PP stage) cannot read: the draft pool when ``pp_size`` > 1."""
-    return frozenset({PoolRole.DRAFT}) if pp_size > 1 else frozenset()
+hidden_pools_for = gate.hidden_pools_for
 
 
 class BindingPort:
@@ -76,6 +74,8 @@ class BindingPort:
             remedy.error_path = error_path
         elif remedy.error_path is None and binding.executor is not None:
             remedy.error_path = gate.executor_error_path(binding.executor)
+        if remedy.pp_size:
+            gate.learn_pipeline(binding, remedy, remedy.pp_size)  # a re-attach: the engine's layout stands
         if binding.managers:
             # Known now (the engine model is built before remediation attaches): refuse to attach
             # rather than start without a value. A real engine's managers come later; the gate

@@ -146,6 +146,8 @@ def test_the_draft_pool_is_hidden_when_the_engines_mapping_says_pipeline_paralle
     assert PoolRole.DRAFT not in port.pool_snapshots()
     # The engine model's ranks share one state: its per-request error path is not switched off.
     assert gate.state_of(port.binding).error_path_off == ""
+    again = BindingPort(port.binding)  # a second attach keeps the engine's layout
+    assert PoolRole.DRAFT not in again.pool_snapshots()
 
 
 def test_attach_refuses_in_one_line_when_a_manager_lacks_its_resume_ceiling(make_engine):
