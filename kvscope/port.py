@@ -90,6 +90,9 @@ class PoolConfig:
     """Whether a request's cache in this pool reuses prefix blocks (False: an unpaired draft mirror)."""
     is_visible: bool = True
     """Whether the scheduling rank can read this pool live (False: the draft pool under PP)."""
+    max_seq_len: int = 0
+    """The engine's longest sequence, prompt + output, in tokens, as its KV manager holds it
+    (0: not known). A request sent without ``max_tokens`` may generate up to this minus its prompt."""
 
     def __post_init__(self) -> None:
         if self.tokens_per_block <= 0:

@@ -239,7 +239,7 @@ def read_pools(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
             role, cfg.tokens_per_block, max(int(cap), 0), max_draft_len=cfg.max_draft_len,
             num_extra_kv_tokens=cfg.num_extra_kv_tokens, max_util_for_resume=cfg.max_util_for_resume,
             shares_prefix=cfg.enable_block_reuse and (cfg.is_paired or role is not PoolRole.DRAFT),
-            is_visible=role not in remedy.hidden_pools)
+            is_visible=role not in remedy.hidden_pools, max_seq_len=cfg.max_seq_len)
         remedy.managers[role] = manager
     remedy.num_managers_seen = len(b.managers)
     return remedy.pools

@@ -135,6 +135,7 @@ def test_the_policy_is_given_the_resume_ceiling_the_managers_core_config_holds(m
     port = BindingPort(instrument(recorder=Recorder(), engine=engine))
     configs = port.pool_configs()
     assert (configs[PoolRole.DRAFT].max_util_for_resume, configs[PoolRole.TARGET].max_util_for_resume) == (0.9, 0.95)
+    assert configs[PoolRole.TARGET].max_seq_len == engine.scheduler.kv_cache_manager.max_seq_len == 64
 
 
 def test_the_draft_pool_is_hidden_when_the_engines_mapping_says_pipeline_parallel(make_engine):
