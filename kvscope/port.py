@@ -91,8 +91,9 @@ class PoolConfig:
     is_visible: bool = True
     """Whether the scheduling rank can read this pool live (False: the draft pool under PP)."""
     max_seq_len: int = 0
-    """The engine's longest sequence, prompt + output, in tokens, as its KV manager holds it
-    (0: not known). A request sent without ``max_tokens`` may generate up to this minus its prompt."""
+    """The longest sequence, prompt + output, in tokens, as the pool's KV manager holds it (lowered
+    to what the pool can hold when that is less; 0: not known). The executor deduces a request's
+    missing ``max_tokens`` from its own ``max_seq_len``, not read here."""
 
     def __post_init__(self) -> None:
         if self.tokens_per_block <= 0:
