@@ -360,8 +360,9 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
              open_within_iterations: int | None = None, *, end_missing: str | None = None,
              wall_clock: Callable[[float], str] | None = None) -> str:
     """One line for humans: ``ENGINE FATAL at t=37.1 s (iteration 160), request 25, draft pool:
-    <whole message>; first warned ... before`` (and, when it started earlier than anything naming
-    the request, the alarm open on the failing pool), ``ENGINE STALLED since ...`` or
+    <whole message>; first warned about request 25, 26 iterations (3.1 s) ahead (time_to_exhaustion)``
+    (and, when it started earlier than anything naming the request, the alarm open on the failing
+    pool), ``ENGINE STALLED since ...`` or
     ``healthy: ...``. ``wall_clock`` (event time -> wall-clock text) adds the wall-clock time of a
     recording on a real clock, whose event times count from an arbitrary origin (the host's boot)."""
     v = verdict(findings, time_of, open_within_iterations, end_missing=end_missing)
@@ -381,8 +382,9 @@ def headline(findings: Sequence[Finding], time_of: Callable[[int], float] | None
     for key, word in (("first_warning", "warned"), ("first_critical", "critical")):
         w = v.get(key)
         if w:
-            out += (f"; first {word} about {req} {w['lead_iterations']} iterations "
-                    f"({seconds(w['lead_s'])} s) before ({w['kind']})")
+            n = w["lead_iterations"]
+            out += (f"; first {word} about {req}, {n} iteration{'' if n == 1 else 's'} "
+                    f"({seconds(w['lead_s'])} s) ahead ({w['kind']})")
         elif key == "first_warning":
             out += f"; no earlier finding named {req}"
     o = flagged_earlier(v)

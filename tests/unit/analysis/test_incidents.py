@@ -416,3 +416,15 @@ def test_a_critical_lead_is_one_number_in_the_verdict_and_its_open_alarm():
     fc, oa = v["first_critical"], v["open_alarm"]
     assert fc["kind"] == oa["kind"] and fc["lead_iterations"] == oa["critical_lead_iterations"] == 33
     assert fc["lead_s"] == oa["critical_lead_s"]
+
+
+def test_the_verdict_line_reads_request_then_how_far_ahead_it_was_named():
+    script, facts = crash_script()
+    a = analyze(script.frame())
+    v = verdict(a.findings)
+    line = headline(a.findings)
+    rid, lead = v["request_id"], v["first_critical"]["lead_iterations"]
+    iterations = "1 iteration" if lead == 1 else f"{lead} iterations"
+    said = line.split(f"; first critical about request {rid}, {iterations} (", 1)[1]
+    assert said.split(")", 1)[1].startswith(f" ahead ({v['first_critical']['kind']})")
+    assert f"request {rid} {lead} iterations" not in line  # two numbers in a row read as one phrase
