@@ -5,30 +5,22 @@ qwen-hybrid-mtp: 1.3.0rc27; ``versions.py``); the newest build read (main-00746e
 ``engine_version=main`` away.
 
 - Block reuse ON, unpaired draft: fatal on every build, through the raise site the build reaches,
-  with the build's message. glm5-dsa and shared-prefix run pp_size 2 (two micro-batches in flight).
-  On 1.3.0rc25 the glm5-dsa burst ends at a new mirror's first resume: rc25's chunked admission
-  prepares (creates and resumes the TARGET cache of) a first chunk it then does not schedule, so
-  when that request is scheduled later its target cache is already active, and its mirror, born in
-  ``_prepare_draft_resources``, meets the resume gate (``max_util_for_resume``) alone: "Failed to
-  resume draft KV cache for request N". shared-prefix ends at a mirror's context resize ("Draft KV
-  cache context resize failed for request N: could not resize to X tokens", no ``[draft pool: ...]``
-  suffix on rc25). main-00746ef admits the mirror at scheduling and dies at the context resize,
-  with the suffix.
-- Block reuse OFF (equal-token pools): on 1.3.0rc25 glm5-dsa's first 64 requests finish at the
-  deployment guide's batch 8 (the full replay dies later, request 129) but die at a mirror's resume
-  at batch 64 (the same rc25 admission order), and so does shared-prefix; the GLM report saw no
-  failure (SOURCES.md says what the model cannot explain, and that the start-up schedule does not). On main-00746ef both finish. Paired mode exists from 1.3.0rc27 and finishes;
-  ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
-- qwen-hybrid-mtp (1.3.0rc27) is fatal with either cursor sizing; with reuse off on main its smaller
-  draft pool fails the generation resize.
+  with the build's message. glm5-dsa (sessions started 10 s apart) dies at a mirror's context
+  resize, as the GLM report's engine did ("Draft KV cache context resize failed for request N:
+  could not resize to X tokens", no ``[draft pool: ...]`` suffix on rc25); at batch 8 through a
+  suspended mirror's resume ("Failed to resume draft KV cache for request N"). main-00746ef admits
+  the mirror at scheduling and dies at the context resize, with the suffix.
+- Block reuse OFF (equal-token pools): glm5-dsa and shared-prefix finish on every build at batch 64
+  and batch 8 (the target reserves what each mirror later asks; its shortage is back-pressure), as
+  the report says. A start-up burst of sessions 1.19 s apart can still end rc25 late (request 602,
+  549 completed), through a route the real code has. Paired mode exists from 1.3.0rc27 and
+  finishes; ``draft_mode=paired`` on 1.3.0rc25 is refused (no joint reuse in that build).
+- qwen-hybrid-mtp (1.3.0rc27): the report's script warms the 12 prefixes one at a time, then sends
+  the follow-ups; the engine dies at a new mirror's resume after the warm-ups (71 s; the report: 80-107 s).
+  Reuse off does not save its smaller draft pool.
 
-Shortened but faithful workloads, to keep this file to about a minute on 2 cores:
-- glm5-dsa replays the first 64 requests of the Claude Code traces (``max_requests=64``, 24 in flight,
-  shared tools+system prefix on, sessions started 1.19 s apart: the scenario's paced default): the
-  crash comes while the first 24 sessions' long prompts fill the pools, and 64 requests cover it.
-  The engine, the pools and the traffic are otherwise the scenario's; the full replays that end
-  after request 64 are pinned in full (a few seconds each).
-- shared-prefix and qwen-hybrid-mtp run in full; mooncake-conversation replays its first 400 requests.
+glm5-dsa's crash comes at about 285 simulated seconds (1-2 s of wall time), so it is replayed in
+full; the reuse-off replays that finish take several seconds each.
 """
 
 from __future__ import annotations
@@ -53,7 +45,6 @@ RESUME_FAILED = re.compile(r"^Failed to resume draft KV cache for request (\d+)$
 GENERATION_RESIZE_NEWEST = re.compile(
     r"^Draft KV cache generation resize failed for request (\d+): could not resize to (\d+) tokens"
     + DIAGNOSTIC + "$")
-GLM5_SHORT = ["max_requests=64"]
 
 _cache: dict[tuple[str, tuple[str, ...]], replay.ReplaySummary] = {}
 
@@ -93,61 +84,58 @@ def assert_finished(summary: replay.ReplaySummary, requests_total: int) -> None:
 
 
 # ---- glm5-dsa -------------------------------------------------------------------------------------
-def test_glm5_dsa_dies_at_a_mirror_resume_when_reuse_on_and_unpaired_on_rc25():
-    summary = run("glm5-dsa", *GLM5_SHORT)
+def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_rc25():
+    summary = run("glm5-dsa")
     assert summary.config["engine_version"] == "1.3.0rc25"
     assert summary.config["pp_size"] == 2
-    assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 24
+    assert summary.config["session_start_interval_s"] == 10.0
+    match = assert_fatal(summary, RESIZE_FAILED_RELEASED)
+    assert (summary.fatal_request_id, int(match.group(2))) == (192, 100753)
+    assert summary.requests_completed == 147
     assert summary.fatal_ranks == list(range(8))  # every stage holds a draft manager (ranks.py)
     assert summary.killed_ranks == list(range(8))
-    assert summary.prefix_hit_rate > 0
+    assert summary.prefix_hit_rate > 0.5
 
 
-def test_glm5_dsa_dies_at_the_mirror_resume_without_pipeline_parallelism_on_rc25():
-    summary = run("glm5-dsa", *GLM5_SHORT, "pp_size=1")
+def test_glm5_dsa_dies_at_a_mirror_resume_at_batch_8_on_rc25():
+    summary = run("glm5-dsa", "max_batch_size=8")
     assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 26
+    assert (summary.fatal_request_id, summary.requests_completed) == (182, 139)
 
 
-def test_glm5_dsa_dies_earlier_when_sessions_start_together_on_rc25():
-    # The closed loop's earlier default, one --set away: 24 sessions released at t=0.
-    summary = run("glm5-dsa", *GLM5_SHORT, "session_start_interval_s=0")
-    assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 23
-    assert summary.requests_completed == 0
-    assert summary.sim_seconds < run("glm5-dsa", *GLM5_SHORT).sim_seconds
+def test_glm5_dsa_dies_sooner_when_sessions_start_in_a_burst_on_rc25():
+    ramp = run("glm5-dsa", "session_start_interval_s=-1")  # one request cycle over 24: 1.19 s
+    burst = run("glm5-dsa", "session_start_interval_s=0")
+    assert_fatal(ramp, RESUME_FAILED)
+    assert (ramp.fatal_request_id, ramp.requests_completed) == (24, 2)
+    assert_fatal(burst, RESIZE_FAILED_RELEASED)
+    assert (burst.fatal_request_id, burst.requests_completed) == (19, 0)
+    assert burst.sim_seconds < ramp.sim_seconds < run("glm5-dsa").sim_seconds
 
 
 def test_glm5_dsa_dies_at_the_context_resize_when_reuse_on_and_unpaired_on_main():
-    summary = run("glm5-dsa", *GLM5_SHORT, MAIN)
+    summary = run("glm5-dsa", MAIN)
     assert_fatal(summary, RESIZE_FAILED_NEWEST)
-    assert summary.fatal_request_id == 23
+    assert summary.fatal_request_id == 192
     assert summary.fatal_ranks == list(range(8))
 
 
-@pytest.mark.parametrize("mode", [("enable_block_reuse=false", "max_batch_size=8"),
+@pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("enable_block_reuse=false", "max_batch_size=8"),
                                   ("draft_mode=paired", MAIN), ("enable_block_reuse=false", MAIN)],
-                         ids=["rc25-reuse-off-batch-8", "main-paired", "main-reuse-off"])
+                         ids=["rc25-reuse-off", "rc25-reuse-off-batch-8", "main-paired", "main-reuse-off"])
 def test_glm5_dsa_finishes_same_traffic_when_reuse_off_or_paired(mode):
-    summary = run("glm5-dsa", *GLM5_SHORT, *mode)
-    assert_finished(summary, 64)
+    summary = run("glm5-dsa", *mode)
+    assert_finished(summary, 3089)
     assert summary.rejection_reasons == {"prompt_len > max_seq_len": summary.requests_rejected}
 
 
-def test_glm5_dsa_dies_at_a_mirror_resume_when_reuse_off_at_batch_64_on_rc25():
-    summary = run("glm5-dsa", *GLM5_SHORT, "enable_block_reuse=false")
+def test_glm5_dsa_reuse_off_can_still_die_late_on_rc25_after_a_start_up_burst():
+    # A suspended generation request's target resumes in phase 1; the pass's context mirrors then
+    # take the draft over max_util_for_resume before its own mirror resumes (a route the real code has).
+    summary = run("glm5-dsa", "enable_block_reuse=false", "session_start_interval_s=-1")
     assert_fatal(summary, RESUME_FAILED, reuse=False)
-    assert summary.fatal_request_id == 23
+    assert (summary.fatal_request_id, summary.requests_completed) == (602, 549)
     assert summary.prefix_hit_rate == 0
-
-
-def test_glm5_dsa_dies_later_at_a_mirror_resume_when_reuse_off_at_batch_8_on_rc25():
-    # The first 64 requests finish at batch 8 (above); the whole replay does not.
-    summary = run("glm5-dsa", "enable_block_reuse=false", "max_batch_size=8")
-    assert_fatal(summary, RESUME_FAILED, reuse=False)
-    assert summary.fatal_request_id == 129
-    assert summary.requests_completed == 100
 
 
 def test_paired_is_refused_when_the_build_has_no_joint_reuse():
@@ -170,18 +158,13 @@ def test_shared_prefix_is_fatal_with_the_pool_diagnostic_when_reuse_on_and_unpai
     assert (summary.fatal_request_id, int(match.group(2))) == (10, 108415)
 
 
-@pytest.mark.parametrize("mode", [("enable_block_reuse=false", MAIN), ("draft_mode=paired", MAIN)],
-                         ids=["main-reuse-off", "main-paired"])
+@pytest.mark.parametrize("mode", [("enable_block_reuse=false",), ("enable_block_reuse=false", MAIN),
+                                  ("draft_mode=paired", MAIN)],
+                         ids=["rc25-reuse-off", "main-reuse-off", "main-paired"])
 def test_shared_prefix_finishes_same_traffic_when_reuse_off_or_paired(mode):
     summary = run("shared-prefix", *mode)
     assert_finished(summary, 96)
     assert summary.requests_rejected == 0
-
-
-def test_shared_prefix_dies_at_a_mirror_resume_when_reuse_off_on_rc25():
-    summary = run("shared-prefix", "enable_block_reuse=false")
-    assert_fatal(summary, RESUME_FAILED, reuse=False)
-    assert summary.fatal_request_id == 12
 
 
 def test_paired_pools_stay_equal_when_shared_prefix():
@@ -190,22 +173,32 @@ def test_paired_pools_stay_equal_when_shared_prefix():
 
 
 # ---- qwen-hybrid-mtp ------------------------------------------------------------------------------
-def test_qwen_hybrid_dies_at_the_mirror_resume_when_reuse_on_on_rc27():
+def test_qwen_hybrid_dies_at_the_mirror_resume_after_its_warm_ups_on_rc27():
     summary = run("qwen-hybrid-mtp")
     assert summary.config["engine_version"] == "1.3.0rc27"
+    assert (summary.config["warmup_concurrency"], summary.config["client_max_tokens"]) == (1, "32768")
     assert_fatal(summary, RESUME_FAILED)
-    assert summary.fatal_request_id == 10
+    assert summary.fatal_request_id == 22
+    assert summary.requests_completed == 12  # the twelve warm-ups
+    assert 60 < summary.sim_seconds < 90
     # The hybrid target's mamba state pool (71 slots) is reported beside the two KV pools.
     assert summary.pool_capacity_blocks == {"target": 35936, "draft": 22848, "mamba": 71}
     assert 0 < summary.peak_utilization["mamba"] <= 1
 
 
+def test_qwen_hybrid_dies_during_the_warm_ups_when_every_client_warms_at_once():
+    summary = run("qwen-hybrid-mtp", "warmup_concurrency=0")
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.requests_completed == 0
+    assert summary.sim_seconds < run("qwen-hybrid-mtp").sim_seconds / 2
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
-    (("draft_cursor_sizing=chunk",), RESIZE_FAILED_RELEASED),
+    (("draft_cursor_sizing=chunk",), RESUME_FAILED),
     (("draft_cursor_sizing=chunk", MAIN), RESIZE_FAILED_NEWEST),
     ((MAIN,), RESIZE_FAILED_NEWEST),
 ], ids=["rc27-chunk", "main-chunk", "main-prompt"])
-def test_qwen_hybrid_is_fatal_at_the_context_resize_when_reuse_on(overrides, message):
+def test_qwen_hybrid_is_fatal_with_either_cursor_sizing_when_reuse_on(overrides, message):
     assert_fatal(run("qwen-hybrid-mtp", *overrides), message)
 
 
@@ -216,9 +209,16 @@ def test_qwen_hybrid_fails_the_generation_resize_when_reuse_off_on_main():
 
 # ---- healthy baseline and determinism -------------------------------------------------------------
 def test_mooncake_conversation_is_healthy_when_stretched_arrivals():
-    summary = run("mooncake-conversation", "max_requests=400")
-    assert_finished(summary, 400)
+    summary = run("mooncake-conversation", "max_requests=600")
+    assert_finished(summary, 600)
     assert summary.goodput_tokens_per_s > 0
+
+
+def test_mooncake_conversation_dies_on_rc25_when_stretched_only_2x():
+    # The control's margin: at 2x the pools run full and rc25 refuses a suspended mirror's resume.
+    summary = run("mooncake-conversation", "arrival_time_scale=2", "max_requests=600")
+    assert_fatal(summary, RESUME_FAILED)
+    assert summary.fatal_request_id == 456
 
 
 def test_replay_is_identical_when_seed_repeats():
