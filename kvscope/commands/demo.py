@@ -36,16 +36,17 @@ scheduler already admitted (so the analyzer names it well ahead). The scenario's
 GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
 first resume instead."""
 REMEDIATED = "kvscope remediation on, reuse on"
-CAP = "max_sim_seconds=150"
+CAP = "max_sim_seconds=600"
 RUNS: tuple[tuple[str, list[str]], ...] = (
     ("unpaired, reuse on (today's default)", [ENGINE, CAP]),
     (REMEDIATED, [ENGINE, CAP]),
     ("paired draft (upstream joint reuse)", [ENGINE, "draft_mode=paired", CAP]),
     ("block reuse off (today's workaround)", [ENGINE, "enable_block_reuse=false", CAP]),
 )
-"""Every run stops after 150 simulated seconds: several times past the unpaired crash (about 40 s
-in), enough to show the same traffic survives, short enough for a demo, and the same span for each
-run so their counts compare (a ``--set`` that keeps the stock run alive must not give it more time)."""
+"""Every run stops after 600 simulated seconds: twice past the unpaired crash (about 285 s in, with
+the sessions' 10 s ramp), enough to show the same traffic survives, short enough for a demo (a few
+seconds of wall time each), and the same span for each run so their counts compare (a ``--set`` that
+keeps the stock run alive must not give it more time)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:

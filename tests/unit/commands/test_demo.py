@@ -69,7 +69,7 @@ def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_ever
     assert "same traffic [--set enable_block_reuse=false]" in proc.stdout
     # Every run gets the same simulated span, so the stock column is not the only one left running.
     served = next(line for line in proc.stdout.splitlines() if "simulated seconds served" in line).split()
-    assert served[-2:] == ["150", "150"]
+    assert served[-2:] == ["600", "600"]
 
 
 def test_build_line_says_a_build_given_with_set_is_not_the_demos_own():
