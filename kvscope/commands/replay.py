@@ -366,8 +366,8 @@ def build_label(version: str) -> str:
 
 
 def _text(key: str, value: Any) -> str:
-    """A summary value as text (``--json`` has the values themselves): shares as percentages,
-    mappings as ``name value`` pairs, nothing as ``-``."""
+    """A summary value as text (``--json`` has the values themselves): shares as percentages, other
+    fractional numbers rounded, mappings as ``name value`` pairs, nothing as ``-``."""
     if value is None:
         return "-"
     if isinstance(value, dict):
@@ -376,7 +376,18 @@ def _text(key: str, value: Any) -> str:
         if key == "peak_utilization":
             return ", ".join(f"{k} {v:.1%}" for k, v in value.items())
         return ", ".join(f"{k}: {_text(k, v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.1%}" if key == "prefix_hit_rate" else _rounded(value)
     return str(value)
+
+
+def _rounded(value: float) -> str:
+    """Three or four significant figures: ``284.1``, ``6.84``, ``0.0492`` (not ``6.840530000000001``)."""
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
 
 
 def _print_summary(data: dict[str, Any]) -> None:
