@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
         help="replay recorded event files into OpenTelemetry (OTLP) with their original timestamps",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),  # plain text: help is not RST
     )
     p.add_argument(
         "events",

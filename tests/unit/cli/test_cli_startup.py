@@ -53,3 +53,14 @@ def test_the_help_line_listed_for_each_command_is_the_one_its_module_registers()
         importlib.import_module(f"kvscope.commands.{name}").register(sub)
     registered = {action.dest: action.help for action in sub._choices_actions}
     assert registered == COMMANDS
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_commands_help_is_plain_text_not_rst(name, capsys):
+    from kvscope.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main([name, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: kvscope {name}") and "``" not in out and ":class:" not in out
