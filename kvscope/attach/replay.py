@@ -21,6 +21,8 @@ from typing import Any
 
 from kvscope import replay
 from kvscope.attach.switch import recording_session
+from kvscope.engines.trtllm.installed import resolve as installed_build
+from kvscope.engines.trtllm.swap import InstalledSwap
 from kvscope.ui.feeds import ERROR, FATAL, FINISHED, IDLE, RUNNING, STOPPED, FeedStatus, QueueSink
 
 _ACTIVE: list[BackgroundReplay] = []
@@ -38,12 +40,16 @@ class BackgroundReplay:
         remediation: mode the remediation starts in (off | shadow | on | auto).
         policy: admission policy (default: remediation's default).
         queue_capacity: events buffered for the dashboard (oldest dropped beyond it, counted).
+        scheduler, manager: ``model`` (default) or ``installed``: the installed TensorRT-LLM's
+            ``KVCacheV2Scheduler`` / ``KVCacheManagerV2`` run in place of the model's, as with
+            ``kvscope replay --scheduler/--manager`` (checked here: a build without kvscope's seams
+            raises ``ValueError`` in the caller's cell).
     """
 
     def __init__(self, source: str, overrides: Mapping[str, Any] | Sequence[str] | None = None, *,
                  pace: float = 0.0, events_path: str | os.PathLike[str] | None = None,
                  remediation: str = "off", policy: str | None = None,
-                 queue_capacity: int = 1 << 21) -> None:
+                 queue_capacity: int = 1 << 21, scheduler: str = "model", manager: str = "model") -> None:
         if pace < 0:
             raise ValueError(f"pace must be >= 0 (simulated seconds per wall second), got {pace}")
         self.source = source
@@ -59,6 +65,7 @@ class BackgroundReplay:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopped = False
+        self.installed = installed_build(scheduler, manager)
         replay.resolve(source)  # a bad scenario name fails here, in the caller's cell
         base, _build, _label = replay.resolve(source)
         base.with_overrides(self.overrides)  # and a bad knob too
@@ -77,7 +84,7 @@ class BackgroundReplay:
 
     def _instrument(self, parts: Any) -> Any:
         try:
-            handle = self.session(parts)
+            handle = self.session(parts) if self.installed is None else InstalledSwap(self.installed, self.session)(parts)
             self.parts = parts
         finally:
             self._ready.set()

@@ -19,6 +19,8 @@ from kvscope import replay
 from kvscope.analysis import Analysis, analyze_files, pool_series
 from kvscope.attach.replay import _pairs
 from kvscope.attach.switch import recording_session
+from kvscope.engines.trtllm.installed import resolve as installed_build
+from kvscope.engines.trtllm.swap import InstalledSwap
 from kvscope.recording import read_frame
 from kvscope.ui.compare import compare_runs_figure
 from kvscope.ui.pools import fatal_mark, with_reservations
@@ -53,14 +55,19 @@ class RecordedRun:
 
 def record_replay(source: str, overrides: Mapping[str, Any] | Sequence[str] | None = None, *,
                   label: str | None = None, remediation: str = "off", policy: str | None = None,
-                  out_dir: str | os.PathLike[str] = "out/notebooks") -> RecordedRun:
-    """Replay ``source`` (scenario or trace) with its event file written to ``out_dir``, then analyze it."""
+                  out_dir: str | os.PathLike[str] = "out/notebooks", scheduler: str = "model",
+                  manager: str = "model") -> RecordedRun:
+    """Replay ``source`` (scenario or trace) with its event file written to ``out_dir``, then analyze it.
+    ``scheduler`` / ``manager`` ``installed`` run the installed TensorRT-LLM's classes (as
+    ``kvscope replay --scheduler/--manager installed``)."""
     label = label or source
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{_slug(label)}.parquet"
     instrument, _switch = recording_session(source, events_path=path, remediation=remediation, policy=policy)
-    summary = replay.run(source, _pairs(overrides), instrument=instrument)
+    build = installed_build(scheduler, manager)
+    summary = replay.run(source, _pairs(overrides),
+                         instrument=instrument if build is None else InstalledSwap(build, instrument))
     return RecordedRun(label, summary, path, analyze_files(path))
 
 

@@ -165,3 +165,23 @@ def test_manager_installed_alone_is_refused_in_one_line():
     done = _kvscope("replay", "--scenario", SCENARIO, "--manager", "installed", "--json")
     assert done.returncode == 2
     assert "--manager installed needs --scheduler installed" in done.stderr
+
+
+def test_notebook_recorded_replay_takes_the_same_picks(tmp_path):
+    code = (
+        "import json, sys\n"
+        "from kvscope.attach.runs import record_replay\n"
+        "out = []\n"
+        "for label, picks in (('model', {}), ('installed', {'scheduler': 'installed', 'manager': 'installed'})):\n"
+        f"    s = record_replay({SCENARIO!r}, [{BUILD!r}], label=label, out_dir=sys.argv[1], **picks).summary\n"
+        "    out.append([s.engine_fatal, s.fatal_request_id, s.requests_completed, s.sim_seconds])\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(STANDIN), KVSCOPE_DECISIONS_ONLY="1")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    model, installed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert model[0] is True  # the draft pool's raise
+    assert installed == model
