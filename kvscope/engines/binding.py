@@ -258,9 +258,10 @@ class Binding:
         self.rec.iteration = it
         return it
 
-    def on_fatal(self, exc: BaseException) -> None:
+    def on_fatal(self, exc: Exception) -> None:
         """ENGINE_FAILED once per exception, then the pools at the fatal moment, then every pending
-        request's REQUEST_FAILED (the executor fails them all)."""
+        request's REQUEST_FAILED (the executor fails them all). The engine's own exception only: an
+        interrupt leaving the engine is not its failure (:mod:`kvscope.engines.hooks.base`)."""
         if id(exc) in self._fatal_ids:
             return
         self._fatal_ids.add(id(exc))

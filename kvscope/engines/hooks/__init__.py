@@ -11,8 +11,9 @@ Contract of every hook:
 
 * it calls the original exactly once, with the same arguments, and returns its result;
 * an exception from the engine propagates unchanged (bare ``raise``); the hook only records what
-  happened first, and a raise that ends the executor loop is reported once
-  (:func:`kvscope.engines.hooks.base.report_fatal`);
+  happened first, and an ``Exception`` that ends the executor loop is reported once
+  (:func:`kvscope.engines.hooks.base.report_fatal`); an interrupt (Ctrl-C, SIGTERM, ``SystemExit``,
+  ``GeneratorExit``) passes through unrecorded: it is not the engine's failure;
 * a failure of the recording itself is counted (``Binding.hook_errors``) and never reaches the
   engine;
 * with a disabled recorder it is one attribute check plus the call.

@@ -1,7 +1,8 @@
 """Hooks on the executor's side: its calls into the resource manager, and two model-only entry points.
 
 ``ResourceManager.prepare_resources`` / ``update_resources`` are the executor's call sites into the
-KV managers: a raise leaving them ends the executor loop, so it is reported as fatal there.
+KV managers: a raise leaving them ends the executor loop, so it is reported as fatal there (an
+``Exception``: an interrupt passing through is not the engine's failure, see :mod:`.base`).
 
 Model-only (the real executor has no entry point worth wrapping for these):
 
@@ -40,7 +41,7 @@ def prepare_resources(b: Binding, original: Method) -> Method:
             b.hook_failed()
         try:
             result = original(self, *args, **kwargs)
-        except BaseException as exc:
+        except Exception as exc:
             report_fatal(b, exc)
             raise
         try:
@@ -60,7 +61,7 @@ def update_resources(b: Binding, original: Method) -> Method:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(self, *args, **kwargs)
-        except BaseException as exc:
+        except Exception as exc:
             if rec.enabled:
                 report_fatal(b, exc)
             raise

@@ -198,11 +198,17 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
+            # What the call allocated before the raise is reported either way (the pools changed);
+            # only the engine's own exception names a failing request and pool (an interrupt is
+            # not the engine's failure: hooks.base).
+            failure = isinstance(exc, Exception)
             try:
-                b.raising_pool = b.role(self)
+                if failure:
+                    b.raising_pool = b.role(self)
                 b.diffs.sweep_batch(self, batch, before)
                 b.diffs.sweep(self)
-                _record_raise(b, self, exc)
+                if failure:
+                    _record_raise(b, self, exc)
             except Exception:
                 b.hook_failed()
             if b.remedy is not None and isinstance(exc, Exception) and gate.contain(
@@ -219,7 +225,7 @@ def prepare_draft_resources(b: Binding, original: Method) -> Method:
     return method
 
 
-def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
+def _record_raise(b: Binding, manager: Any, exc: Exception) -> None:
     """RESIZE_FAILED / RESUME_FAILED for the request a raise site names, before the raise goes on."""
     message = str(exc)
     lowered = message.lower()
@@ -238,7 +244,8 @@ def _record_raise(b: Binding, manager: Any, exc: BaseException) -> None:
 
 def diff_batch(kinds: tuple[str, ...]) -> HookFactory:
     """A batch method (``scheduled_batch`` first): events for every request of the batch lists
-    ``kinds``; a raise is reported as fatal, with this manager's pool as the raising one."""
+    ``kinds``; an exception is reported as fatal, with this manager's pool as the raising one (an
+    interrupt only passes through)."""
     def factory(b: Binding, original: Method) -> Method:
         rec = b.rec
         depth = b.depth
@@ -260,7 +267,8 @@ def diff_batch(kinds: tuple[str, ...]) -> HookFactory:
             except BaseException as exc:
                 depth[id(self)] = 0
                 _record_batch(b, self, befores)
-                report_fatal(b, exc, b.role(self))
+                if isinstance(exc, Exception):  # an interrupt is not the engine's failure (hooks.base)
+                    report_fatal(b, exc, b.role(self))
                 raise
             depth[id(self)] = 0
             _record_batch(b, self, befores)

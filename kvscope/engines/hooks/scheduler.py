@@ -29,8 +29,8 @@ _NO_CAUSE = (None, "")
 
 def schedule_request(b: Binding, original: Method) -> Method:
     """One scheduling pass: the iteration number and arrivals before it; after it, one
-    CONTEXT_CHUNK_SCHEDULED per context chunk, the pass's deferrals and ITERATION_SCHEDULED. A raise
-    out of the pass is fatal (the executor loop ends)."""
+    CONTEXT_CHUNK_SCHEDULED per context chunk, the pass's deferrals and ITERATION_SCHEDULED. An
+    exception out of the pass is fatal (the executor loop ends); an interrupt is not recorded."""
     rec = b.rec
     requests, attempts = b.requests, b.attempts
 
@@ -57,7 +57,7 @@ def schedule_request(b: Binding, original: Method) -> Method:
             b.hook_failed()
         try:
             out = original(self, active_requests, *args, **kwargs)
-        except BaseException as exc:
+        except Exception as exc:
             report_fatal(b, exc)
             raise
         if b.remedy is not None:

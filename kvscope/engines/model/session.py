@@ -19,6 +19,7 @@ from typing import Any
 from kvscope.engines.binding import Binding
 from kvscope.engines.instrumentor import instrument, instrumentor_for, uninstrument
 from kvscope.recording import BatchPump, Recorder, Sink, new_run_id, sink_for_path
+from kvscope.recording.interrupts import end_status
 
 
 class EventFileSession:
@@ -76,9 +77,9 @@ class EventFileSession:
 
     def close(self) -> None:
         """Drain into the file and uninstrument. Called while an exception propagates (the loop
-        was interrupted or failed), the file's end record says so."""
-        exc = sys.exc_info()[1]
-        status = "complete" if exc is None else ("interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+        was interrupted or failed), the file's end record says so (:func:`end_status`: a Ctrl-C,
+        SIGTERM or ``SystemExit`` is ``interrupted``, the engine's own exception ``error``)."""
+        status = end_status(sys.exc_info()[1])
         try:
             if self.pump is not None:
                 self.pump.shutdown(status=status)
