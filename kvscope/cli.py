@@ -8,7 +8,9 @@ without breaking the others.
 Contract: ``--json`` prints exactly one JSON object on stdout; errors exit non-zero with one line.
 Exit codes: 2 bad input, configuration or output path (one line naming the file, row and field or
 flag); 1 a command's own "partial" result (documented per command); 70 an internal error (one line;
-``KVSCOPE_DEBUG=1`` shows the traceback); 130 interrupted; 141 stdout closed early (``| head``).
+``KVSCOPE_DEBUG=1`` shows the traceback); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM, ended in
+the same order as a Ctrl-C: an event file being written gets its ``interrupted`` end record); 141
+stdout closed early (``| head``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -89,8 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    # Here, not at the top: --version and --help stay without the recording package.
+    from kvscope.recording.interrupts import Terminated, interrupts_recorded
+
     try:
-        code = int(args.func(args) or 0)
+        with interrupts_recorded():  # SIGTERM unwinds as Terminated: the command ends in order
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
     except CliError as e:
@@ -104,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         return _one_line(args.command, f"{where}{e.strerror or e}", 2)
+    except Terminated as e:
+        print(f"kvscope {args.command}: interrupted ({signal.Signals(e.signum).name})", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print(f"kvscope {args.command}: interrupted", file=sys.stderr)
         return 130
