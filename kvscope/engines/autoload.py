@@ -87,6 +87,15 @@ class ProcessSession:
             meta["events_file"] = str(files[0])
         self.pump = BatchPump(self.recorder, self.sinks, interval_s=0.05)
         self._closed = False
+        # A SIGTERM would kill the process before the exit handler writes the end record; a Ctrl-C
+        # the program catches would leave no trace of it: both are recorded, and SIGTERM unwinds
+        # as a KeyboardInterrupt (kvscope.recording.interrupts). A handler of the program's own is
+        # kept (called after the signal is recorded); from a thread other than the main one
+        # nothing can be installed, and only an uncaught interrupt is seen.
+        from kvscope.recording import interrupts
+
+        self.signals_at_start = len(interrupts.received())
+        interrupts.install()
         self.remediation = None
         """The remediation controller attached from ``KVSCOPE_REMEDIATION`` / ``..._CHANNEL`` (or None)."""
         self.sizing = None
@@ -122,14 +131,23 @@ class ProcessSession:
         if env.get("KVSCOPE_DEBUG"):
             log.error("kvscope: %s not applied", variable, exc_info=error)
 
+    def end_status(self) -> str:
+        """How this process's recording ends, at exit: ``interrupted`` when a SIGINT or SIGTERM
+        arrived while it recorded (the program may have caught the ``KeyboardInterrupt`` and
+        returned normally, as the kvscope CLI does: exit 130 or 143) or an interrupt went uncaught;
+        ``error`` after an uncaught exception; else ``complete``."""
+        from kvscope.recording import interrupts
+
+        if len(interrupts.received()) > self.signals_at_start:
+            return "interrupted"
+        # At exit after an uncaught exception the interpreter has set sys.last_value.
+        return interrupts.end_status(getattr(sys, "last_value", None))
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        # At exit after an uncaught exception the interpreter has set sys.last_value.
-        exc = getattr(sys, "last_value", None)
-        status = "complete" if exc is None else ("interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
-        self.pump.shutdown(status=status)
+        self.pump.shutdown(status=self.end_status())
         for name, report in self.pump.sink_reports.items():
             if report.get("dropped"):
                 detail = ", ".join(f"{k} {v}" for k, v in report.items())
