@@ -95,7 +95,7 @@ class ProcessSession:
         from kvscope.recording import interrupts
 
         self.signals_at_start = len(interrupts.received())
-        interrupts.install()
+        self._handlers_replaced = interrupts.install()
         self.remediation = None
         """The remediation controller attached from ``KVSCOPE_REMEDIATION`` / ``..._CHANNEL`` (or None)."""
         self.sizing = None
@@ -161,6 +161,30 @@ class ProcessSession:
         from kvscope.engines.instrumentor import uninstrument
 
         uninstrument(self.kind)
+        self._end_as_terminated()
+
+    def _end_as_terminated(self) -> None:
+        """Put the signal handlers back; after an uncaught :class:`Terminated`, end the process as
+        the SIGTERM would have (killed by it: 143 to a shell) instead of as an uncaught Ctrl-C,
+        which the interpreter turns into a death by SIGINT (130). The recording is closed first;
+        exit handlers registered before this session's are skipped, as the SIGTERM's default
+        action would have skipped them all."""
+        import signal
+
+        from kvscope.recording import interrupts
+
+        try:
+            interrupts.restore(self._handlers_replaced)
+        except (ValueError, OSError):
+            return  # not the main thread: the handlers stay, the interpreter ends the process
+        if isinstance(getattr(sys, "last_value", None), interrupts.Terminated) and os.getpid() == self.pid:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _own_run_id() -> str:
