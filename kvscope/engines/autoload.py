@@ -161,22 +161,22 @@ class ProcessSession:
         from kvscope.engines.instrumentor import uninstrument
 
         uninstrument(self.kind)
-        self._end_as_terminated()
-
-    def _end_as_terminated(self) -> None:
-        """Put the signal handlers back; after an uncaught :class:`Terminated`, end the process as
-        the SIGTERM would have (killed by it: 143 to a shell) instead of as an uncaught Ctrl-C,
-        which the interpreter turns into a death by SIGINT (130). The recording is closed first;
-        exit handlers registered before this session's are skipped, as the SIGTERM's default
-        action would have skipped them all."""
-        import signal
-
         from kvscope.recording import interrupts
 
         try:
             interrupts.restore(self._handlers_replaced)
         except (ValueError, OSError):
-            return  # not the main thread: the handlers stay, the interpreter ends the process
+            pass  # not the main thread: the handlers stay until the process ends
+
+    def end_as_terminated(self) -> None:
+        """At exit, after :meth:`close`: after an uncaught :class:`Terminated`, end the process as
+        the SIGTERM would have (killed by it: 143 to a shell) instead of as an uncaught Ctrl-C,
+        which the interpreter turns into a death by SIGINT (130). Exit handlers registered before
+        this session's are skipped, as the SIGTERM's default action would have skipped them all."""
+        import signal
+
+        from kvscope.recording import interrupts
+
         if isinstance(getattr(sys, "last_value", None), interrupts.Terminated) and os.getpid() == self.pid:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -278,6 +278,7 @@ def _start(kind: str) -> None:
             return
         session = ProcessSession(kind, os.environ)
         _state["session"] = session
+    atexit.register(session.end_as_terminated)  # exit handlers run last in, first out: after close
     atexit.register(session.close)
     _note_instrumented(kind, os.environ)
 
