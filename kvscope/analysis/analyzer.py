@@ -36,6 +36,7 @@ from kvscope.analysis.frame import (
 )
 from kvscope.analysis.incidents import counts, end_missing, headline, verdict
 from kvscope.analysis.loader import load_events, read_columns
+from kvscope.analysis.recorded_interrupts import without_recorded_interrupts
 from kvscope.analysis.request_detectors import (
     find_engine_fatal,
     find_engine_stalls,
@@ -275,7 +276,7 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
     if isinstance(events, pd.DataFrame) and "rank" in events and events["rank"].nunique() > 1:
         events, ranks = one_rank_per_pool(events)
         ranks["num_events_analyzed"] = len(events)
-    ev = as_columns(events)
+    ev, interrupted = without_recorded_interrupts(as_columns(events))
     meta = header_meta(ev)
     configs = pool_configs(ev)
     if len(ev) >= PARALLEL_MIN_EVENTS:
@@ -306,7 +307,8 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         wall_clock=wall_clock_of(ev.attrs, ranks["analyzed"].get("none") if ranks else None),
         remediation_triggered=first_trigger(ev), remediation_switched=first_switch(ev),
         remediation_refused=refused_controls(ev),
-        end_missing=end_missing(ev.attrs.get("kvscope", {}).get("files", [])) or (
+        end_missing="; ".join(filter(None, (end_missing(ev.attrs.get("kvscope", {}).get("files", [])), interrupted)))
+        or (
             None if num_read else "the recording holds no events (an engine that failed during start-up leaves such "
                                   "a file)"),
     )

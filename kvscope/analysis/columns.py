@@ -191,6 +191,24 @@ class EventColumns:
         """Index (into :meth:`iteration_ends`) of the iteration run holding each position."""
         return self.cached("run_of", lambda: count_below(self.iteration_ends(), len(self)))[positions]
 
+    def take(self, keep: np.ndarray) -> EventColumns:
+        """The events at ``keep`` (ascending positions) as a view of their own: every integer
+        column is read whole (a lazy one too); ``reason`` stays on demand, read through ``keep``."""
+        keep = np.asarray(keep, dtype=np.int64)
+        ints = {name: getattr(self, name)[keep] for name in INT_COLUMNS}
+        source = self._reason
+
+        def reason(positions: np.ndarray) -> Any:
+            at = keep[np.asarray(positions, dtype=np.int64)]
+            if callable(source):
+                return source(at)
+            if isinstance(source, (pa.Array, pa.ChunkedArray)):
+                return source.take(pa.array(at))
+            return pd.Series(source).iloc[at].reset_index(drop=True)
+
+        return EventColumns(kind=self.kind[keep], pool=self.pool[keep], reason=None if source is None else reason,
+                            attrs=self.attrs, **ints)
+
     def cached(self, key, make):
         """``make()`` once per key (derived results several detectors share)."""
         if key not in self._cache:
