@@ -2,8 +2,9 @@
 
 A digest hashes every scheduling decision of a replay (per executed iteration: iteration number,
 context requests with cursor and chunk size, generation ids, paused ids, recompute-paused ids) and,
-separately, its summary (every key except ``wall_seconds`` and ``config``, which grows when a knob is
-added, and the keys added after the fixture was made while they hold their neutral value:
+separately, its summary (every key except ``wall_seconds``, ``config``, which grows when a knob is
+added, ``engine_version``, which restates the config's build (each case names it or takes the
+scenario's), and the keys added after the fixture was made while they hold their neutral value:
 ``NEW_SUMMARY_KEYS``). Speed work on the engine model must
 leave both unchanged; a change to the model's decisions made on purpose regenerates the fixture:
 
@@ -113,6 +114,7 @@ def digest(scenario: str, overrides: tuple[str, ...]) -> dict[str, Any]:
     summary = run(scenario, list(overrides), instrument=log).to_dict()
     summary.pop("wall_seconds")
     summary.pop("config")
+    summary.pop("engine_version", None)
     for key, neutral in NEW_SUMMARY_KEYS.items():
         if summary.get(key) == neutral:
             summary.pop(key)
