@@ -80,6 +80,9 @@ critical after it opened is timed at the finding's ``critical_at_s`` (when it wa
 critical, the time ``open_alarm.critical_lead_s`` is measured from), no longer at the start of that
 iteration; only ``t_s`` and ``lead_s`` of ``verdict.first_critical`` in ``glm5-dsa`` and
 ``shared-prefix`` changed (same iteration); checked: nothing else differs.
+Patched in place for one additive key: ``engine_version``, the build the file's header names
+(``model-of-main-00746ef`` in five files, ``model-of-1.3.0rc25`` / ``model-of-1.3.0rc27`` in the two
+reuse-off files); checked: dropping it gives the previous objects exactly.
 Every path into the analyzer must reproduce those objects exactly: the Parquet column view
 (``analyze_files``), the fast frame loader, the validating reader and an in-memory frame.
 """
