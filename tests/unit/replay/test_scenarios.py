@@ -25,14 +25,17 @@ def test_glm5_dsa_matches_report_when_built():
     assert 16 <= config.requests_in_flight <= 32
 
 
-def test_glm5_dsa_starts_sessions_one_mean_request_cycle_apart_over_the_requests_in_flight_when_default():
+def test_glm5_dsa_starts_a_session_every_10_s_when_default_and_one_mean_request_cycle_apart_when_derived():
     scenario = get_scenario("glm5-dsa")
-    assert scenario.config.session_start_interval_s == -1.0  # derived
+    # kv-cache-tester's ramp adds 1-7 users per 30 s period; the default (three a period) lies inside it.
+    assert scenario.config.session_start_interval_s == 10.0
+    assert scenario.build_workload(scenario.config).session_start_interval_s == 10.0
+    derived = scenario.config.with_overrides(["session_start_interval_s=-1"])
     assert MEAN_REQUEST_CYCLE_S == 28.67
-    workload = scenario.build_workload(scenario.config)
+    workload = scenario.build_workload(derived)
     assert workload.session_start_interval_s == pytest.approx(28.67 / 24)
     assert workload.describe()["session_start_interval_s"] == pytest.approx(1.1946, abs=1e-4)
-    fewer = scenario.config.with_overrides(["requests_in_flight=8"])
+    fewer = derived.with_overrides(["requests_in_flight=8"])
     assert scenario.build_workload(fewer).session_start_interval_s == pytest.approx(28.67 / 8)
     # The earlier burst (every session at t=0) is one --set away.
     burst = scenario.config.with_overrides(["session_start_interval_s=0"])
