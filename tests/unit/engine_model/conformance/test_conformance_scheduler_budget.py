@@ -5,8 +5,11 @@ Upstream file, commit and method: ``conformance_harness`` (``SCHEDULER_TESTS``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conformance_harness import (
+    ENGINE_VERSIONS,
     FORCE,
     build,
     cache_prefix,
@@ -523,16 +526,29 @@ class TestEdgeCases:
 @pytest.mark.builds_with(free_failed_first_chunk=lambda frees: not frees)
 class TestChunkedAdmissionBeforeFirstChunksWereFreed:
     """1.3.0rc25: no stored upstream test matches its scheduler (see TestFirstPassDeadlock in
-    test_conformance_scheduler_pressure.py); this follows the 00746ef test named below with the
-    outcome the stored rc25 ``scheduler_v2.py`` (46,253 chars, read in full) gives: the chunked
-    path skips before ``prepare_context`` only when no budget is left, checks the chunk unit after
-    it, visits every pending request, and never frees a first chunk that was not scheduled."""
+    test_conformance_scheduler_pressure.py); this follows the 00746ef test named below. rc25 never
+    frees a first chunk that was not scheduled; it checks the chunk unit before ``prepare_context``
+    as every main read does (SOURCES.md, "rc25's chunked admission order"). The stored 46,253-char
+    ``scheduler_v2.py`` checks it after, the order set aside there and kept as a counterfactual
+    build (``chunk_unit_checked_after_prepare=True``), whose outcome is checked here too."""
 
     def test_min_budget_check(self, version):
         """TestChunkedContext::test_min_budget_check @ 00746ef, on rc25: budget 50 < unit 64
-        schedules nothing, but both pending first chunks have had their target caches created and
-        resumed (IndexMapper slots held) and keep them."""
+        schedules nothing, and neither pending first chunk has a target cache created (no
+        IndexMapper slot held)."""
         engine = build(version=version, tpb=64, chunk=64, max_num_tokens=50)
+        reqs = [ctx(engine, 0, 1000), ctx(engine, 1, 1000)]
+        assert engine.schedule(reqs).context_requests == []
+        assert [engine.target.is_request_active(r.py_request_id) for r in reqs] == [False, False]
+        assert engine.target.index_mapper.size() == 0
+
+    def test_min_budget_check_when_the_unit_is_checked_after_prepare(self, version, monkeypatch):
+        """The same on the 46k copy's order: nothing is scheduled, but both pending first chunks
+        have had their target caches created and resumed (IndexMapper slots held) and keep them."""
+        counterfactual = f"{version}-unit-after-prepare"
+        monkeypatch.setitem(ENGINE_VERSIONS, counterfactual,
+                            dataclasses.replace(ENGINE_VERSIONS[version], chunk_unit_checked_after_prepare=True))
+        engine = build(version=counterfactual, tpb=64, chunk=64, max_num_tokens=50)
         reqs = [ctx(engine, 0, 1000), ctx(engine, 1, 1000)]
         assert engine.schedule(reqs).context_requests == []
         assert [engine.target.is_request_active(r.py_request_id) for r in reqs] == [True, True]
