@@ -77,7 +77,7 @@ def test_prefix_hit_is_reported_once_when_a_queued_request_is_retried_until_admi
     # Tried in iterations 1-4 (1 and 3 blocks short, then request 1 frees its blocks): the holds
     # of the three refused attempts are not reported, the deferral carries the match (7 tokens).
     assert rows == [
-        (0, N, K.REQUEST_ARRIVED, 2, 14),
+        (0, N, K.REQUEST_ARRIVED, 50, 14),  # max_new_tokens deduced: max_seq_len 64 - prompt 14
         (1, T, K.RESIZE_FAILED, 1, 14),
         (1, T, K.ADMISSION_DEFERRED, 1, 7),
         (4, T, K.BLOCKS_REUSED, 2, 7),

@@ -33,7 +33,9 @@ def test_exact_event_sequence_when_two_requests_share_a_prefix(make_engine):
     assert _rows(rec) == [
         (-1, -1, T, K.POOL_CONFIGURED, 0, 4),
         (-1, -1, D, K.POOL_CONFIGURED, 0, 4),
-        (-1, 1, N, K.REQUEST_ARRIVED, 2, 10),
+        # REQUEST_ARRIVED carries max_new_tokens: the client sends no max_tokens, so the engine
+        # deduces max_seq_len - prompt (64 - 10), not the 2 tokens the request will generate.
+        (-1, 1, N, K.REQUEST_ARRIVED, 54, 10),
         (0, 1, T, K.BLOCKS_ALLOCATED, 3, 10),
         (0, 1, N, K.ADMITTED, 0, 0),
         (0, 1, N, K.CONTEXT_CHUNK_SCHEDULED, 0, 10),
@@ -42,7 +44,7 @@ def test_exact_event_sequence_when_two_requests_share_a_prefix(make_engine):
         (0, -1, T, K.POOL_SNAPSHOT, 0, 10),
         (0, -1, D, K.POOL_SNAPSHOT, 0, 10),
         (0, 1, T, K.BLOCKS_COMMITTED, 2, 10),
-        (0, 2, N, K.REQUEST_ARRIVED, 2, 10),
+        (0, 2, N, K.REQUEST_ARRIVED, 54, 10),
         # Request 2: two prefix blocks reused in the target (7 tokens after the 1-token MTP backoff),
         # one block allocated; its draft mirror is allocated in full (3 blocks, no reuse).
         (1, 2, T, K.BLOCKS_REUSED, 2, 7),
