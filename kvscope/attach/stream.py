@@ -127,6 +127,9 @@ class StreamFeed:
         elif self.analysis_off:
             counted += f"; {self.analysis_off}"
         if s.ended:
+            if s.end_status == "interrupted":
+                return FeedStatus(FINISHED, f"{self.endpoint}: the engine was interrupted (Ctrl-C or SIGTERM) and "
+                                            f"closed its stream; its outcome is unknown: {counted}")
             return FeedStatus(FINISHED, f"{self.endpoint}: the engine closed its stream (clean end): {counted}")
         silent_s = (self._clock() - self._since_ns) / 1e9
         if silent_s >= self.silent_after_s:

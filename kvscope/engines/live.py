@@ -37,8 +37,10 @@ from kvscope.recording.wire import (
     END,
     BatchHeader,
     StreamRefusedError,
+    decode_end,
     decode_header,
     decode_rows,
+    encode_end,
     encode_header,
     encode_rows,
     encode_tail,
@@ -140,6 +142,8 @@ class ZmqPublisherSink:
         """(rank, pid, recorder drops, header tail) of the last batch: what END repeats."""
         self._tail_of: tuple[WallClockAnchor, dict, bytes] | None = None
         self._closed = False
+        self.end_status = "complete"
+        """How the recording ended, sent with END (:meth:`note_end`)."""
 
     def _drain_subscriptions(self) -> None:
         while True:
@@ -195,6 +199,12 @@ class ZmqPublisherSink:
         """For the recording's end record: events sent, and events ``dropped`` at the high-water mark."""
         return {"sent": self.num_sent_events, "dropped": self.num_dropped_events}
 
+    def note_end(self, status: str) -> None:
+        """How the recording ends (``complete``, ``interrupted``, ``error``), called by the pump
+        before :meth:`shutdown`: the END message says it, so a follower of an interrupted engine
+        knows its outcome is unknown rather than that the run ended cleanly."""
+        self.end_status = status
+
     def shutdown(self) -> None:
         if not self._closed:
             self._closed = True
@@ -212,7 +222,7 @@ class ZmqPublisherSink:
         head = encode_header(END, self.num_sent_batches + self.num_dropped_batches, self._next_event, 0,
                              recorder_dropped, self.num_dropped_events, rank, pid, tail)
         try:
-            self._sock.send_multipart([TOPIC, head, b""], flags=zmq.NOBLOCK)
+            self._sock.send_multipart([TOPIC, head, encode_end(self.end_status)], flags=zmq.NOBLOCK)
         except zmq.Again:
             pass  # a stalled subscriber: it learns the end from its idle timeout instead
 
@@ -281,6 +291,10 @@ class LiveSubscriber:
         """Events the publisher had handled before this subscriber's first batch."""
         self.ended = False
         """The publisher's END arrived: the run's stream is over."""
+        self.end_status: str | None = None
+        """How the recording ended, as the END said it (``complete``, ``interrupted`` after a
+        Ctrl-C or SIGTERM: outcome unknown, ``error``); None before END or from a publisher that
+        does not say."""
         self.meta: dict = {}
         """What the last header said of the engine (:data:`kvscope.recording.wire.STREAM_META_KEYS`):
         read-only."""
@@ -301,6 +315,7 @@ class LiveSubscriber:
             header = self._accept(decode_header(frames[1]))
             if header.kind == END:
                 self.ended = True
+                self.end_status = decode_end(frames[2])
                 break
             if header.kind != DATA:
                 continue

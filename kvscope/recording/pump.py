@@ -102,7 +102,8 @@ class BatchPump:
             timeout_s: how long to wait for the pump thread.
             status: how the recording ended (``complete``, ``interrupted``, ``error``); file sinks
                 write it in their end record with the recorder's drop count and the other sinks'
-                reports (:attr:`sink_reports`).
+                reports (:attr:`sink_reports`); a sink with ``note_end(status)`` (the live
+                publisher) is told it before it shuts down.
         """
         if self._is_shut_down:
             return
@@ -116,6 +117,9 @@ class BatchPump:
         others = [s for s in self.sinks if not hasattr(s, "set_end")]
         for sink in others:  # first: their final counts go into the files' end records
             try:
+                note_end = getattr(sink, "note_end", None)
+                if note_end is not None:  # a live publisher says how the recording ended
+                    note_end(status)
                 sink.shutdown()
             except Exception as e:
                 self._sink_failed(sink, "shut down", e, 0)

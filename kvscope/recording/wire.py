@@ -38,7 +38,8 @@ WIRE_VERSION = 2
 """1 was one JSON object per batch (kvscope before the binary stream)."""
 DATA = 0
 END = 1
-"""Sent once at a clean shutdown: no rows; its counters are the publisher's final ones."""
+"""Sent once at a clean shutdown: no rows; its counters are the publisher's final ones, and its body
+(:func:`encode_end`) how the recording ended, as a file's end record says it."""
 
 _HEAD = struct.Struct("<4sHIBQQIQQii")
 
@@ -112,6 +113,21 @@ def encode_header(kind: int, seq: int, first_event: int, num_rows: int, recorder
                       recorder_dropped, publisher_dropped, rank, pid) + tail
 
 
+def encode_end(status: str) -> bytes:
+    """The END message's body: the recording's end ``status`` (``complete``, ``interrupted`` after
+    a Ctrl-C or SIGTERM, ``error``). A subscriber of a kvscope that sent an empty body reads None."""
+    return json.dumps({"status": status}, separators=(",", ":")).encode()
+
+
+def decode_end(body: bytes) -> str | None:
+    """The end ``status`` an END body gives, None when it gives none."""
+    try:
+        status = json.loads(body).get("status") if body else None
+    except (ValueError, AttributeError):
+        return None
+    return status if isinstance(status, str) else None
+
+
 def encode_rows(raw: list[RawRow]) -> bytes:
     """Raw ring rows -> body bytes (one C call)."""
     return pickle.dumps(raw, protocol=5)
@@ -174,5 +190,6 @@ def decode_rows(body: bytes, num_rows: int) -> list[RawRow]:
 
 
 __all__ = ["DATA", "END", "FINGERPRINT", "MAGIC", "STREAM_META_KEYS", "WIRE_VERSION", "BatchHeader",
-           "StreamRefusedError", "decode_header", "decode_rows", "encode_header", "encode_rows", "encode_tail",
+           "StreamRefusedError", "decode_end", "decode_header", "decode_rows", "encode_end", "encode_header",
+           "encode_rows", "encode_tail",
            "schema_fingerprint", "stream_meta"]

@@ -146,7 +146,7 @@ def test_a_signalled_replay_publishes_no_engine_failure_on_its_live_stream(tmp_p
     finally:
         sub.close()
     assert done.returncode == code, done.stderr
-    assert sub.ended  # the publisher shut down in order and said so
+    assert sub.ended and sub.end_status == "interrupted"  # the publisher shut down in order and said how
     kinds = {r[COL_KIND] for r in rows}
     assert EventKind.ENGINE_FAILED not in kinds and EventKind.REQUEST_FAILED not in kinds
     (path,) = out.glob("*.jsonl")

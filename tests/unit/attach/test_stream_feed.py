@@ -108,6 +108,25 @@ def test_status_says_finished_when_the_engine_closes_its_stream_cleanly():
         feed.close()
 
 
+@pytest.mark.parametrize("status,says", [("interrupted", "was interrupted (Ctrl-C or SIGTERM) and closed its "
+                                                          "stream; its outcome is unknown"),
+                                         ("complete", "closed its stream (clean end)")])
+def test_status_says_how_the_recording_ended_when_the_engine_closes_its_stream(status, says):
+    sink = ZmqPublisherSink("tcp://127.0.0.1:*")
+    feed = StreamFeed(sink.endpoint)
+    rec = Recorder(rank=0)
+    pump = BatchPump(rec, [sink], start=False)
+    dash = Dashboard(feed, refresh_s=0)
+    try:
+        _publish_until_received(rec, pump, feed, dash, 5)
+        pump.shutdown(status=status)  # sends END, saying how the recording ended
+        got = dash.wait(timeout_s=10)
+        assert got.state == "finished" and says in got.detail
+        assert feed.subscriber.end_status == status
+    finally:
+        feed.close()
+
+
 def test_silent_after_must_be_positive():
     with pytest.raises(ValueError, match="silent_after_s must be > 0, got 0"):
         StreamFeed("tcp://127.0.0.1:1", silent_after_s=0)

@@ -329,3 +329,12 @@ def test_the_header_says_what_the_meta_says_now_when_it_changes_between_batches(
     finally:
         sub.close()
         pump.shutdown()
+
+
+@pytest.mark.parametrize("body,status", [(b'{"status":"interrupted"}', "interrupted"), (b"", None),
+                                         (b"not json", None), (b'{"status":3}', None)])
+def test_the_end_message_says_how_the_recording_ended_or_nothing_when_its_body_does_not(body, status):
+    from kvscope.recording.wire import decode_end, encode_end
+
+    assert decode_end(body) == status  # an empty body: a publisher of kvscope that did not say
+    assert decode_end(encode_end("error")) == "error"
