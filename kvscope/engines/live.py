@@ -370,11 +370,13 @@ class LiveSubscriber:
         return pd.DataFrame({f: pd.Series(v, dtype=dtypes[f]) for f, v in cols.items()})
 
     def stats(self) -> dict[str, object]:
-        """What the stream delivered and lost (the ``stream`` key of ``export --follow --json``)."""
+        """What the stream delivered and lost (the ``stream`` key of ``export --follow --json``), and
+        how the recording ended (``end_status``, see :attr:`end_status`)."""
         return {"run_id": self.run_id, "batches": self.num_batches, "events": self.num_received,
                 "gap_events": self.gap_events, "missed_at_start": self.missed_at_start,
                 "publisher_dropped": self.publisher_dropped_total,
-                "recorder_dropped": self.recorder_dropped_total, "ended": self.ended}
+                "recorder_dropped": self.recorder_dropped_total, "ended": self.ended,
+                "end_status": self.end_status}
 
     def close(self) -> None:
         self._sock.close(linger=0)

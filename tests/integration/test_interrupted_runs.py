@@ -147,6 +147,7 @@ def test_a_signalled_replay_publishes_no_engine_failure_on_its_live_stream(tmp_p
         sub.close()
     assert done.returncode == code, done.stderr
     assert sub.ended and sub.end_status == "interrupted"  # the publisher shut down in order and said how
+    assert sub.stats()["end_status"] == "interrupted"  # what export --follow --json reports as 'stream'
     kinds = {r[COL_KIND] for r in rows}
     assert EventKind.ENGINE_FAILED not in kinds and EventKind.REQUEST_FAILED not in kinds
     (path,) = out.glob("*.jsonl")
