@@ -37,14 +37,18 @@ class ListWorkload:
 
 
 def make_engine(*, num_target_blocks: int = 16, num_draft_blocks: int = 16, tokens_per_block: int = 4,
-                max_draft_len: int = 1, enable_block_reuse: bool = True) -> PyExecutorModel:
+                max_draft_len: int = 1, enable_block_reuse: bool = True,
+                client_max_tokens: str = "none") -> PyExecutorModel:
+    """``client_max_tokens``: what clients send as max_tokens (the knob; "none": the engine deduces
+    max_seq_len - prompt, 64 here, so a policy reserving max_new_tokens sees the whole sequence)."""
     common = dict(tokens_per_block=tokens_per_block, max_seq_len=64, max_batch_size=4, max_num_tokens=64,
                   max_draft_len=max_draft_len, enable_block_reuse=enable_block_reuse)
     target = KVCacheManagerV2Model(num_blocks=num_target_blocks, **common)
     draft = KVCacheManagerV2Model(num_blocks=num_draft_blocks, is_draft=True, **common)
     scheduler = KVCacheV2SchedulerModel(4, 64, target, draft_kv_cache_manager=draft)
     config = EngineConfig(max_batch_size=4, max_num_tokens=64, max_seq_len=64,
-                          tokens_per_block=tokens_per_block, max_draft_len=max_draft_len)
+                          tokens_per_block=tokens_per_block, max_draft_len=max_draft_len,
+                          client_max_tokens=client_max_tokens)
     return PyExecutorModel(config, create_resource_manager(target, draft), scheduler,
                            CostModel.from_config(config), SimClock())
 

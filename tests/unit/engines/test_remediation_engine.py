@@ -30,8 +30,9 @@ def _drain(engine, limit: int = 200) -> None:
 
 
 def test_rejects_a_never_fitting_request_with_a_clear_message_and_serves_the_rest(make_engine):
-
-    engine, rec, port = _make(make_engine, num_target_blocks=32, num_draft_blocks=4)
+    # Clients send max_tokens 2 (each request's output): without it the engine deduces
+    # max_seq_len - prompt and neither request fits this 4-block draft pool.
+    engine, rec, port = _make(make_engine, num_target_blocks=32, num_draft_blocks=4, client_max_tokens="2")
     ctl = attach(port, mode="on")
     engine.add_request(WorkloadRequest(7, 0.0, 20, 2, (1, 2, 3, 4)))   # draft: (20 + 2 + 1) / 4 = 6 > 4
     engine.add_request(WorkloadRequest(8, 0.0, 6, 2, (9,)))
@@ -54,13 +55,16 @@ def test_rejects_a_never_fitting_request_with_a_clear_message_and_serves_the_res
 
 def _decode_overflow(engine) -> None:
     # Prompts fit the draft pool, their decode growth does not: (12 + 1) / 4 = 4 blocks each at
-    # admission, 8 of 9 blocks; each grows by 1 + 1 draft slot per step.
+    # admission, 8 of 9 blocks; each grows by 1 + 1 draft slot per step. The engines are built
+    # with clients sending max_tokens 10 (each request's output): with the deduced max_seq_len -
+    # prompt (12 + 52 tokens: 17 blocks) the policy rejects both as never fitting, and no failure
+    # gets through to be contained.
     engine.add_request(WorkloadRequest(1, 0.0, 12, 10, (1, 2, 3)))
     engine.add_request(WorkloadRequest(2, 0.0, 12, 10, (5, 6, 7)))
 
 
 def test_contains_a_draft_failure_the_admission_policy_let_through_when_enforcing(make_engine):
-    engine, rec, port = _make(make_engine, num_target_blocks=64, num_draft_blocks=9)
+    engine, rec, port = _make(make_engine, num_target_blocks=64, num_draft_blocks=9, client_max_tokens="10")
     ctl = attach(port, mode="on", policy="joint-admission")
     _decode_overflow(engine)
     _drain(engine)
@@ -80,7 +84,7 @@ def test_contains_a_draft_failure_the_admission_policy_let_through_when_enforcin
 
 
 def test_the_same_failure_is_fatal_when_remediation_only_shadows(make_engine):
-    engine, rec, port = _make(make_engine, num_target_blocks=64, num_draft_blocks=9)
+    engine, rec, port = _make(make_engine, num_target_blocks=64, num_draft_blocks=9, client_max_tokens="10")
     attach(port, mode="shadow", policy="joint-admission")
     _decode_overflow(engine)
     with pytest.raises(RuntimeError, match="Draft KV cache generation resize failed"):
