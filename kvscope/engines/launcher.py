@@ -34,7 +34,10 @@ Configuration is by environment variables (options here only set them):
 ==========================  ======================================================================
 
 Each process writes ``<dir>/events-rank<R>-pid<P>.<ext>``; rank and pid are on every event, and the
-files merge into one timeline with ``kvscope.recording.read_frame([...])``.
+files merge into one timeline with ``kvscope.recording.read_frame([...])``. A Ctrl-C or SIGTERM ends
+each file ``interrupted`` (never as an engine failure): SIGTERM, unless the program handles it
+itself, unwinds its main thread like a Ctrl-C and the process then dies of SIGTERM as it would have,
+after its recording is closed (:mod:`kvscope.recording.interrupts`).
 
 With ``--engine tensorrt_llm`` or ``model`` the command, when it is a Python program, says at its exit
 in one stderr line when no process of this host was instrumented (the engine was never imported, or
