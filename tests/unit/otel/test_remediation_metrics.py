@@ -19,7 +19,11 @@ def test_rejection_reasons_are_a_small_fixed_set_when_classified():
 def test_a_remediated_replay_exports_what_remediation_did_when_its_events_are_observed(tmp_path):
     path = tmp_path / "run.jsonl"
     session = RemediatedSession(mode="on", events_path=str(path), label="shared-prefix")
-    summary = replay.run("shared-prefix", ["num_target_blocks=19807", "num_draft_blocks=1700"], instrument=session)
+    # Clients cap outputs at 1,000 tokens (the workload's longest): without a cap the engine deduces
+    # max_seq_len - prompt and every request is rejected as never fitting the small draft pool, which
+    # leaves no reservation or deferral to export.
+    summary = replay.run("shared-prefix", ["num_target_blocks=19807", "num_draft_blocks=1700",
+                                           "client_max_tokens=1000"], instrument=session)
     assert not summary.engine_fatal
     frame = read_frame(path)
     state = MetricState()
