@@ -14,10 +14,12 @@ from kvscope.remedy import RemediatedSession
 @pytest.fixture(scope="module")
 def switched_on(tmp_path_factory):
     """glm5-dsa, remediation auto (it switches on at its first finding, with requests running), cut
-    at 90 simulated seconds as the on-call run was: adopted requests are still decoding at the end."""
+    at 90 simulated seconds as the on-call run was: adopted requests are still decoding at the end.
+    Sessions start 1.19 s apart (``session_start_interval_s=-1``, the on-call run's traffic): with
+    the default 10 s ramp no finding comes within 90 s, so nothing would switch on."""
     events = tmp_path_factory.mktemp("adopted") / "auto.jsonl"
     session = RemediatedSession(mode="auto", label="glm5-dsa", events_path=str(events))
-    summary = replay.run("glm5-dsa", ["max_sim_seconds=90"], instrument=session)
+    summary = replay.run("glm5-dsa", ["max_sim_seconds=90", "session_start_interval_s=-1"], instrument=session)
     assert not summary.engine_fatal and session.final_stats["auto_triggered"]
     return read_frame(events)
 
