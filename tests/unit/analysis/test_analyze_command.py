@@ -105,8 +105,11 @@ def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
 
 def test_a_healthy_auto_run_says_which_finding_switched_remediation_on(tmp_path):
     events = tmp_path / "auto.parquet"
+    # The twelve warm-ups sent at once (warmup_concurrency=0): a finding comes early enough for auto
+    # to switch on and the run ends healthy.
     res = subprocess.run([sys.executable, "-m", "kvscope", "replay", "--scenario", "qwen-hybrid-mtp", "--remediation",
-                          "auto", "--events", str(events), "--json"], capture_output=True, text=True, timeout=600)
+                          "auto", "--set", "warmup_concurrency=0", "--events", str(events), "--json"],
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-1000:]
     assert json.loads(res.stdout)["engine_fatal"] is False
     res = _kvscope(str(events), "--json", "--html", str(tmp_path / "r.html"))
