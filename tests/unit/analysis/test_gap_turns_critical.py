@@ -16,7 +16,9 @@ from kvscope.recording.reader import frame_to_rows
 
 def test_a_gap_that_deepens_later_is_critical_from_then_in_both_analyzers(tmp_path):
     path = tmp_path / "g2.parquet"
-    replay.run("glm5-dsa", ["seed=2"], instrument=EventFileSession(path, label="glm5-dsa"))
+    # Sessions 1.19 s apart: the traffic seed 2 was picked on (on the 10 s default ramp its one gap is
+    # critical from its start).
+    replay.run("glm5-dsa", ["seed=2", "session_start_interval_s=-1"], instrument=EventFileSession(path, label="glm5-dsa"))
     batch = analyze_files(path)
     gaps = [f for f in batch.findings if f.kind == FindingKind.ADMISSION_GAP]
     later = [f for f in gaps if f.evidence["critical_at_iteration"] not in (None, f.iteration_start)]
