@@ -94,6 +94,9 @@ class PoolConfig:
     """The longest sequence, prompt + output, in tokens, as the pool's KV manager holds it (lowered
     to what the pool can hold when that is less; 0: not known). The executor deduces a request's
     missing ``max_tokens`` from its own ``max_seq_len``, not read here."""
+    has_tier_below: bool = False
+    """A cache tier below the GPU (host) exists: a suspended cache's pages can leave this pool, so
+    suspending a request makes room here; without one they stay until the cache is freed."""
 
     def __post_init__(self) -> None:
         if self.tokens_per_block <= 0:
@@ -104,7 +107,11 @@ class PoolConfig:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionRequest:
-    """One context attempt (first chunk or a later one) as admission sees it."""
+    """One context attempt (first chunk or a later one), or one generation step, as admission sees it.
+
+    Nothing here is the request's future: ``max_new_tokens`` is the client's cap (or what the
+    engine deduced for a client that sent none), never the output it will produce.
+    """
 
     request_id: int
     prompt_len: int
@@ -119,6 +126,8 @@ class AdmissionRequest:
     """Draft tokens the request proposes per step."""
     arrival_iteration: int = -1
     """Scheduler iteration at which the request was first seen (-1 unknown): age for fairness."""
+    num_tokens: int = -1
+    """Tokens the request holds now: its prompt plus what it generated so far (-1 unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +205,14 @@ class AdmissionPolicy(Protocol):
     Optional: a ``decision_epoch`` attribute (any comparable value). A policy that has one promises
     that a deferral it returned still holds while ``decision_epoch`` is unchanged, so the adapter may
     repeat it for a request retried on later passes without calling :meth:`decide`.
+
+    Optional, for a policy that follows decode growth instead of reserving it ahead:
+    ``allow_growth(request) -> bool``, asked before each generation step (and resume) of a started
+    request in the target manager; False makes the target refuse that step, so the scheduler
+    relieves the shortage as it does its own (suspend others, or the request itself) instead of
+    letting a draft resize fail. ``suspended(request_id, freed=...)``: the request was suspended
+    (its pages leave a pool only where a tier lies below it: ``PoolConfig.has_tier_below``), or its
+    caches were freed (``freed``: a recompute pause or its end).
     """
 
     name: str

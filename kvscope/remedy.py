@@ -7,7 +7,7 @@ kvscope's layers imports it.
 
 Replays::
 
-    session = RemediatedSession(mode="on", policy="draft-reserve", events_path="run.parquet")
+    session = RemediatedSession(mode="on", policy="draft-headroom", events_path="run.parquet")
     summary = replay.run("glm5-dsa", instrument=session)
     session.summary_keys()     # remediation, sizing, reservations_leaked, requests_contained, ...
 
@@ -21,6 +21,9 @@ policy name) and optionally ``KVSCOPE_REMEDIATION_CHANNEL=/shared/path/control.j
 controller at start (:func:`attach_from_env`); every rank reading the same channel switches on the
 same iteration. ``KVSCOPE_SIZING=0.09|4x`` re-splits the KV byte budget at engine start through
 ``KvCacheCreator._split_kv_cache_budget_for_draft`` (:func:`sizing_from_env`).
+
+Size: the composition root of every remediated replay (session, auto trigger, sizing, the engine
+model's fast-forward bound); the CLI, the demo, the benchmarks and the notebooks share it whole.
 """
 
 from __future__ import annotations
@@ -91,8 +94,25 @@ def attach_to_parts(parts: Any, binding: Binding, *, mode: str = "on", policy: s
         EngineConfigMissing: a manager lacks a value admission needs (one line)."""
     config = parts.config
     port = BindingPort(binding, error_path=model_error_path(parts.executor))
-    return attach(port, mode=mode, policy=policy, max_seq_len=int(config.max_seq_len), channel=channel,
-                  max_wait_passes=max_wait_passes, lead_passes=lead_passes)
+    controller = attach(port, mode=mode, policy=policy, max_seq_len=int(config.max_seq_len), channel=channel,
+                        max_wait_passes=max_wait_passes, lead_passes=lead_passes)
+    _bound_fast_forward(parts.executor, controller)
+    return controller
+
+
+def _bound_fast_forward(executor: Any, controller: Controller) -> None:
+    """The engine model skips pure-decode stretches without calling the scheduler; a policy that
+    follows decode growth step by step bounds each stretch to the rounds it would allow, so the
+    skip never carries a request past a step the real engine's scheduler would have been refused."""
+    skip = executor.decode_fast_forward
+    if skip is None:
+        return
+
+    def bounded(ex: Any, horizon: int) -> int:
+        allowed = controller.decode_rounds_allowed()
+        return skip(ex, horizon if allowed is None else min(horizon, allowed))
+
+    executor.decode_fast_forward = bounded
 
 
 class _FindingTrigger:

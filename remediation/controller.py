@@ -1,7 +1,7 @@
 """Controller: remediation's live switch over an engine's admission port.
 
     from remediation import attach
-    ctl = attach(port, mode="shadow", policy="draft-reserve", max_seq_len=262144)
+    ctl = attach(port, mode="shadow", policy="draft-headroom", max_seq_len=262144)
     ctl.set_mode("on")                # at the next scheduling pass (or at_iteration=N)
     ctl.stats().to_dict()             # reserved blocks per pool, deferrals, rejections, contained
     ctl.detach()                      # every reservation released, stock admission back
@@ -29,6 +29,9 @@ policy) changes nothing: it is logged once, recorded as REMEDIATION_MODE_CHANGED
 Threading: the engine thread calls the gate (``begin_pass``/``decide``/``release``); ``set_mode``,
 ``set_policy`` and ``trigger`` may be called from any thread (they publish a record; the engine
 thread applies it).
+
+Size: one state machine (mode, policy, records from the channel, auto's engagement) over one ledger;
+split, each part would reach into the others' state every pass.
 """
 
 from __future__ import annotations
@@ -246,6 +249,13 @@ class Controller:
         decision = self._policy.decide(request)
         if decision.verdict is Verdict.ADMIT or mode is Mode.ON or (mode is Mode.AUTO and self._triggered):
             return decision
+        if mode is Mode.AUTO and decision.verdict is Verdict.DEFER:
+            # The policy would defer: the draft pool's certain needs pass its resume ceiling, so a
+            # draft raise is coming unless requests end first. Engaged at this very attempt (a burst
+            # of long prompts can fill the pool within one pass, before any finding or record could
+            # land); every rank sees the same attempts in the same order and engages at the same one.
+            self._engage(f"{self._policy_name} would defer request {request.request_id}: {decision.reason}")
+            return decision
         key = (request.request_id, decision.verdict)
         if key not in self._shadowed:
             self._shadowed.add(key)
@@ -258,6 +268,29 @@ class Controller:
             self.reporter.report(EventKind.REMEDIATION_SHADOWED, request.request_id, decision.pool,
                                  decision.num_blocks_short, request.prompt_len, f"{what}: {decision.reason}")
         return _ADMIT
+
+    def allow_growth(self, request: AdmissionRequest) -> bool:
+        """One generation step (or resume) of a started request; only an enforcing policy holds one
+        (in shadow, or auto before its trigger, the policy still counts the growth)."""
+        mode = self._mode
+        if mode is Mode.OFF:
+            return True
+        enforce = mode is Mode.ON or (mode is Mode.AUTO and self._triggered)
+        fits = self._policy.allow_growth(request, enforce=enforce)
+        if not fits and mode is Mode.AUTO and not enforce:
+            self._engage(f"{self._policy_name} would hold a step of request {request.request_id}")
+            return True  # counted already; the next steps are held
+        return fits or mode is Mode.SHADOW or (mode is Mode.AUTO and not enforce)
+
+    def suspended(self, request_id: int, *, freed: bool = False) -> None:
+        if self._mode is not Mode.OFF:
+            self._policy.suspended(request_id, freed=freed)
+
+    def decode_rounds_allowed(self) -> int | None:
+        """Decode rounds the engine model may fast-forward before the policy must be asked again."""
+        if not self.enforcing:
+            return None
+        return self._policy.decode_rounds_allowed()
 
     def release(self, request_id: int) -> None:
         if self._shadowed:
@@ -278,6 +311,23 @@ class Controller:
     def _new_policy(self, name: str) -> ReservingPolicy:
         return create_policy(name, max_seq_len=self.max_seq_len, max_wait_passes=self.max_wait_passes,
                              emit=self.port.emitter())
+
+    def _engage(self, why: str) -> None:
+        """``auto``: the policy's own decisions say a draft raise is coming; enforce from now on,
+        keeping the ledger the policy kept in shadow (exact up to this first deferral)."""
+        self._triggered = True
+        self._policy.reporter.emit = self.reporter.emit
+        self._shadowed.clear()
+        self.num_mode_changes += 1
+        reason = format_kv({"mode": Mode.AUTO.value, "policy": self._policy_name, "previous": Mode.AUTO.value,
+                            "previous_policy": self._policy_name, "enforcing": True,
+                            "trigger": why.replace(" ", "_")[:200]})
+        self.reporter.report(EventKind.REMEDIATION_MODE_CHANGED, -1, PoolRole.NONE, 0, self._iteration, reason)
+        if self.on_mode_change is not None:
+            try:
+                self.on_mode_change(reason)
+            except Exception:  # noqa: BLE001 - a listener never takes the engine's pass down
+                self.num_hook_errors += 1
 
     def _publish(self, mode: Mode | None, policy: str | None, *, at_iteration: int | None,
                  triggered: str = "") -> None:

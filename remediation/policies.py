@@ -5,10 +5,19 @@ configuration and that ledger only: it never needs a live read of the pool it ga
 unchanged on the scheduling rank of a pipeline-parallel engine, where the draft pool is not resident.
 
 ========================  =========================================================================
-``draft-reserve``         (default) the request's whole need in each gated pool: prompt + its
-                          max output + draft slots + extra tokens, below the pool's resume ceiling;
-                          released when the request ends. Admission alone then keeps every mirror's
-                          context AND generation growth, and every resume, inside the pool.
+``draft-headroom``        (default) what is certain, and decode growth as it happens: a request is
+                          admitted when its prompt's draft blocks fit below the resume ceiling with
+                          a block left for each running request's next step; each generation step
+                          (and resume) then claims the blocks it grows into, and a step that would
+                          pass the ceiling is refused in the target like a full pool, so the
+                          scheduler suspends a later request (or this one) instead of a draft
+                          resize failing. Where no tier lies below the pool, suspending frees
+                          nothing, so the client's cap is secured at admission there. Needs no
+                          output length: only prompt, client cap and what requests hold now.
+``draft-reserve``         the request's whole need in each gated pool: prompt + its max output
+                          (the client's ``max_tokens``; with none, TensorRT-LLM deduces
+                          ``max_seq_len`` - prompt, which makes this the worst case) + draft slots +
+                          extra tokens, below the resume ceiling; released when the request ends.
 ``worst-case``            the public workaround: every request reserves ``max_seq_len`` tokens
                           (prompt + the longest output the engine allows) below the resume ceiling.
                           Safe; holds far more than most requests use, so fewer run at once.
@@ -30,223 +39,128 @@ so the queue always moves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvscope.events import ADOPTED_REASON, EventKind, KVEvent, PoolRole, blocks_needed
 from kvscope.port import AdmissionDecision, AdmissionRequest, PassView, PoolConfig
-from remediation.ledger import Reservation, ReservationLedger
-from remediation.reporting import Reporter
-from remediation.stall import StallGuard
+from remediation.ledger import Reservation
+from remediation.reserving import PolicyStats, ReservingPolicy, blocks_for_tokens
 
-
-@dataclass(slots=True)
-class PolicyStats:
-    """What a policy decided so far (counters; the controller's ``stats()`` reports them)."""
-
-    admitted: int = 0
-    """Requests admitted by the policy (first chunk, or adopted)."""
-    deferral_decisions: int = 0
-    """Context attempts deferred (a waiting request is retried every pass)."""
-    requests_deferred: int = 0
-    """Distinct requests deferred at least once."""
-    rejected: int = 0
-    rejected_by_reason: dict[str, int] | None = None
-    reservations_made: int = 0
-    reservations_released: int = 0
-
-
-class ReservingPolicy:
-    """Shared mechanism: gated pools, ledger, stall guard, never-fitting rejection.
-
-    Subclasses say how much to secure (:meth:`secured_tokens`) and below which fraction of the pool
-    (:meth:`ceiling`).
-
-    Args:
-        max_wait_passes: passes before the oldest deferred request claims capacity (stall guard).
-        emit: where decision events go (None: nowhere).
-    """
-
-    name = "reserving"
-    description = ""
-
-    def __init__(self, *, max_wait_passes: int = 256, emit: Callable[[KVEvent], None] | None = None) -> None:
-        self.ledger = ReservationLedger()
-        self.guard = StallGuard(max_wait_passes)
-        self.reporter = Reporter(emit)
-        self.stats = PolicyStats(rejected_by_reason={})
-        self.iteration = -1
-        self._gated: tuple[PoolConfig, ...] = ()
-        self._usable: dict[PoolRole, int] = {}
-        self._deferred_ids: set[int] = set()
-        self.needs_adoption = True
-        """Account the requests already running at the next pass (a policy installed mid-run)."""
-        self._epoch = 0
-        """Bumped whenever room can have grown (a release, a new stall-guard claimant): a deferral
-        decided in the same epoch still holds (reservations only shrink the room), so a request
-        retried every pass costs a lookup until something ends."""
-        self._deferred_at: dict[int, tuple[int, AdmissionDecision]] = {}
-
-    # ---- what subclasses choose ------------------------------------------------------------------
-    def secured_tokens(self, request: AdmissionRequest) -> int:
-        """Tokens (before draft slots and extra tokens) a request's reservation covers."""
-        return request.prompt_len + request.max_new_tokens
-
-    def ceiling(self, pool: PoolConfig) -> float:
-        """Fraction of ``pool`` reservations may fill: the resume ceiling, so that a suspended
-        mirror can always come back."""
-        return min(1.0, pool.max_util_for_resume)
-
-    # ---- protocol --------------------------------------------------------------------------------
-    def begin_pass(self, view: PassView) -> None:
-        self.iteration = view.iteration
-        if len(self._gated) != sum(1 for p in view.pools.values() if _is_gated(p)):
-            self._configure(view)
-        claimant = self.guard.claimant
-        self.guard.begin_pass(view.iteration)
-        if self.guard.claimant != claimant:
-            self._epoch += 1
-        if self.needs_adoption:
-            self.needs_adoption = False
-            self.adopt(list(view.started_requests()))
-
-    def _configure(self, view: PassView) -> None:
-        self._gated = tuple(p for p in view.pools.values() if _is_gated(p))
-        self._usable = {p.pool: int(p.capacity_blocks * self.ceiling(p)) for p in self._gated}
-
-    def decide(self, request: AdmissionRequest) -> AdmissionDecision:
-        rid = request.request_id
-        cached = self._deferred_at.get(rid)
-        if cached is not None and cached[0] == self._epoch:
-            self.stats.deferral_decisions += 1
-            return cached[1]
-        if not self._gated or rid in self.ledger:
-            return _ADMIT  # nothing to gate, or secured earlier (a later chunk, a re-prefill)
-        if not request.is_first_chunk:
-            # Started before this policy was installed: its blocks are taken already, account them.
-            self._reserve(request, reason=ADOPTED_REASON)
-            return _ADMIT
-        need: dict[PoolRole, int] = {}
-        for pool in self._gated:
-            true_need = blocks_for_tokens(request.prompt_len + request.max_new_tokens, pool)
-            if true_need > pool.capacity_blocks:
-                return self._reject(request, pool, true_need)
-            need[pool.pool] = blocks_for_tokens(self.secured_tokens(request), pool)
-        for pool in self._gated:
-            role = pool.pool
-            wanted = need[role]
-            reserved = self.ledger.total(role)
-            if reserved == 0 and self.guard.claim(role, rid) == 0:
-                continue  # an empty pool admits whatever fits it: the queue always moves
-            available = self._usable[role] - reserved - self.guard.claim(role, rid)
-            if wanted > available:
-                return self._defer(request, role, wanted, available, need)
-        self._reserve(request, need=need)
-        return _ADMIT
-
-    def release(self, request_id: int) -> None:
-        self.guard.done(request_id)
-        self._deferred_ids.discard(request_id)
-        self._deferred_at.pop(request_id, None)
-        released = self.ledger.release(request_id)
-        if released:
-            self._epoch += 1
-        for r in released:
-            self.stats.reservations_released += 1
-            self.reporter.report(EventKind.RESERVATION_RELEASED, request_id, r.pool, r.num_blocks, r.num_tokens,
-                                 "request ended", reserved_blocks=self.ledger.total(r.pool))
-
-    def release_all(self, reason: str) -> int:
-        """Give back every reservation (remediation switched off); returns how many were held."""
-        released = self.ledger.release_all()
-        for r in released:
-            self.stats.reservations_released += 1
-            self.reporter.report(EventKind.RESERVATION_RELEASED, r.request_id, r.pool, r.num_blocks,
-                                 r.num_tokens, reason, reserved_blocks=0)
-        self.guard = StallGuard(self.guard.max_wait_passes)
-        self._deferred_ids.clear()
-        self._deferred_at.clear()
-        self._epoch += 1
-        self.needs_adoption = True
-        return len(released)
-
-    def adopt(self, requests: list[AdmissionRequest]) -> None:
-        """Account requests that started before this policy was installed (their blocks are taken)."""
-        for request in requests:
-            if request.request_id not in self.ledger and self._gated:
-                self._reserve(request, reason=ADOPTED_REASON)
-
-    def reserved_blocks(self, pool: PoolRole) -> int:
-        return self.ledger.total(pool)
-
-    @property
-    def epoch(self) -> int:
-        """Bumped whenever room can have grown: a deferral decided in the same epoch still holds."""
-        return self._epoch
-
-    # ---- internals -------------------------------------------------------------------------------
-    def _reserve(self, request: AdmissionRequest, *, need: dict[PoolRole, int] | None = None,
-                 reason: str = "secured at admission") -> None:
-        rid = request.request_id
-        self.guard.done(rid)
-        self._deferred_at.pop(rid, None)
-        self.stats.admitted += 1
-        tokens = self.secured_tokens(request)
-        for pool in self._gated:
-            blocks = need[pool.pool] if need is not None else blocks_for_tokens(tokens, pool)
-            self.ledger.reserve(Reservation(rid, pool.pool, blocks, tokens, self.iteration))
-            self.stats.reservations_made += 1
-            self.reporter.report(EventKind.RESERVATION_MADE, rid, pool.pool, blocks, tokens, reason,
-                                 reserved_blocks=self.ledger.total(pool.pool))
-
-    def _defer(self, request: AdmissionRequest, role: PoolRole, wanted: int, available: int,
-               need: dict[PoolRole, int]) -> AdmissionDecision:
-        rid = request.request_id
-        self.stats.deferral_decisions += 1
-        if rid not in self._deferred_ids:
-            self._deferred_ids.add(rid)
-            self.stats.requests_deferred += 1
-        self.guard.deferred(rid, self.iteration, need)
-        short = wanted - max(available, 0)
-        decision = AdmissionDecision.defer(
-            role, f"{self.name}: needs {wanted} {role.value} blocks, {max(available, 0)} unreserved", short)
-        self._deferred_at[rid] = (self._epoch, decision)
-        return decision
-
-    def _reject(self, request: AdmissionRequest, pool: PoolConfig, need: int) -> AdmissionDecision:
-        self.guard.done(request.request_id)
-        self.stats.rejected += 1
-        reason = f"{pool.pool.value} need exceeds pool"
-        by_reason = self.stats.rejected_by_reason
-        assert by_reason is not None
-        by_reason[reason] = by_reason.get(reason, 0) + 1
-        return AdmissionDecision.reject(
-            pool.pool,
-            f"request {request.request_id} can never fit the {pool.pool.value} pool: it needs {need} blocks "
-            f"({request.prompt_len} prompt + {request.max_new_tokens} output tokens), the pool has "
-            f"{pool.capacity_blocks}", need, pool.capacity_blocks)
-
-
-def blocks_for_tokens(num_tokens: int, pool: PoolConfig) -> int:
-    """Blocks a cache of ``num_tokens`` tokens takes in ``pool`` (its draft slots and extra tokens
-    included; nothing reused: gated pools do not share prefixes)."""
-    return blocks_needed(num_tokens, pool.tokens_per_block, max_draft_len=pool.max_draft_len,
-                         num_extra_kv_tokens=pool.num_extra_kv_tokens)
-
-
-def _is_gated(pool: PoolConfig) -> bool:
-    return pool.pool is not PoolRole.TARGET and pool.pool is not PoolRole.MAMBA and not pool.shares_prefix
-
-
-_ADMIT = AdmissionDecision.admit()
+__all__ = ["DEFAULT_POLICY", "POLICIES", "DraftHeadroomPolicy", "DraftReservePolicy", "JointAdmissionPolicy",
+           "PolicySpec", "PolicyStats", "ReservingPolicy", "WorstCasePolicy", "blocks_for_tokens", "create_policy"]
 
 
 class DraftReservePolicy(ReservingPolicy):
     """Secure prompt + max output (+ draft slots, extra tokens) per request, below the resume ceiling."""
 
     name = "draft-reserve"
-    description = ("reserve each request's whole need (prompt + its max output) in the unpaired draft pool "
-                   "at admission, below the resume ceiling; release when it ends (default)")
+    description = ("reserve each request's whole need (prompt + its max output: the client's max_tokens, or "
+                   "max_seq_len - prompt when it sent none) in the unpaired draft pool at admission, below the "
+                   "resume ceiling; release when it ends")
+
+
+class DraftHeadroomPolicy(ReservingPolicy):
+    """Admit on what is certain, follow decode growth as it happens, hold a step that would not fit.
+
+    The ledger holds, per started request, the draft blocks its mirror takes now: its whole prompt
+    from admission on, then prompt + generated tokens as it decodes. A first chunk is admitted when
+    its prompt's blocks fit below the resume ceiling with one block left per running request (each
+    may cross into a new block at its next step). Each generation step (or resume) claims the
+    blocks it grows into; a step that would take the pool past the ceiling is refused in the target,
+    so the scheduler relieves it as its own shortage (suspends a later request, or this one; a
+    recompute pause where the build has one) and no draft resize or resume can fail.
+
+    Where a suspended mirror's pages cannot leave the GPU (no tier below the pool), relieving a held
+    step takes a recompute pause, which throws the prefill away: there the client's cap
+    (``max_new_tokens``) is secured at admission instead, as ``draft-reserve`` does. Nothing here
+    reads a request's future: only its prompt, the client's cap and the tokens it holds now.
+    """
+
+    name = "draft-headroom"
+    description = ("admit on the prompt's draft blocks; each decode step claims what it grows into, and a step "
+                   "that would pass the resume ceiling is held in the target (the scheduler suspends instead of "
+                   "a draft raise); without a host tier the client's cap is secured up front (default)")
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._num_running = 0
+        self.num_steps_held = 0
+        """Generation steps (or resumes) refused because the draft pool could not take them."""
+
+    def secured_tokens(self, request: AdmissionRequest) -> int:
+        if any(not p.has_tier_below for p in self._gated):
+            return request.prompt_len + request.max_new_tokens
+        return request.prompt_len
+
+    def begin_pass(self, view: PassView) -> None:
+        if view.num_running < self._num_running:
+            self._epoch += 1  # a smaller headroom: a deferral decided before may not hold
+        self._num_running = view.num_running
+        super().begin_pass(view)
+
+    def admission_headroom(self, pool: PoolConfig) -> int:
+        return self._num_running
+
+    def decide(self, request: AdmissionRequest) -> AdmissionDecision:
+        rid = request.request_id
+        if rid in self.ledger and not any(r.num_blocks for r in self.ledger.held(rid).values()):
+            # Its blocks left the pool (suspended above a host tier, or recompute-paused): it is
+            # admitted again on what it needs, like a new request.
+            self.ledger.release(rid)
+            request = dataclasses.replace(request, is_first_chunk=True)
+        return super().decide(request)
+
+    def allow_growth(self, request: AdmissionRequest, *, enforce: bool = True) -> bool:
+        """Whether the step fits below the ceiling; a step that fits claims its blocks, and so does
+        every step when not enforcing (shadow: the engine takes it anyway)."""
+        rid = request.request_id
+        if not self._gated or request.num_tokens < 0 or rid not in self.ledger:
+            return True  # nothing gated, no token count, or not admitted through this policy
+        held = self.ledger.held(rid)
+        fits = True
+        grows: list[tuple[PoolConfig, int, int]] = []
+        for pool in self._gated:
+            # The step's new token; blocks_for_tokens adds the draft slots and extra tokens.
+            need = blocks_for_tokens(request.num_tokens + 1, pool)
+            have = held[pool.pool].num_blocks if pool.pool in held else 0
+            if need <= have:
+                continue
+            if self.ledger.total(pool.pool) + need - have > self._usable[pool.pool]:
+                if enforce:
+                    self.num_steps_held += 1
+                    return False
+                fits = False
+            grows.append((pool, have, need))
+        for pool, _, need in grows:
+            self.ledger.reserve(Reservation(rid, pool.pool, need, request.num_tokens + 1, self.iteration))
+        return fits
+
+    def suspended(self, request_id: int, *, freed: bool = False) -> None:
+        pools = {p.pool: p for p in self._gated}
+        emptied = False
+        for r in self.ledger.held(request_id).values():
+            pool = pools.get(r.pool)
+            # A suspended mirror's pages stay on the GPU unless a tier lies below it (a mirror never
+            # commits, so its pages are never droppable); freed caches leave in any case.
+            if r.num_blocks and (freed or (pool is not None and pool.has_tier_below)):
+                self.ledger.reserve(dataclasses.replace(r, num_blocks=0))
+                emptied = True
+        if emptied:
+            self._epoch += 1  # room grew: a deferral decided before may not hold
+
+    def decode_rounds_allowed(self) -> int | None:
+        """Rounds every started request can decode before any could need a block the pool lacks."""
+        bound: int | None = None
+        for pool in self._gated:
+            room = self._usable[pool.pool] - self.ledger.total(pool.pool)
+            running = max(1, len(self.ledger))
+            # A round adds at most 1 + max_draft_len tokens per request; one block each is held back
+            # for the boundary every request may cross at once.
+            tokens = (room - running) * pool.tokens_per_block // running
+            rounds = max(0, tokens // (1 + pool.max_draft_len))
+            bound = rounds if bound is None else min(bound, rounds)
+        return bound
 
 
 class WorstCasePolicy(ReservingPolicy):
@@ -290,6 +204,10 @@ class PolicySpec:
     """``create(max_seq_len=..., max_wait_passes=..., emit=...)``."""
 
 
+def _create_draft_headroom(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
+    return DraftHeadroomPolicy(**kwargs)
+
+
 def _create_draft_reserve(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
     return DraftReservePolicy(**kwargs)  # type: ignore[arg-type]
 
@@ -306,6 +224,7 @@ def _create_joint(*, max_seq_len: int = 0, **kwargs: object) -> ReservingPolicy:
 
 POLICIES: dict[str, PolicySpec] = {
     spec.name: spec for spec in (
+        PolicySpec(DraftHeadroomPolicy.name, DraftHeadroomPolicy.description, _create_draft_headroom),
         PolicySpec(DraftReservePolicy.name, DraftReservePolicy.description, _create_draft_reserve),
         PolicySpec(WorstCasePolicy.name, WorstCasePolicy.description, _create_worst_case),
         PolicySpec(JointAdmissionPolicy.name, JointAdmissionPolicy.description, _create_joint),
@@ -313,7 +232,7 @@ POLICIES: dict[str, PolicySpec] = {
 }
 """Policy name -> spec, in the order ``--list-policies`` prints them (the default first)."""
 
-DEFAULT_POLICY = DraftReservePolicy.name
+DEFAULT_POLICY = DraftHeadroomPolicy.name
 
 
 def create_policy(name: str, **kwargs: object) -> ReservingPolicy:

@@ -170,6 +170,8 @@ class KVCacheManagerConfigModel:
 
     tokens_per_block: int
     max_util_for_resume: float
+    cache_tiers: tuple[str, ...] = ("gpu",)
+    """The core config's ``cache_tiers`` (GPU first, then a host tier when there is one)."""
 
 
 class KVCacheManagerV2Model:
@@ -234,7 +236,8 @@ class KVCacheManagerV2Model:
         # Where the real adapter keeps these (kv_cache_manager_v2.py @ 0004396): the mapping, and
         # the core config carrying kv_cache_config.max_util_for_resume.
         self.mapping = MappingModel(pp_size)
-        self.kv_cache_manager_py_config = KVCacheManagerConfigModel(tokens_per_block, max_util_for_resume)
+        self.kv_cache_manager_py_config = KVCacheManagerConfigModel(
+            tokens_per_block, max_util_for_resume, ("gpu", "host") if num_host_blocks > 0 else ("gpu",))
         self.bytes_per_token = bytes_per_token
         self.engine_build = engine_build
         # Proposed fix of #18661 (PR #19120, open): clamp the generation reclaim at the history,

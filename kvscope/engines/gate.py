@@ -239,7 +239,8 @@ def read_pools(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
             role, cfg.tokens_per_block, max(int(cap), 0), max_draft_len=cfg.max_draft_len,
             num_extra_kv_tokens=cfg.num_extra_kv_tokens, max_util_for_resume=cfg.max_util_for_resume,
             shares_prefix=cfg.enable_block_reuse and (cfg.is_paired or role is not PoolRole.DRAFT),
-            is_visible=role not in remedy.hidden_pools, max_seq_len=cfg.max_seq_len)
+            is_visible=role not in remedy.hidden_pools, max_seq_len=cfg.max_seq_len,
+            has_tier_below=cfg.has_tier_below)
         remedy.managers[role] = manager
     remedy.num_managers_seen = len(b.managers)
     return remedy.pools
@@ -293,9 +294,42 @@ def learn_pipeline(b: Any, remedy: RemedyState, pp_size: int) -> None:
 
 def admission_request(req: Any) -> AdmissionRequest:
     drafts = req.py_draft_tokens
+    # LlmRequest.get_num_tokens(beam): prompt + tokens generated so far (what the engine holds now).
+    get_num_tokens = getattr(req, "get_num_tokens", None)
+    num_tokens = int(get_num_tokens(0)) if get_num_tokens is not None else -1
     return AdmissionRequest(
         req.py_request_id, int(req.prompt_len), int(req.max_new_tokens), int(req.context_current_position),
-        bool(req.is_first_context_chunk), len(drafts) if drafts is not None else 0)
+        bool(req.is_first_context_chunk), len(drafts) if drafts is not None else 0, num_tokens=num_tokens)
+
+
+def allow_generation(b: Any, policy: Any, req: Any) -> bool:
+    """The policy's verdict on one generation step (or resume) of a started request in the target:
+    True = go on as stock. False only from a policy that follows decode growth
+    (``allow_growth``, see :class:`kvscope.port.AdmissionPolicy`); a raise admits."""
+    allow_growth = getattr(policy, "allow_growth", None)
+    remedy = b.remedy
+    if allow_growth is None or (remedy is not None and remedy.refused):
+        return True
+    try:
+        return bool(allow_growth(admission_request(req)))
+    except Exception:
+        remedy = state_of(b)
+        remedy.num_policy_errors += 1
+        if remedy.num_policy_errors <= 3:
+            log.exception("kvscope: admission policy failed in allow_growth (step allowed as stock)")
+        return True
+
+
+def suspended(b: Any, policy: Any, request_id: int, *, freed: bool) -> None:
+    """Tell a growth-following policy that a request was suspended (``freed``: its caches were
+    freed, for a recompute pause or at its end). Never raises."""
+    hook = getattr(policy, "suspended", None)
+    if hook is None:
+        return
+    try:
+        hook(request_id, freed=freed)
+    except Exception:
+        state_of(b).num_policy_errors += 1
 
 
 def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration: int) -> None:

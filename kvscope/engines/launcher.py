@@ -70,7 +70,7 @@ FILE_SINKS = ("jsonl", "parquet")
 REMEDIATION_MODES = ("off", "shadow", "on", "auto")
 """``remediation.MODES``, named here without importing remediation (the launcher stays below it);
 a test keeps the two equal."""
-REMEDIATION_POLICIES = ("draft-reserve", "worst-case", "joint-admission")
+REMEDIATION_POLICIES = ("draft-headroom", "draft-reserve", "worst-case", "joint-admission")
 """``remediation.POLICIES``' names (see ``REMEDIATION_MODES``)."""
 
 

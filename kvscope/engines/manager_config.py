@@ -19,6 +19,9 @@ at 00be09f78ecf0691f2b8e15dea518d1d6468679e has the same assignments except join
   the same object sizes the IndexMapper (``max_batch_size * mapping.pp_size``).
 * ``tokens_per_block``, ``max_seq_len`` (clamped to what the pool can hold), ``max_draft_len``,
   ``num_extra_kv_tokens``, ``is_draft``, ``enable_block_reuse``: adapter attributes.
+* ``cache_tiers``: the core config's tier list (``_build_cache_config(..., cache_tiers=cache_tiers)``,
+  GPU first, then the host tier when ``host_cache_size`` gives one; the same in the rc25 copy):
+  more than one means a suspended cache's pages can leave the GPU.
 * ``enable_joint_kv_cache_reuse``: an adapter attribute since #18093 (joint reuse). A build
   before it (1.3.0rc25) has neither the attribute nor the methods #18093 added, and no joint
   reuse: read as False there, and only there.
@@ -43,6 +46,7 @@ LOCATIONS: dict[str, tuple[str, ...]] = {
     "enable_joint_kv_cache_reuse": ("enable_joint_kv_cache_reuse",),
     "is_draft": ("is_draft",),
     "pp_size": ("mapping.pp_size",),
+    "cache_tiers": ("kv_cache_manager_py_config.cache_tiers", "impl.init_config.cache_tiers"),
 }
 """Value name -> the attribute paths on the manager where it is looked for, in order."""
 
@@ -82,6 +86,8 @@ class ManagerConfig:
     is_draft: bool
     pp_size: int
     """Pipeline-parallel stages of the engine (``mapping.pp_size``)."""
+    has_tier_below: bool = False
+    """A cache tier below the GPU (host): a suspended cache's pages can leave the GPU pool."""
 
 
 _MISSING = object()
@@ -152,4 +158,5 @@ def read_manager_config(manager: Any) -> ManagerConfig:
         is_paired=bool(lookup(manager, "enable_joint_kv_cache_reuse")),
         is_draft=bool(lookup(manager, "is_draft")),
         pp_size=pp_size,
+        has_tier_below=len(lookup(manager, "cache_tiers")) > 1,
     )

@@ -75,7 +75,8 @@ def manager(is_draft, capacity):
     m.enable_block_reuse, m.enable_joint_kv_cache_reuse, m.max_draft_len, m.num_extra_kv_tokens = True, False, 0, 0
     m.max_seq_len, m.mapping = 256, SimpleNamespace(pp_size=PP_SIZE, tp_size=1, world_size=PP_SIZE)
     if CEILING is not None:
-        m.kv_cache_manager_py_config = SimpleNamespace(tokens_per_block=4, max_util_for_resume=CEILING)
+        m.kv_cache_manager_py_config = SimpleNamespace(tokens_per_block=4, max_util_for_resume=CEILING,
+                                                       cache_tiers=["gpu"])
         m.impl = SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=CEILING))
     return m
 def request(rid, prompt):

@@ -96,7 +96,7 @@ def test_switched_on_part_way_at_an_iteration_the_crashing_replay_finishes(tmp_p
     assert not summary.engine_fatal
     changes = frame[frame["kind"] == "remediation_mode_changed"]
     assert list(changes["iteration"]) == [0, 6]
-    assert changes["reason"].iloc[-1].startswith("mode=on policy=draft-reserve previous=off")
+    assert changes["reason"].iloc[-1].startswith("mode=on policy=draft-headroom previous=off")
     assert session.final_stats["contained"] == 0 and session.final_stats["live_reservations"] == 0
 
 

@@ -35,9 +35,9 @@ HOOKS: dict[str, HookFactory] = {
     "KVCacheManagerV2.resize_context": manager.diff_request(manager.on_context_resize),
     "KVCacheManagerV2.try_allocate_draft_context": manager.diff_request(manager.on_context_resize),
     "KVCacheManagerV2.revert_allocate_context": manager.diff_request(),
-    "KVCacheManagerV2.suspend_request": manager.diff_request(),
+    "KVCacheManagerV2.suspend_request": manager.diff_request(manager.on_suspended),
     "KVCacheManagerV2.resume_request": manager.diff_request(manager.on_resume),
-    "KVCacheManagerV2.free_resources": manager.diff_request(name="request"),
+    "KVCacheManagerV2.free_resources": manager.diff_request(manager.on_freed, name="request"),
     "KVCacheManagerV2.try_allocate_generation": manager.try_allocate_generation,
     # 00746ef: the scheduler creates and resumes the unpaired mirror (a suspended one too) while it
     # schedules, before the pass ends; recorded then, not at the next draft sweep after it.

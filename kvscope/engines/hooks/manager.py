@@ -121,6 +121,22 @@ def on_resume(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: A
                     "resume refused")
 
 
+def on_suspended(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+    """``suspend_request`` on the target (the scheduler suspends both pools together): a
+    growth-following policy learns that the request's caches left the running set."""
+    policy = b.admission_policy
+    if policy is not None and b.role(m) is PoolRole.TARGET:
+        gate.suspended(b, policy, req.py_request_id, freed=False)
+
+
+def on_freed(b: Binding, m: Any, req: Any, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+    """``free_resources`` on the target (a recompute pause frees both pools, as does a request's end):
+    a growth-following policy stops counting the request's blocks."""
+    policy = b.admission_policy
+    if policy is not None and b.role(m) is PoolRole.TARGET:
+        gate.suspended(b, policy, req.py_request_id, freed=True)
+
+
 def on_mirror_refused(b: Binding, draft: Any, req: Any) -> None:
     """An unpaired draft mirror was refused at admission although the target prepared:
     RESUME_FAILED and the attempt's deferral cause, in the draft pool."""
@@ -139,6 +155,12 @@ def try_allocate_generation(b: Binding, original: Method) -> Method:
 
     @functools.wraps(original)
     def method(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        policy = b.admission_policy
+        if policy is not None and b.role(self) is PoolRole.TARGET and not gate.allow_generation(b, policy, req):
+            # A growth-following policy holds this step: the target refuses it, as on a full pool,
+            # so the scheduler relieves it (suspends a later request, or this one) before any draft
+            # resize could fail. Nothing was allocated, so nothing is reported.
+            return False
         if not rec.enabled:
             return original(self, req, *args, **kwargs)
         try:

@@ -17,10 +17,10 @@ def test_a_switch_in_the_running_engine_is_named_in_the_verdict(replay_with_cont
     assert not summary["engine_fatal"] and summary["remediation"]["mode"] == "on"
     a = analyze_files(events)
     sw = a.verdict()["remediation_switched"]
-    assert sw["iteration"] >= 6 and (sw["mode"], sw["policy"]) == ("on", "draft-reserve")
+    assert sw["iteration"] >= 6 and (sw["mode"], sw["policy"]) == ("on", "draft-headroom")
     assert a.verdict()["status"] == "healthy" and "remediation_refused" not in a.verdict()
     assert (f"remediation switched on in the running engine at iteration {sw['iteration']} "
-            "(mode on, policy draft-reserve)") in a.headline()
+            "(mode on, policy draft-headroom)") in a.headline()
     assert main(["analyze", str(events), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["remediation_switched"] == sw
     page = render_html(a)

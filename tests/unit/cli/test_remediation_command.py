@@ -22,7 +22,7 @@ def test_set_publishes_the_next_record_in_canonical_names_and_status_reads_it_ba
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["enable"], "unknown mode 'enable'; modes: off, shadow, on, auto"),
-    (["on", "--policy", "draft-reserv"], "unknown policy 'draft-reserv'; policies: draft-reserve"),
+    (["on", "--policy", "draft-reserv"], "unknown policy 'draft-reserv'; policies: draft-headroom, draft-reserve"),
     (["on", "--at-iteration", "-5"], "--at-iteration must be >= 0"),
 ])
 def test_set_refuses_bad_input_in_one_line_and_leaves_the_file_alone(tmp_path, capsys, argv, said):

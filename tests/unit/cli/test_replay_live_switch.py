@@ -22,7 +22,7 @@ def test_summary_reports_the_controllers_mode_when_a_channel_switched_it_on(tmp_
     data = json.loads(capsys.readouterr().out)
     rem = data["remediation"]
     assert not data["engine_fatal"]
-    assert (rem["mode"], rem["policy"], rem["enforcing"], rem["mode_changes"]) == ("on", "draft-reserve", True, 2)
+    assert (rem["mode"], rem["policy"], rem["enforcing"], rem["mode_changes"]) == ("on", "draft-headroom", True, 2)
     assert (rem["started_mode"], rem["started_policy"]) == ("off", None)
 
 
@@ -30,7 +30,7 @@ def test_text_summary_says_where_remediation_started_when_a_switch_changed_it(tm
     _switch_on_at(tmp_path, monkeypatch)
     assert main(["replay", "--scenario", "shared-prefix"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.split()[:1] == ["remediation"])
-    assert line.split(None, 1)[1].startswith("mode: on, policy: draft-reserve, started_mode: off, started_policy: -")
+    assert line.split(None, 1)[1].startswith("mode: on, policy: draft-headroom, started_mode: off, started_policy: -")
 
 
 def test_a_refused_control_record_is_said_once_recorded_and_counted_and_the_replay_runs_on(tmp_path):

@@ -328,7 +328,7 @@ def test_kvscope_remediation_names_its_mode_and_policy_in_any_case_and_refuses_u
                                                                   "KVSCOPE_MAX_SEQ_LEN": "4096"},
                           real_engine=False)
     assert ctl is not None and ctl.policy_name == "worst-case"
-    assert parse_remediation("Auto") == ("auto", "draft-reserve") and parse_remediation("Worst-Case") == ("on", "worst-case")
+    assert parse_remediation("Auto") == ("auto", "draft-headroom") and parse_remediation("Worst-Case") == ("on", "worst-case")
     import pytest
 
     with pytest.raises(ValueError, match=r"expected MODE\[:POLICY\] or POLICY"):
@@ -384,7 +384,7 @@ def test_misspelt_kvscope_remediation_policy_exits_2_in_one_line_and_the_command
     assert done.returncode == 2 and not marker.exists()
     assert done.stderr.splitlines() == [
         "kvscope-instrument: error: KVSCOPE_REMEDIATION: expected MODE[:POLICY] or POLICY, any case (modes: off, "
-        "shadow, on, auto; policies: draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'"]
+        "shadow, on, auto; policies: draft-headroom, draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'"]
 
 
 def test_a_worker_given_a_bad_kvscope_remediation_says_so_in_one_line_and_runs_without_it(tmp_path, capfd):
@@ -405,7 +405,7 @@ def test_a_worker_given_a_bad_kvscope_remediation_says_so_in_one_line_and_runs_w
     assert sizing.endswith("; the engine splits its KV budget as stock")
     assert remediation == (
         prefix + "KVSCOPE_REMEDIATION not applied: expected MODE[:POLICY] or POLICY, any case (modes: off, shadow, "
-                 "on, auto; policies: draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'; "
+                 "on, auto; policies: draft-headroom, draft-reserve, worst-case, joint-admission), got 'on:draft-reserv'; "
                  "the engine runs without remediation")
 
 

@@ -33,8 +33,9 @@ class _Rc25Adapter:
         self.enable_block_reuse = True
         self.enable_joint_kv_cache_reuse = False
         self.mapping = SimpleNamespace(pp_size=2, tp_size=8)
-        self.kv_cache_manager_py_config = SimpleNamespace(tokens_per_block=32, max_util_for_resume=0.95)
-        self.impl = SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=0.95))
+        self.kv_cache_manager_py_config = SimpleNamespace(tokens_per_block=32, max_util_for_resume=0.95,
+                                                          cache_tiers=["gpu", "host"])
+        self.impl = SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=0.95, cache_tiers=["gpu", "host"]))
         for name, value in overrides.items():
             if value is None:
                 delattr(self, name)
@@ -52,12 +53,12 @@ class _Adapter(_Rc25Adapter):
 def test_reads_every_value_where_tensorrt_llm_keeps_it_when_the_layout_is_the_adapters():
     assert read_manager_config(_Adapter()) == ManagerConfig(
         tokens_per_block=32, max_seq_len=8192, max_draft_len=3, num_extra_kv_tokens=2, max_util_for_resume=0.95,
-        enable_block_reuse=True, is_paired=False, is_draft=True, pp_size=2)
+        enable_block_reuse=True, is_paired=False, is_draft=True, pp_size=2, has_tier_below=True)
 
 
 def test_reads_the_resume_ceiling_from_the_core_config_when_the_adapter_keeps_no_copy():
     manager = _Adapter(kv_cache_manager_py_config=None,
-                       impl=SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=0.9)))
+                       impl=SimpleNamespace(init_config=SimpleNamespace(max_util_for_resume=0.9, cache_tiers=["gpu"])))
     assert resume_ceiling(manager) == 0.9
 
 
@@ -102,4 +103,16 @@ def test_the_engine_models_manager_carries_the_same_layout_as_tensorrt_llm():
     assert manager.mapping.pp_size == 2
     assert read_manager_config(manager) == ManagerConfig(
         tokens_per_block=4, max_seq_len=64, max_draft_len=1, num_extra_kv_tokens=0, max_util_for_resume=0.9,
-        enable_block_reuse=True, is_paired=False, is_draft=True, pp_size=2)
+        enable_block_reuse=True, is_paired=False, is_draft=True, pp_size=2, has_tier_below=False)
+    with_host = KVCacheManagerV2Model(num_blocks=8, tokens_per_block=4, max_seq_len=64, max_batch_size=2,
+                                      num_host_blocks=8)
+    assert read_manager_config(with_host).has_tier_below
+
+
+def test_reads_a_tier_below_the_gpu_from_the_core_configs_cache_tiers():
+    assert read_manager_config(_Adapter()).has_tier_below
+    gpu_only = _Adapter(kv_cache_manager_py_config=SimpleNamespace(max_util_for_resume=0.95, cache_tiers=["gpu"]))
+    assert not read_manager_config(gpu_only).has_tier_below
+    with pytest.raises(EngineConfigMissing, match="cannot read cache_tiers from _Adapter"):
+        read_manager_config(_Adapter(kv_cache_manager_py_config=SimpleNamespace(max_util_for_resume=0.95),
+                                     impl=SimpleNamespace(init_config=SimpleNamespace())))

@@ -27,7 +27,7 @@ def _logs(replay_with_control, logger_provider, log_exporter, record=None, text=
 def test_a_switch_that_took_is_an_info_record(replay_with_control, logger_provider, log_exporter):
     logs = _logs(replay_with_control, logger_provider, log_exporter, ControlRecord(1, "on", None, at_iteration=6))
     assert [(r.severity_number, r.body) for r in logs][-1] == (
-        SeverityNumber.INFO, "remediation on (policy draft-reserve), was off; enforcing")
+        SeverityNumber.INFO, "remediation on (policy draft-headroom), was off; enforcing")
     assert logs[-1].attributes["kvscope.remediation.enforcing"] is True
 
 

@@ -64,7 +64,7 @@ def test_the_engine_reports_an_untrusted_file_once_keeps_its_mode_and_obeys_it_o
             ctl.begin_pass(make_view(it))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and str(path) in lines[0] and "writable by group or others" in lines[0]
-    assert lines[0].endswith("remediation stays on (policy draft-reserve)")
+    assert lines[0].endswith("remediation stays on (policy draft-headroom)")
     assert ctl.mode == "on" and ctl.enforcing
     changes = _changes(port)
     assert [c.get("refused") for c in changes] == [None, "writable_by_others"]

@@ -83,7 +83,7 @@ def test_controller_reports_a_refused_record_once_and_keeps_its_mode(tmp_path, c
             ctl.begin_pass(make_view(it))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and str(path) in lines[0] and named in lines[0]
-    assert lines[0].endswith("remediation stays shadow (policy draft-reserve)")
+    assert lines[0].endswith("remediation stays shadow (policy draft-headroom)")
     changes = _changes(port)
     assert [c.get("refused") for c in changes] == [None, code]
     assert changes[1]["mode"] == changes[1]["previous"] == "shadow" and changes[1]["enforcing"] == 0

@@ -21,8 +21,8 @@ def test_on_applies_the_policy_from_the_first_pass_and_records_the_mode_change()
     assert _fill(ctl, 0) == [Verdict.ADMIT] * 4 + [Verdict.DEFER] * 2
     assert ctl.mode == "on" and ctl.enforcing
     changed = [e for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED]
-    assert parse_kv(changed[0].reason) == {"mode": "on", "policy": "draft-reserve", "previous": "off",
-                                          "previous_policy": "draft-reserve", "enforcing": 1}
+    assert parse_kv(changed[0].reason) == {"mode": "on", "policy": "draft-headroom", "previous": "off",
+                                          "previous_policy": "draft-headroom", "enforcing": 1}
     stats = ctl.stats()
     assert stats.reserved_blocks == {"draft": 16} and stats.live_reservations == 4
     assert (stats.deferral_decisions, stats.requests_deferred) == (2, 2)
@@ -36,7 +36,7 @@ def test_shadow_admits_everything_and_records_what_it_would_have_deferred_once_p
     assert ctl.decide(make_request(5)).verdict is Verdict.ADMIT
     shadowed = [e for e in port.events if e.kind is EventKind.REMEDIATION_SHADOWED]
     assert [(e.request_id, e.pool, e.num_blocks) for e in shadowed] == [(5, PoolRole.DRAFT, 1), (6, PoolRole.DRAFT, 1)]
-    assert all(e.reason.startswith("would defer: draft-reserve") for e in shadowed)
+    assert all(e.reason.startswith("would defer: draft-headroom") for e in shadowed)
     assert EventKind.RESERVATION_MADE not in [e.kind for e in port.events]
     assert ctl.stats().shadow_would_defer == 2 and ctl.stats().reserved_blocks == {}
     assert not ctl.containment.should_contain(1, "Draft KV cache resume failed for request 1")
@@ -76,14 +76,29 @@ def test_switching_on_mid_run_adopts_the_requests_already_running():
 def test_auto_records_like_shadow_until_triggered_then_enforces():
     port = FakePort()
     ctl = attach(port, mode="auto")
-    assert _fill(ctl, 0) == [Verdict.ADMIT] * 6
+    assert _fill(ctl, 0, 4) == [Verdict.ADMIT] * 4  # 4 x 4 blocks fit below the ceiling: nothing to say
+    assert not ctl.enforcing
     ctl.trigger("admission_gap finding")
-    ctl.begin_pass(make_view(1, started=[make_request(r, first=False, position=4) for r in range(1, 7)]))
+    ctl.begin_pass(make_view(1, started=[make_request(r, first=False, position=4) for r in range(1, 5)]))
     assert ctl.mode == "auto" and ctl.enforcing and ctl.stats().auto_triggered
-    assert ctl.decide(make_request(9)).verdict is Verdict.DEFER  # the 6 running hold 24 blocks
+    assert ctl.decide(make_request(9)).verdict is Verdict.DEFER  # the 4 running hold 16 blocks
     change = [e for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED][-1]
     assert parse_kv(change.reason)["trigger"] == "admission_gap_finding"
     assert ctl.containment.should_contain(1, "x")
+
+
+def test_auto_engages_at_the_first_attempt_its_policy_would_defer_within_the_same_pass():
+    # A burst of long prompts can fill the draft pool within one pass, before any finding lands: the
+    # policy's own deferral (its certain needs pass the ceiling) is the trigger, and it holds at once.
+    port = FakePort()
+    ctl = attach(port, mode="auto")
+    assert _fill(ctl, 0) == [Verdict.ADMIT] * 4 + [Verdict.DEFER] * 2  # 4 x 4 blocks, then 19 < 20
+    assert ctl.enforcing and ctl.stats().auto_triggered
+    change = [e for e in port.events if e.kind is EventKind.REMEDIATION_MODE_CHANGED][-1]
+    fields = parse_kv(change.reason)
+    assert (fields["mode"], fields["enforcing"]) == ("auto", 1)
+    assert fields["trigger"].startswith("draft-headroom_would_defer_request_5")
+    assert ctl.stats().shadow_would_defer == 0  # never admitted past what it said
 
 
 def test_a_shared_channel_makes_two_ranks_switch_on_the_same_iteration(tmp_path):
@@ -109,7 +124,7 @@ def test_refuses_unknown_modes_and_policies():
     ctl = attach(FakePort(), mode="off")
     with pytest.raises(ValueError, match="unknown admission policy"):
         ctl.set_policy("nope")
-    assert list(list_policies()) == ["draft-reserve", "worst-case", "joint-admission"]
+    assert list(list_policies()) == ["draft-headroom", "draft-reserve", "worst-case", "joint-admission"]
 
 
 def test_set_policy_starts_a_fresh_ledger_from_the_running_requests():

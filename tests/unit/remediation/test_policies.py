@@ -116,9 +116,9 @@ def test_unpaired_draft_only_is_gated_when_the_draft_shares_prefixes():
 
 
 def test_registry_lists_the_default_first_and_refuses_unknown_names():
-    assert list(POLICIES)[0] == "draft-reserve"
-    assert set(POLICIES) == {"draft-reserve", "worst-case", "joint-admission"}
-    with pytest.raises(ValueError, match="unknown admission policy 'nope'; policies: draft-reserve"):
+    assert list(POLICIES)[0] == "draft-headroom"
+    assert set(POLICIES) == {"draft-headroom", "draft-reserve", "worst-case", "joint-admission"}
+    with pytest.raises(ValueError, match="unknown admission policy 'nope'; policies: draft-headroom, draft-reserve"):
         create_policy("nope")
     with pytest.raises(ValueError, match="max_seq_len"):
         create_policy("worst-case")
