@@ -31,16 +31,20 @@ class ReplayLauncher:
         remediation: mode the remediation starts in (off | shadow | on | auto).
         policy: admission policy it starts with (default: remediation's default).
         events_dir: also write each replay's event file there.
+        scheduler, manager: ``model`` (default) or ``installed``, for every replay the picker starts
+            (the installed TensorRT-LLM's classes, as ``kvscope replay --scheduler/--manager``).
     """
 
     def __init__(self, *, pace: float = 0.5, overrides: Mapping[str, Any] | None = None,
                  remediation: str = "off", policy: str | None = None,
-                 events_dir: str | os.PathLike[str] | None = None) -> None:
+                 events_dir: str | os.PathLike[str] | None = None, scheduler: str = "model",
+                 manager: str = "model") -> None:
         self.pace = pace
         self.overrides = dict(overrides or {})
         self.remediation = remediation
         self.policy = policy
         self.events_dir = events_dir
+        self.scheduler, self.manager = scheduler, manager
         self.current: BackgroundReplay | None = None
         self.runs = 0
 
@@ -72,20 +76,24 @@ class ReplayLauncher:
             path = os.path.join(os.fspath(self.events_dir), f"{os.path.basename(source)}-{self.runs}.parquet")
         self.current = BackgroundReplay(source, fields, pace=pace, events_path=path,
                                         remediation=remediation or self.remediation,
-                                        policy=policy or self.policy).start()
+                                        policy=policy or self.policy, scheduler=self.scheduler,
+                                        manager=self.manager).start()
         return self.current, self.current.switch
 
 
 def replay_dashboard(source: str = "shared-prefix", *, pace: float = 0.5,
                      overrides: Mapping[str, Any] | None = None, remediation: str = "off",
                      start: str | bool = "shown", refresh_s: float = 0.5,
-                     events_dir: str | os.PathLike[str] | None = None) -> Dashboard:
-    """A dashboard with the scenario picker, replaying ``source``.
+                     events_dir: str | os.PathLike[str] | None = None, scheduler: str = "model",
+                     manager: str = "model") -> Dashboard:
+    """A dashboard with the scenario picker, replaying ``source`` (``scheduler`` / ``manager``:
+    ``installed`` runs the installed TensorRT-LLM's classes in every replay the picker starts).
 
     ``start``: ``"shown"`` (default) starts the replay when a browser has rendered the dashboard, so
     nothing is missed while a page loads; ``"now"`` (or True) at once; False waits for the button.
     """
-    launcher = ReplayLauncher(pace=pace, overrides=overrides, remediation=remediation, events_dir=events_dir)
+    launcher = ReplayLauncher(pace=pace, overrides=overrides, remediation=remediation, events_dir=events_dir,
+                              scheduler=scheduler, manager=manager)
     dash = Dashboard(launcher=launcher, refresh_s=refresh_s, title="kvscope live: engine-model replay")
     dash.source.value = source
     if start:

@@ -167,7 +167,7 @@ def test_manager_installed_alone_is_refused_in_one_line():
     assert "--manager installed needs --scheduler installed" in done.stderr
 
 
-def test_notebook_recorded_replay_takes_the_same_picks(tmp_path):
+def test_notebook_replays_take_the_same_picks(tmp_path):
     code = (
         "import json, sys\n"
         "from kvscope.attach.runs import record_replay\n"
@@ -175,6 +175,11 @@ def test_notebook_recorded_replay_takes_the_same_picks(tmp_path):
         "for label, picks in (('model', {}), ('installed', {'scheduler': 'installed', 'manager': 'installed'})):\n"
         f"    s = record_replay({SCENARIO!r}, [{BUILD!r}], label=label, out_dir=sys.argv[1], **picks).summary\n"
         "    out.append([s.engine_fatal, s.fatal_request_id, s.requests_completed, s.sim_seconds])\n"
+        "from kvscope.attach.launcher import ReplayLauncher\n"
+        "launcher = ReplayLauncher(pace=0, scheduler='installed', manager='installed')\n"
+        f"run, _ = launcher.start({SCENARIO!r}, {{'engine_version': 'main-00746ef'}})\n"
+        "s = run.wait()\n"
+        "out.append([s.engine_fatal, s.fatal_request_id, s.requests_completed, s.sim_seconds])\n"
         "print(json.dumps(out))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -182,6 +187,7 @@ def test_notebook_recorded_replay_takes_the_same_picks(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    model, installed = json.loads(done.stdout.strip().splitlines()[-1])
+    model, installed, picked = json.loads(done.stdout.strip().splitlines()[-1])
     assert model[0] is True  # the draft pool's raise
     assert installed == model
+    assert picked == model  # the dashboard picker's launcher, set to the installed classes
