@@ -97,12 +97,14 @@ def test_a_mode_change_is_drawn_where_the_controller_applied_it(tmp_path):
 def test_status_counts_the_unfinished_requests_when_max_sim_seconds_cuts_the_run_short():
     # Remediated from the start, shared-prefix completes nothing in its first 12 simulated seconds:
     # every admitted request is still decoding or queued when the limit stops the run (after the
-    # iteration that crosses it, 12.1 s). The first completes between 14 and 16 s: clients send no
+    # iteration that crosses it). The first completes between 14 and 16 s: clients send no
     # max_tokens, so the policy reserves up to max_seq_len per request and fewer share the engine.
     r = BackgroundReplay("shared-prefix", {"max_sim_seconds": 12}, remediation="on").start()
     summary = r.wait(120)
     assert summary is not None and summary.requests_completed == 0 and summary.requests_unfinished > 0
+    assert 12.0 <= summary.sim_seconds < 12.5  # stopped by the iteration that crossed the limit
     status = r.status()
     assert status.state == "finished"
     assert (f"0 completed, 0 failed, 0 rejected, {summary.requests_unfinished} unfinished (still running or "
-            "queued at the 12 s limit, max_sim_seconds) in 12.1 simulated s") in status.detail, status.detail
+            f"queued at the 12 s limit, max_sim_seconds) in {summary.sim_seconds:.1f} simulated s"
+            ) in status.detail, status.detail
