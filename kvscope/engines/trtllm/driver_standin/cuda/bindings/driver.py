@@ -23,6 +23,9 @@ from typing import Any
 TOTAL_MEM_BYTES = 80 << 30
 """Device memory the stand-in reports (an 80 GiB card); allocations past it are refused."""
 
+DEVICE_NAME = "kvscope accounting stand-in (no GPU)"
+"""What ``cuDeviceGetName`` answers; ``cuDriverGetVersion`` answers 0 (no driver)."""
+
 CALLS: dict[str, int] = {}
 _in_use_bytes = 0
 _handle_bytes: dict[int, int] = {}
@@ -130,6 +133,14 @@ def cuInit(flags: int) -> tuple[Any, ...]:  # noqa: N802
 
 def cuCtxGetDevice() -> tuple[Any, ...]:  # noqa: N802
     return _ok("cuCtxGetDevice", 0)
+
+
+def cuDeviceGetName(length: int, device: int) -> tuple[Any, ...]:  # noqa: N802
+    return _ok("cuDeviceGetName", DEVICE_NAME.encode()[: max(length - 1, 0)] + b"\0")
+
+
+def cuDriverGetVersion() -> tuple[Any, ...]:  # noqa: N802
+    return _ok("cuDriverGetVersion", 0)
 
 
 def cuCtxSynchronize() -> tuple[Any, ...]:  # noqa: N802
