@@ -81,6 +81,7 @@ def _stage(config: EngineConfig, num_host_blocks: int) -> tuple[Any, Any, Any, A
         enable_block_reuse=config.enable_block_reuse, joint_kv_cache_reuse=joint, engine_build=build,
         fix_19120=config.fix_19120,
     )
+    defer = {"defer_draft_resize": config.defer_draft_resize}
     # DSA scenarios (no mamba state) use DSACacheManagerV2 for both managers, as the real creator
     # does for GLM-5 / DeepSeek V3.2 (the draft config is the target's); hybrid models the plain V2 class.
     manager_cls = kvm.DSACacheManagerV2Model if config.num_mamba_slots == 0 else kvm.KVCacheManagerV2Model
@@ -102,7 +103,7 @@ def _stage(config: EngineConfig, num_host_blocks: int) -> tuple[Any, Any, Any, A
     draft = None
     if config.has_draft_pool:
         draft = manager_cls(num_blocks=draft_blocks, is_draft=True, bytes_per_token=draft_bpt,
-                            draft_cursor_sizing=config.draft_cursor_sizing.value, **common)
+                            draft_cursor_sizing=config.draft_cursor_sizing.value, **common, **defer)
     resource_manager = create_resource_manager(target, draft)
     ctx_chunk_config = None
     if (config.num_mamba_slots > 0 and config.enable_chunked_prefill and config.enable_block_reuse

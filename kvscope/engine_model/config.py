@@ -192,6 +192,10 @@ class EngineConfig:
         bounds=KnobRange(0, _BYTES_MAX))
     engine_version: str = _knob(
         NEWEST.version, f"TensorRT-LLM build the model follows: {' | '.join(ENGINE_BUILDS)} (alias: main)")
+    defer_draft_resize: bool = _knob(
+        False, "model-only counterfactual of open PR #19231 (main-00746ef only): the scheduler sizes the unpaired "
+               "mirror for each context chunk and generation step and defers the request when the draft refuses, "
+               "instead of a raise in prepare_resources")
     fix_19120: bool = _knob(False, "apply PR #19120's proposed fix for #18661 (reclaim clamped at the history, "
                                    "unpaired mirror records its draft slots and advances its context history)")
     # --- pools (model) ---
@@ -324,6 +328,10 @@ class EngineConfig:
             raise ValueError("without enable_chunked_prefill, max_num_tokens must be >= max_seq_len")
         if self.draft_mode == DraftMode.PAIRED and self.max_draft_len == 0:
             raise ValueError("draft_mode=paired needs a draft pool: max_draft_len must be > 0")
+        if self.defer_draft_resize and not self.engine_build.scheduler_admits_mirror:
+            raise ValueError(
+                f"defer_draft_resize (PR #19231) builds on the scheduler's mirror admission, which engine_version "
+                f"{self.engine_version} does not have; set engine_version={NEWEST.version}")
         if self.draft_mode == DraftMode.PAIRED and not self.engine_build.joint_reuse:
             raise ValueError(
                 f"draft_mode=paired needs joint KV cache reuse (#18093), which engine_version "

@@ -196,6 +196,7 @@ class KVCacheManagerV2Model:
             uncreatable mirror.
         draft_len_on_every_chunk: None -> the build's; a bool overrides it (tests).
         fix_19120: apply PR #19120's proposed fix (model knob; no build has it).
+        defer_draft_resize: PR #19231's deferral (model knob; no build has it): see ``size_mirror_for_step``.
         draft_cursor_sizing, target_reserves_draft_slots: model-only knobs.
     """
 
@@ -211,7 +212,8 @@ class KVCacheManagerV2Model:
                  reuse_match_backoff: int | None = None, bytes_per_token: int = 0,
                  draft_len_on_every_chunk: bool | None = None, draft_cursor_sizing: str = "chunk",
                  target_reserves_draft_slots: bool = True, gpu_max_tokens: int | None = None,
-                 engine_build: EngineBuild = NEWEST, fix_19120: bool = False) -> None:
+                 engine_build: EngineBuild = NEWEST, fix_19120: bool = False,
+                 defer_draft_resize: bool = False) -> None:
         if num_reserved_index_slots < 0:
             raise ValueError("num_reserved_index_slots must be non-negative")
         if draft_cursor_sizing not in ("chunk", "prompt"):
@@ -243,6 +245,9 @@ class KVCacheManagerV2Model:
         # Proposed fix of #18661 (PR #19120, open): clamp the generation reclaim at the history,
         # record the unpaired mirror's grown draft slots, advance the mirror's context history.
         self.fix_19120 = fix_19120
+        # Open PR #19231 (model-only counterfactual): the scheduler sizes the unpaired mirror for each
+        # step (size_mirror_for_step) and defers a request the draft refuses.
+        self.defer_draft_resize = defer_draft_resize
         self.draft_len_on_every_chunk = (engine_build.draft_len_on_every_chunk
                                          if draft_len_on_every_chunk is None else draft_len_on_every_chunk)
         self.draft_cursor_sizing = draft_cursor_sizing
@@ -494,6 +499,34 @@ class KVCacheManagerV2Model:
         kv_cache = self._mirror_draft_kv_cache(req)
         return kv_cache is not None and self._resume_and_restore(req.py_request_id, kv_cache)
 
+    def size_mirror_for_step(self, req: LlmRequestModel, num_tokens: int | None = None) -> bool:
+        """#19231 (open, model-only): size the unpaired mirror at scheduling for the step the target
+        just took, a context chunk of ``num_tokens`` or (None) a generation step. False: the draft
+        refuses, and the scheduler defers the request instead of ``_prepare_draft_resources`` raising
+        (which then finds the mirror sized: a same-size resize, or a generation step recorded in
+        ``_allocated_draft_lens`` as the paired path records it)."""
+        if not self.admit_mirror(req):
+            return False
+        kv_cache = self.kv_cache_map[req.py_request_id]
+        if num_tokens is not None:
+            return kv_cache.resize(max(kv_cache.capacity, self._context_mirror_capacity(req, num_tokens)))
+        if not kv_cache.resize(self._required_gen_capacity(req, kv_cache.capacity)):
+            return False
+        self._allocated_draft_lens[req.py_request_id] = self._generation_draft_slots(req)
+        return True
+
+    def _context_mirror_capacity(self, req: LlmRequestModel, chunk: int) -> int:
+        """What the mirror of a context chunk of ``chunk`` tokens asks (``_prepare_draft_resources``)."""
+        on_last = req.context_current_position + chunk >= req.prompt_len or self.draft_len_on_every_chunk
+        draft_len = get_draft_token_length(req) if on_last else 0
+        # The "prompt" cursor is the legacy draft request view; joint reuse shares the target's
+        # cursor (request_context(not joint, ...)), so it never applies to a paired draft.
+        if self.draft_cursor_sizing == "prompt" and not self.enable_joint_kv_cache_reuse:
+            covered = max(req.prompt_len, req.context_current_position + chunk)
+        else:
+            covered = req.context_current_position + chunk
+        return covered + draft_len + self.num_extra_kv_tokens
+
     def _resume_gate_refuses(self) -> bool:
         return max(self.impl.get_utilization()) > self.max_util_for_resume
 
@@ -529,15 +562,7 @@ class KVCacheManagerV2Model:
                 continue
             if not self._resume_and_restore(req.py_request_id, kv_cache):
                 raise RuntimeError(errors.draft_resume_failed(req.py_request_id))
-            on_last = req.is_last_context_chunk or self.draft_len_on_every_chunk
-            draft_len = get_draft_token_length(req) if on_last else 0
-            # The "prompt" cursor is the legacy draft request view; joint reuse shares the target's
-            # cursor (request_context(not joint, ...)), so it never applies to a paired draft.
-            if self.draft_cursor_sizing == "prompt" and not self.enable_joint_kv_cache_reuse:
-                covered = max(req.prompt_len, req.context_current_position + req.context_chunk_size)
-            else:
-                covered = req.context_current_position + req.context_chunk_size
-            capacity = covered + draft_len + self.num_extra_kv_tokens
+            capacity = self._context_mirror_capacity(req, req.context_chunk_size)
             if not kv_cache.resize(capacity):
                 raise RuntimeError(errors.draft_context_resize_failed(
                     req.py_request_id, capacity, self._draft_pool_diagnostic()))

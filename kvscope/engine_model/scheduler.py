@@ -551,7 +551,15 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
                 self._suspend_request(req)
             return False
         draft_manager = self._joint_draft_manager
-        if draft_manager is None or draft_manager.try_allocate_draft_context(req, num_tokens):
+        if draft_manager is None:
+            mirror = self.draft_kv_cache_manager
+            if mirror is None or not mirror.defer_draft_resize or mirror.size_mirror_for_step(req, num_tokens):
+                return True
+            # #19231 (model-only): the draft refused this chunk; defer it as a target shortage.
+            self.kv_cache_manager.revert_allocate_context(req)
+            self._suspend_request(req)
+            return False
+        if draft_manager.try_allocate_draft_context(req, num_tokens):
             return True
         if not self.kv_cache_manager.revert_allocate_context(req):
             draft_manager.free_resources(req)
@@ -594,7 +602,11 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
             return False
         draft_manager = self._joint_draft_manager
         if draft_manager is None:
-            if self._admit_unpaired_draft(req):
+            mirror = self.draft_kv_cache_manager
+            if mirror is not None and mirror.defer_draft_resize:
+                if mirror.size_mirror_for_step(req):  # #19231 (model-only): sized here, or deferred
+                    return True
+            elif self._admit_unpaired_draft(req):
                 return True
         elif draft_manager.try_allocate_generation(req):
             return True
