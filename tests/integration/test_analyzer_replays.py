@@ -32,14 +32,19 @@ pytestmark = pytest.mark.slow
 # The 10-iteration lead is pinned on the newest build read (main-00746ef), where the failing request
 # is one the scheduler already admitted. On the GLM report's own build (1.3.0rc25, the scenario's
 # default) the burst ends at the first resume of a mirror born in prepare_resources ("glm5-rc25").
-GLM5 = ("glm5-dsa", ("max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0"))
+# Both crash in the start-up burst of sessions started 1.19 s apart (session_start_interval_s=-1):
+# on the default 10 s ramp the first 64 requests finish. The hybrid's twelve warm-ups are sent at
+# once (warmup_concurrency=0): on its default (one at a time, then every follow-up) the failing
+# request is first named one iteration before the crash.
+EARLY_SESSIONS = "session_start_interval_s=-1"
+GLM5 = ("glm5-dsa", ("max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0", EARLY_SESSIONS))
 REPLAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "glm5": GLM5,
     # One micro-batch in flight: the rc25 burst then ends at a new mirror's first resume (with the
     # scenario's two micro-batches it ends at a mirror's context resize instead).
-    "glm5-rc25": ("glm5-dsa", ("max_requests=64", "pp_size=1")),
+    "glm5-rc25": ("glm5-dsa", ("max_requests=64", "pp_size=1", EARLY_SESSIONS)),
     "shared-prefix": ("shared-prefix", ()),
-    "qwen": ("qwen-hybrid-mtp", ()),
+    "qwen": ("qwen-hybrid-mtp", ("warmup_concurrency=0",)),
     "glm5-reuse-off": ("glm5-dsa", (*GLM5[1], "enable_block_reuse=false")),
     "glm5-paired": ("glm5-dsa", (*GLM5[1], "draft_mode=paired")),
     "near-miss": ("near-miss", ()),
@@ -47,11 +52,12 @@ REPLAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "oversize": ("oversize", ()),
     "mooncake": ("mooncake-conversation", ("max_requests=200",)),
     # the full runs of the two healthy configurations (never crash): no critical finding at all
-    # (on main-00746ef: on rc25 the reuse-off run ends on a draft mirror's resume, at request 23 since
-    # rc25's chunked admission order is modelled, after ~680 s before it: the scheduler resumes a suspended generation request
-    # before a context one, _prepare_draft_resources mirrors them context first -- see SOURCES.md)
+    # (on main-00746ef, the newest build read)
     "glm5-reuse-off-full": ("glm5-dsa", ("enable_block_reuse=false", "engine_version=main-00746ef")),
-    "glm5-paired-full": ("glm5-dsa", ("draft_mode=paired", "engine_version=main-00746ef")),
+    # Paired on the 1.19 s start-up burst: the back-pressure this run is kept for (on the default
+    # 10 s ramp it waits on the draft pool only four times in two hours, one or two requests each,
+    # too few to show that stalls are grouped into incidents).
+    "glm5-paired-full": ("glm5-dsa", ("draft_mode=paired", "engine_version=main-00746ef", EARLY_SESSIONS)),
 }
 MIN_LEAD_ITERATIONS = 10
 
