@@ -62,8 +62,11 @@ def test_cancelled_requests_are_their_own_outcome_in_summary_events_ledger_and_a
 
 
 def test_the_same_seed_cancels_the_same_requests_with_or_without_instrumentation(tmp_path):
-    plain = replay.run("qwen-hybrid-mtp", KNOBS)
-    recorded = replay.run("qwen-hybrid-mtp", KNOBS,
+    # The twelve warm-ups sent at once (warmup_concurrency=0): without remediation the default
+    # traffic (warm-ups one at a time) dies at 71 s with no request cancelled yet.
+    knobs = [*KNOBS, "warmup_concurrency=0"]
+    plain = replay.run("qwen-hybrid-mtp", knobs)
+    recorded = replay.run("qwen-hybrid-mtp", knobs,
                           instrument=RemediatedSession(mode="off", events_path=str(tmp_path / "r.parquet")))
     a, b = plain.to_dict(), recorded.to_dict()
     for d in (a, b):
