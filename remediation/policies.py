@@ -8,8 +8,8 @@ unchanged on the scheduling rank of a pipeline-parallel engine, where the draft 
 ``draft-headroom``        (default) what is certain, and decode growth as it happens: a request is
                           admitted when its prompt's draft blocks fit below the resume ceiling with
                           a block left for each running request's next step; each generation step
-                          (and resume) then claims the blocks it grows into, and a step that would
-                          pass the ceiling is refused in the target like a full pool, so the
+                          (and resume) then claims the blocks it grows into, and a step the pool
+                          cannot take (or a resume above the ceiling) is refused in the target, so the
                           scheduler suspends a later request (or this one) instead of a draft
                           resize failing. Where no tier lies below the pool, suspending frees
                           nothing, so the client's cap is secured at admission there. Needs no
@@ -69,7 +69,9 @@ class DraftHeadroomPolicy(ReservingPolicy):
     may cross into a new block at its next step). Each generation step (or resume) claims the
     blocks it grows into; a step that would take the pool past the ceiling is refused in the target,
     so the scheduler relieves it as its own shortage (suspends a later request, or this one; a
-    recompute pause where the build has one) and no draft resize or resume can fail.
+    recompute pause where the build has one) and no draft resize or resume can fail. Growth may
+    use the pool up to its end (the engine gates only a resume by the ceiling, before it allocates);
+    a resume must find the pool at or below the ceiling.
 
     Where a suspended mirror's pages cannot leave the GPU (no tier below the pool), relieving a held
     step takes a recompute pause, which throws the prefill away: there the client's cap
@@ -126,7 +128,13 @@ class DraftHeadroomPolicy(ReservingPolicy):
             have = held[pool.pool].num_blocks if pool.pool in held else 0
             if need <= have:
                 continue
-            if self.ledger.total(pool.pool) + need - have > self._usable[pool.pool]:
+            total = self.ledger.total(pool.pool)
+            # An active mirror's growth has no gate but the pool's end (only a resume is gated by the
+            # ceiling, before it allocates), so growth is held only where the pool is truly full:
+            # holding earlier would suspend requests the engine could have kept, and on a build that
+            # raises on its first empty pass (1.3.0rc25) a suspension can leave the next pass empty.
+            # A resume (nothing held) must find the pool at or below the ceiling, and room for it.
+            if total + need - have > pool.capacity_blocks or (have == 0 and total > self._usable[pool.pool]):
                 if enforce:
                     self.num_steps_held += 1
                     return False
@@ -153,7 +161,7 @@ class DraftHeadroomPolicy(ReservingPolicy):
         """Rounds every started request can decode before any could need a block the pool lacks."""
         bound: int | None = None
         for pool in self._gated:
-            room = self._usable[pool.pool] - self.ledger.total(pool.pool)
+            room = pool.capacity_blocks - self.ledger.total(pool.pool)
             running = max(1, len(self.ledger))
             # A round adds at most 1 + max_draft_len tokens per request; one block each is held back
             # for the boundary every request may cross at once.

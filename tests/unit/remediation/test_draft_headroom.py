@@ -57,23 +57,39 @@ def test_leaves_one_block_per_running_request_for_their_next_step():
 def test_a_step_claims_the_block_it_grows_into_and_is_held_when_the_pool_is_full():
     policy = DraftHeadroomPolicy()
     policy.begin_pass(view())
-    admitted(policy, 1, 2, 3, 4, 5, 6)  # 18 of 19 usable blocks
+    admitted(policy, 1, 2, 3, 4, 5, 6)  # 18 of 20 blocks (19 below the resume ceiling)
     assert policy.allow_growth(request(1, tokens=11))  # 11 + 1 + 1 draft = 13 tokens -> 4 blocks: grows 1
-    assert policy.ledger.total(PoolRole.DRAFT) == 19
     assert policy.allow_growth(request(1, tokens=12))  # still 4 blocks: nothing to claim
-    assert not policy.allow_growth(request(2, tokens=11))  # would be the 20th block
+    # An active mirror grows past the resume ceiling (only a resume is gated by it), up to the pool's end.
+    assert policy.allow_growth(request(2, tokens=11))
+    assert policy.ledger.total(PoolRole.DRAFT) == 20
+    assert not policy.allow_growth(request(3, tokens=11))  # would be the 21st block of 20
     assert policy.num_steps_held == 1
-    assert policy.ledger.total(PoolRole.DRAFT) == 19  # a held step claims nothing
+    assert policy.ledger.total(PoolRole.DRAFT) == 20  # a held step claims nothing
+
+
+def test_a_resume_needs_the_pool_at_or_below_its_ceiling_and_room_for_it():
+    pool = dataclasses.replace(DRAFT_HOST, capacity_blocks=40)  # 38 blocks below the 0.95 ceiling
+    policy = DraftHeadroomPolicy()
+    policy.begin_pass(view(draft=pool))
+    admitted(policy, *range(1, 13))  # 12 x 3 = 36 blocks
+    assert policy.decide(request(13, prompt=1, cap=1)).is_admit  # 1 block: 37
+    policy.suspended(13)  # above a host tier: its block leaves the GPU (36)
+    assert policy.allow_growth(request(1, tokens=22))  # request 1 grows to 6 blocks: 39, past the ceiling
+    assert not policy.allow_growth(request(13, tokens=1))  # 39 + 1 fits the pool, but 39 > 38: no resume
+    policy.release(2)  # 36 again
+    assert policy.allow_growth(request(13, tokens=1))
+    assert policy.ledger.held(13)[PoolRole.DRAFT].num_blocks == 1
 
 
 def test_a_step_is_counted_but_never_held_when_not_enforcing():
     policy = DraftHeadroomPolicy()
     policy.begin_pass(view())
     admitted(policy, 1, 2, 3, 4, 5, 6)
-    assert policy.allow_growth(request(1, tokens=11))
+    assert policy.allow_growth(request(1, tokens=11)) and policy.allow_growth(request(2, tokens=11))
     # Shadow: the step does not fit (the answer says so), but the engine takes it, so it is counted.
-    assert not policy.allow_growth(request(2, tokens=11), enforce=False)
-    assert policy.ledger.total(PoolRole.DRAFT) == 20 and policy.num_steps_held == 0
+    assert not policy.allow_growth(request(3, tokens=11), enforce=False)
+    assert policy.ledger.total(PoolRole.DRAFT) == 21 and policy.num_steps_held == 0
 
 
 def test_a_suspension_frees_the_ledger_only_where_a_tier_lies_below_and_the_resume_must_fit_again():
@@ -113,8 +129,8 @@ def test_secures_the_clients_cap_where_no_tier_lies_below():
 def test_decode_rounds_allowed_bounds_a_stretch_to_what_every_request_can_grow_into():
     policy = DraftHeadroomPolicy()
     policy.begin_pass(view())
-    admitted(policy, 1, 2)  # 6 of 19 blocks: 13 free, 2 held back for block boundaries
-    # (13 - 2) blocks x 4 tokens / 2 requests = 22 tokens each; 2 tokens per round (1 + 1 draft).
-    assert policy.decode_rounds_allowed() == 11
-    admitted(policy, 3, 4, 5, 6)
+    admitted(policy, 1, 2)  # 6 of 20 blocks: 14 free, 2 held back for block boundaries
+    # (14 - 2) blocks x 4 tokens / 2 requests = 24 tokens each; 2 tokens per round (1 + 1 draft).
+    assert policy.decode_rounds_allowed() == 12
+    admitted(policy, 3, 4, 5, 6)  # 18 of 20: 2 free, 6 held back
     assert policy.decode_rounds_allowed() == 0
