@@ -185,22 +185,21 @@ SCENARIOS: dict[str, Scenario] = {
         "glm5-dsa", "GLM-5.3 DSA pp2/tp4 MTP1, Claude Code agentic traces (shared tools+system prefix)",
         GLM5_DSA, _claude_workload,
         "the incident: target reuse keeps the target pool small while every unpaired draft mirror "
-        "holds its whole context; the draft pool runs out and the engine dies on a draft resize or "
-        "resume. On its default build (1.3.0rc25) reuse off dies too, at a new mirror's first resume "
-        "(at the deployment guide's max_batch_size=8 later); on main-00746ef reuse off or "
-        "draft_mode=paired survive."),
+        "holds its whole context; the draft pool runs out and the engine dies at a mirror's context "
+        "resize (request 192, as the report's 186), at max_batch_size=8 at a suspended mirror's resume; "
+        "reuse off survives on every build, draft_mode=paired on main-00746ef."),
     "shared-prefix": Scenario(
         "shared-prefix", "glm5-dsa engine; 100k+ token prompts sharing one long prefix at 16+ concurrency",
         dataclasses.replace(GLM5_DSA, requests_in_flight=24, max_requests=96),
         _synthetic("create_shared_prefix_workload"),
         "the minimal reproduction without agentic traffic: the draft pool fills within seconds of "
-        "simulated time and the engine dies; on main-00746ef reuse off or paired survive (on 1.3.0rc25 "
-        "reuse off dies too, at a mirror's resume)."),
+        "simulated time and the engine dies; reuse off survives on every build, paired on main-00746ef."),
     "qwen-hybrid-mtp": Scenario(
         "qwen-hybrid-mtp", "hybrid GDN/attention 27B tp2 MTP3; 12 clients warm a long prefix then ~81k follow-ups",
         QWEN_HYBRID_MTP, _qwen_workload,
-        "the same failure on a hybrid model with a mamba state pool (three pools): the draft attention "
-        "pool, smaller than the target's, fills and the engine dies."),
+        "the same failure on a hybrid model with a mamba state pool (three pools): after the warm-ups "
+        "the follow-ups' mirrors fill the draft attention pool, smaller than the target's, and the "
+        "engine dies at a new mirror's resume (about 71 s; the report: 80-107 s)."),
     "mooncake-conversation": Scenario(
         "mooncake-conversation", "Mooncake conversation trace, open loop, on the glm5-dsa engine (healthy)",
         dataclasses.replace(GLM5_DSA, arrival_time_scale=2.5, max_requests=2000), _mooncake_workload,
