@@ -27,7 +27,7 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/kvscope demo
-	@echo "live dashboard (remediation switch, scenario picker): $(BIN)/voila notebooks/02_live_dashboard.ipynb"
+	@echo "live dashboard (remediation switch, scenario picker): $(BIN)/voila --MappingKernelManager.cull_interval=60 --MappingKernelManager.cull_idle_timeout=300 notebooks/02_live_dashboard.ipynb"
 	@echo "  then open the printed http://localhost:8866/ address; all notebooks: $(BIN)/jupyter lab notebooks/"
 
 setup-test: $(VENV)/.test-installed
