@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kvscope.events import EventKind, PoolRole, format_kv
+from kvscope.events import ADOPTED_REASON, EventKind, PoolRole, format_kv
 from kvscope.port import AdmissionDecision, AdmissionPort, AdmissionRequest, PassView, Verdict
 from remediation.channel import (
     ControlChannel,
@@ -317,6 +317,9 @@ class Controller:
         keeping the ledger the policy kept in shadow (exact up to this first deferral)."""
         self._triggered = True
         self._policy.reporter.emit = self.reporter.emit
+        # The shadow ledger's reservations were not reported (shadow changes nothing); from now on
+        # they are the policy's, so they are reported as adopted, and each later release has its make.
+        self._policy.report_held(ADOPTED_REASON)
         self._shadowed.clear()
         self.num_mode_changes += 1
         reason = format_kv({"mode": Mode.AUTO.value, "policy": self._policy_name, "previous": Mode.AUTO.value,

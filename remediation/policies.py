@@ -43,6 +43,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvscope.events import EventKind
 from kvscope.port import AdmissionDecision, AdmissionRequest, PassView, PoolConfig
 from remediation.ledger import Reservation
 from remediation.reserving import PolicyStats, ReservingPolicy, blocks_for_tokens
@@ -108,8 +109,11 @@ class DraftHeadroomPolicy(ReservingPolicy):
         rid = request.request_id
         if rid in self.ledger and not any(r.num_blocks for r in self.ledger.held(rid).values()):
             # Its blocks left the pool (suspended above a host tier, or recompute-paused): it is
-            # admitted again on what it needs, like a new request.
-            self.ledger.release(rid)
+            # admitted again on what it needs, like a new request, its empty reservation given back.
+            for r in self.ledger.release(rid):
+                self.stats.reservations_released += 1
+                self.reporter.report(EventKind.RESERVATION_RELEASED, rid, r.pool, 0, r.num_tokens,
+                                     "caches left the GPU: admitted again", reserved_blocks=self.ledger.total(r.pool))
             request = dataclasses.replace(request, is_first_chunk=True)
         return super().decide(request)
 

@@ -176,6 +176,14 @@ class ReservingPolicy:
             if request.request_id not in self.ledger and self._gated:
                 self._reserve(request, reason=ADOPTED_REASON)
 
+    def report_held(self, reason: str) -> None:
+        """Report every reservation the ledger holds as made now (a shadow ledger taken over; its
+        reservations are counted in the stats already, where they were made)."""
+        for request_id in self.ledger.request_ids():
+            for r in self.ledger.held(request_id).values():
+                self.reporter.report(EventKind.RESERVATION_MADE, request_id, r.pool, r.num_blocks, r.num_tokens,
+                                     reason, reserved_blocks=self.ledger.total(r.pool))
+
     def reserved_blocks(self, pool: PoolRole) -> int:
         return self.ledger.total(pool)
 
