@@ -227,10 +227,19 @@ ROW_GROUP_ROWS = 1 << 16
 """Most rows per row group of a closed Parquet recording (what a damaged row group can cost a reader)."""
 
 
+def _load_arrow_pandas_shim() -> None:
+    """Make pyarrow load its pandas shim now. ``pa.array`` imports pandas (when installed) on its
+    first call; when that first call is the last export at interpreter exit (a short run under
+    ``kvscope-instrument``, whose CLI no longer imports pandas up front), pandas' import registers an
+    atexit handler after shutdown began, raises, and the recording's events are dropped."""
+    pa.array([0], pa.int64())
+
+
 class ParquetSink(_EndState):
     """Writes events to Parquet through a ``.partial`` Arrow stream (see module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str], *, meta: dict[str, Any] | None = None) -> None:
+        _load_arrow_pandas_shim()
         super().__init__()
         self.path = Path(path)
         self.partial_path = self.path.with_name(self.path.name + ".partial")
