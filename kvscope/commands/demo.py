@@ -31,10 +31,10 @@ from kvscope.remedy import RemediatedSession
 SCENARIO = "glm5-dsa"
 ENGINE_VERSION = "main-00746ef"
 ENGINE = f"engine_version={ENGINE_VERSION}"
-"""The demo runs the newest build read, where joint reuse exists and the failing request is one the
-scheduler already admitted (so the analyzer names it well ahead). The scenario's own default is the
-GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``), which dies at a fresh mirror's
-first resume instead."""
+"""The demo runs the newest build read, where joint reuse exists (its third run needs it). The
+scenario's own default is the GLM report's 1.3.0rc25 (``kvscope replay --scenario glm5-dsa``),
+which dies at the same context resize without the diagnostic suffix. The failing request arrives
+just before it fails, so the analyzer names it a pass or two ahead; what warns early is the pool."""
 REMEDIATED = "kvscope remediation on, reuse on"
 CAP = "max_sim_seconds=600"
 RUNS: tuple[tuple[str, list[str]], ...] = (
@@ -206,6 +206,10 @@ def _print_side_by_side(stock: dict[str, Any], fixed: dict[str, Any], given: str
         print(f"  {name:<40}{a!s:>12}{b!s:>14}")
 
 
+def _iterations(n: int) -> str:
+    return f"{n} iteration" if n == 1 else f"{n:,} iterations"
+
+
 def _print_run(r: dict[str, Any]) -> None:
     util = ", ".join(f"{k} {v:.0%}" for k, v in r["peak_utilization"].items())
     if r["engine_fatal"]:
@@ -216,10 +220,10 @@ def _print_run(r: dict[str, Any]) -> None:
     w = r["first_warning"]
     if w:
         print(f"    kvscope warned first at iteration {w['iteration']} ({w['kind']}), "
-              f"{w['lead_iterations']} iterations before the crash")
+              f"{_iterations(w['lead_iterations'])} before the crash")
     n = r["failing_request_named"]
     if n:
-        print(f"    kvscope named request {n['request_id']} ({n['kind']}) {n['lead_iterations']} iterations "
+        print(f"    kvscope named request {n['request_id']} ({n['kind']}) {_iterations(n['lead_iterations'])} "
               "before it failed")
     print(f"    findings: {', '.join(r['finding_kinds']) or 'none'}")
 
