@@ -48,8 +48,10 @@ Targets printed at the end:
   the median queue wait.
 
 Then the policy's own cost: microseconds per scheduling pass (begin_pass plus one decision per
-waiting request) at 64 running and 200 waiting requests, against the engine model's iteration time
-on glm5-dsa (target < 5%).
+waiting request) at 64 running and 200 waiting requests, against the iteration time of the engine
+the model stands for at that load (its cost model, COST_SOURCES.md; target < 5%), with the CPU
+model's own iteration time beside it (the model runs about 1,000 times faster than the engine, so
+that share says how much remediation slows a replay, not an engine).
 
 Run: ``.venv/bin/python bench/bench_remediation.py [SCENARIO ...] [--caps none,32768]`` (``make bench``
 runs it all: about 15 minutes on two cores).
@@ -168,6 +170,7 @@ def print_table(title: str, rows: list[Row]) -> float:
     for row in rows:
         row.goodput = _goodput(row, window)
     bound = rows[-1].goodput
+    bound_build = rows[-1].build
     print(f"\n### {title}\n")
     print("| row | build | completed | failed | rejected | engine fatal | goodput tok/s | / bound | mean running "
           "| prefix hit | queue wait p50 / p99 s | peak draft util |")
@@ -176,9 +179,11 @@ def print_table(title: str, rows: list[Row]) -> float:
         s = row.summary
         failed = s.requests_failed + getattr(s, "requests_errored", 0)
         fatal = "**yes**" if s.engine_fatal else "no"
-        ratio = row.goodput / bound if bound else 0.0
+        # The bound is the default build's: a row on another build (paired, the #19231 defer on
+        # main-00746ef) is not bounded by it.
+        ratio = f"{row.goodput / bound:.2f}" if bound and row.build == bound_build else "-"
         print(f"| {row.name} | {row.build} | {s.requests_completed} | {failed} | {s.requests_rejected} | {fatal} | "
-              f"{row.goodput:,.1f} | {ratio:.2f} | {s.mean_running_requests:.2f} | {s.prefix_hit_rate:.2f} | "
+              f"{row.goodput:,.1f} | {ratio} | {s.mean_running_requests:.2f} | {s.prefix_hit_rate:.2f} | "
               f"{s.queue_wait_p50_s:.1f} / {s.queue_wait_p99_s:.1f} | {s.peak_utilization.get('draft', 0.0):.2f} |")
     return bound
 
@@ -191,7 +196,7 @@ def check_targets(title: str, rows: list[Row], bound: float) -> list[str]:
             problems.append(f"{title}: {row.name} had an engine fatal error")
         if row.kind == "kvscope" and row.keys.get("reservations_leaked"):
             problems.append(f"{title}: {row.name} leaked {row.keys['reservations_leaked']} reservations")
-        if row.goodput > bound * 1.01:
+        if row.build == rows[-1].build and row.goodput > bound * 1.01:
             # Closed-loop traffic is demand-limited: every healthy row ties within the model's
             # scheduling-order noise (0.3 % on glm5-dsa), so only a clear excess disproves the bound.
             problems.append(f"{title}: {row.name} ({row.goodput:.1f}) is above the upper bound ({bound:.1f})")
@@ -297,7 +302,10 @@ def policy_cost(num_running: int = 64, num_waiting: int = 200, passes: int = 100
     running = sum(1 for r in executor.active_requests if r.state.name == "GENERATION_IN_PROGRESS")
     waiting = len(executor.active_requests) - running
     assert running >= num_running - 4 and waiting >= num_waiting - 4, (running, waiting)  # the load asked for
-    return cost_us, iteration_us
+    # What one such iteration takes on the engine the model stands for (its cost model: GLM-5 on
+    # 8 GPUs), the time the policy's work adds to in a real executor loop.
+    engine_iteration_us = executor._last_step_s * 1e6
+    return cost_us, iteration_us, engine_iteration_us
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,12 +325,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n({time.perf_counter() - start:.0f} s wall for the table)")
     if not args.no_healthy:
         problems += healthy_cost()
-    cost_us, iteration_us = policy_cost()
-    share = cost_us / iteration_us
-    print(f"\npolicy cost: {cost_us:.1f} us per scheduling pass at 64 running / 200 waiting; engine-model "
-          f"iteration at that load {iteration_us:.0f} us -> {share:.1%}")
+    cost_us, iteration_us, engine_iteration_us = policy_cost()
+    share = cost_us / engine_iteration_us
+    print(f"\npolicy cost: {cost_us:.1f} us per scheduling pass at 64 running / 200 waiting: {share:.2%} of the "
+          f"engine's iteration at that load ({engine_iteration_us / 1000:.1f} ms, the cost model's), "
+          f"{cost_us / iteration_us:.1%} of the CPU engine model's ({iteration_us:.0f} us)")
     if share >= 0.05:
-        problems.append(f"policy per-pass cost {share:.1%} of an iteration (target < 5%)")
+        problems.append(f"policy per-pass cost {share:.1%} of an engine iteration (target < 5%)")
     print("\ntargets: " + ("all met" if not problems else "MISSED:\n  " + "\n  ".join(problems)))
     return 0 if not problems else 1
 

@@ -207,8 +207,9 @@ class AdmissionPolicy(Protocol):
     repeat it for a request retried on later passes without calling :meth:`decide`.
 
     Optional, for a policy that follows decode growth instead of reserving it ahead:
-    ``allow_growth(request) -> bool``, asked before each generation step (and resume) of a started
-    request in the target manager; False makes the target refuse that step, so the scheduler
+    ``allow_growth(request_id, num_tokens) -> bool``, asked before each generation step (and resume)
+    of a started request in the target manager (``num_tokens``: what it holds now, prompt plus
+    generated; called for every running request every step, so it must be a lookup in the common case); False makes the target refuse that step, so the scheduler
     relieves the shortage as it does its own (suspend others, or the request itself) instead of
     letting a draft resize fail. ``suspended(request_id, freed=...)``: the request was suspended
     (its pages leave a pool only where a tier lies below it: ``PoolConfig.has_tier_below``), or its

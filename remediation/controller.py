@@ -269,16 +269,16 @@ class Controller:
                                  decision.num_blocks_short, request.prompt_len, f"{what}: {decision.reason}")
         return _ADMIT
 
-    def allow_growth(self, request: AdmissionRequest) -> bool:
+    def allow_growth(self, request_id: int, num_tokens: int) -> bool:
         """One generation step (or resume) of a started request; only an enforcing policy holds one
         (in shadow, or auto before its trigger, the policy still counts the growth)."""
         mode = self._mode
         if mode is Mode.OFF:
             return True
         enforce = mode is Mode.ON or (mode is Mode.AUTO and self._triggered)
-        fits = self._policy.allow_growth(request, enforce=enforce)
+        fits = self._policy.allow_growth(request_id, num_tokens, enforce=enforce)
         if not fits and mode is Mode.AUTO and not enforce:
-            self._engage(f"{self._policy_name} would hold a step of request {request.request_id}")
+            self._engage(f"{self._policy_name} would hold a step of request {request_id}")
             return True  # counted already; the next steps are held
         return fits or mode is Mode.SHADOW or (mode is Mode.AUTO and not enforce)
 

@@ -88,6 +88,8 @@ class DraftHeadroomPolicy(ReservingPolicy):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._num_running = 0
+        self._covered: dict[int, int] = {}
+        """request id -> tokens below which its next step needs no new block (the fast path)."""
         self.num_steps_held = 0
         """Generation steps (or resumes) refused because the draft pool could not take them."""
 
@@ -117,18 +119,21 @@ class DraftHeadroomPolicy(ReservingPolicy):
             request = dataclasses.replace(request, is_first_chunk=True)
         return super().decide(request)
 
-    def allow_growth(self, request: AdmissionRequest, *, enforce: bool = True) -> bool:
-        """Whether the step fits below the ceiling; a step that fits claims its blocks, and so does
-        every step when not enforcing (shadow: the engine takes it anyway)."""
-        rid = request.request_id
-        if not self._gated or request.num_tokens < 0 or rid not in self.ledger:
+    def allow_growth(self, request_id: int, num_tokens: int, *, enforce: bool = True) -> bool:
+        """Whether the step fits; a step that fits claims its blocks, and so does every step when not
+        enforcing (shadow: the engine takes it anyway). The common case, a step within the blocks
+        the request holds, is one lookup."""
+        if num_tokens < self._covered.get(request_id, -1):
+            return True
+        rid = request_id
+        if not self._gated or num_tokens < 0 or rid not in self.ledger:
             return True  # nothing gated, no token count, or not admitted through this policy
         held = self.ledger.held(rid)
         fits = True
-        grows: list[tuple[PoolConfig, int, int]] = []
+        grows: list[tuple[PoolConfig, int]] = []
         for pool in self._gated:
             # The step's new token; blocks_for_tokens adds the draft slots and extra tokens.
-            need = blocks_for_tokens(request.num_tokens + 1, pool)
+            need = blocks_for_tokens(num_tokens + 1, pool)
             have = held[pool.pool].num_blocks if pool.pool in held else 0
             if need <= have:
                 continue
@@ -143,12 +148,20 @@ class DraftHeadroomPolicy(ReservingPolicy):
                     self.num_steps_held += 1
                     return False
                 fits = False
-            grows.append((pool, have, need))
-        for pool, _, need in grows:
-            self.ledger.reserve(Reservation(rid, pool.pool, need, request.num_tokens + 1, self.iteration))
+            grows.append((pool, need))
+        for pool, need in grows:
+            self.ledger.reserve(Reservation(rid, pool.pool, need, num_tokens + 1, self.iteration))
+        self._covered[rid] = self._tokens_covered(rid)
         return fits
 
+    def _tokens_covered(self, request_id: int) -> int:
+        """Below this many tokens held, a step needs no block the request does not hold already."""
+        held = self.ledger.held(request_id)
+        return min((held[p.pool].num_blocks * p.tokens_per_block - p.max_draft_len - p.num_extra_kv_tokens - 1
+                    if p.pool in held else -1) for p in self._gated)
+
     def suspended(self, request_id: int, *, freed: bool = False) -> None:
+        self._covered.pop(request_id, None)
         pools = {p.pool: p for p in self._gated}
         emptied = False
         for r in self.ledger.held(request_id).values():
@@ -160,6 +173,14 @@ class DraftHeadroomPolicy(ReservingPolicy):
                 emptied = True
         if emptied:
             self._epoch += 1  # room grew: a deferral decided before may not hold
+
+    def release(self, request_id: int) -> None:
+        self._covered.pop(request_id, None)
+        super().release(request_id)
+
+    def release_all(self, reason: str) -> int:
+        self._covered.clear()
+        return super().release_all(reason)
 
     def decode_rounds_allowed(self) -> int | None:
         """Rounds every started request can decode before any could need a block the pool lacks."""

@@ -10,7 +10,7 @@ mirror); a paired draft and the mamba state pool are not gated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvscope.events import ADOPTED_REASON, EventKind, KVEvent, PoolRole, blocks_needed
@@ -83,7 +83,7 @@ class ReservingPolicy:
         """Blocks of ``pool`` a new admission must leave unreserved (for running requests' growth)."""
         return 0
 
-    def allow_growth(self, request: AdmissionRequest, *, enforce: bool = True) -> bool:
+    def allow_growth(self, request_id: int, num_tokens: int, *, enforce: bool = True) -> bool:
         """One generation step (or resume) of a started request: a reserving policy secured it
         at admission, so it always goes on."""
         return True
@@ -100,7 +100,7 @@ class ReservingPolicy:
     # ---- protocol --------------------------------------------------------------------------------
     def begin_pass(self, view: PassView) -> None:
         self.iteration = view.iteration
-        if len(self._gated) != sum(1 for p in view.pools.values() if _is_gated(p)):
+        if len(self._gated) != sum(1 for p in view.pools.values() if _is_gated(p, view.pools)):
             self._configure(view)
         claimant = self.guard.claimant
         self.guard.begin_pass(view.iteration)
@@ -111,7 +111,7 @@ class ReservingPolicy:
             self.adopt(list(view.started_requests()))
 
     def _configure(self, view: PassView) -> None:
-        self._gated = tuple(p for p in view.pools.values() if _is_gated(p))
+        self._gated = tuple(p for p in view.pools.values() if _is_gated(p, view.pools))
         self._usable = {p.pool: int(p.capacity_blocks * self.ceiling(p)) for p in self._gated}
 
     def decide(self, request: AdmissionRequest) -> AdmissionDecision:
@@ -242,7 +242,11 @@ def blocks_for_tokens(num_tokens: int, pool: PoolConfig) -> int:
                          num_extra_kv_tokens=pool.num_extra_kv_tokens)
 
 
-def _is_gated(pool: PoolConfig) -> bool:
+def _is_gated(pool: PoolConfig, pools: Mapping[PoolRole, PoolConfig]) -> bool:
+    """An unpaired draft pool. Also with block reuse off, where the target keeps the draft's size in
+    step: on the builds that resume a mirror in ``_prepare_draft_resources`` (1.3.0rc25, rc27) a
+    resume after the pass's context mirrors can still meet the ceiling (the silent family), and the
+    pools do not say which build they belong to."""
     return pool.pool is not PoolRole.TARGET and pool.pool is not PoolRole.MAMBA and not pool.shares_prefix
 
 

@@ -311,7 +311,8 @@ def allow_generation(b: Any, policy: Any, req: Any) -> bool:
     if allow_growth is None or (remedy is not None and remedy.refused):
         return True
     try:
-        return bool(allow_growth(admission_request(req)))
+        # Every running request's every step passes here: two ints, no request record.
+        return bool(allow_growth(req.py_request_id, int(req.get_num_tokens(0))))
     except Exception:
         remedy = state_of(b)
         remedy.num_policy_errors += 1
@@ -349,7 +350,9 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
             visible[role] = PoolSnapshot(role, cap, free, evictable, reserved, len(manager.kv_cache_map),
                                          UNKNOWN, int(manager.tokens_per_block))
         waiting, pending = b.requests.waiting, b.requests.pending
-        num_waiting = sum(1 for r in active_requests if r.py_request_id in waiting) if waiting else 0
+        # Every waiting request is an active one (arrived when activated, dropped when it ends), so
+        # the count is the set's size: a pass costs O(1) here, not a walk over every active request.
+        num_waiting = min(len(waiting), len(active_requests))
 
         def started() -> list[AdmissionRequest]:
             return [admission_request(r) for r in active_requests

@@ -58,12 +58,12 @@ def test_a_step_claims_the_block_it_grows_into_and_is_held_when_the_pool_is_full
     policy = DraftHeadroomPolicy()
     policy.begin_pass(view())
     admitted(policy, 1, 2, 3, 4, 5, 6)  # 18 of 20 blocks (19 below the resume ceiling)
-    assert policy.allow_growth(request(1, tokens=11))  # 11 + 1 + 1 draft = 13 tokens -> 4 blocks: grows 1
-    assert policy.allow_growth(request(1, tokens=12))  # still 4 blocks: nothing to claim
+    assert policy.allow_growth(1, 11)  # 11 + 1 + 1 draft = 13 tokens -> 4 blocks: grows 1
+    assert policy.allow_growth(1, 12)  # still 4 blocks: nothing to claim
     # An active mirror grows past the resume ceiling (only a resume is gated by it), up to the pool's end.
-    assert policy.allow_growth(request(2, tokens=11))
+    assert policy.allow_growth(2, 11)
     assert policy.ledger.total(PoolRole.DRAFT) == 20
-    assert not policy.allow_growth(request(3, tokens=11))  # would be the 21st block of 20
+    assert not policy.allow_growth(3, 11)  # would be the 21st block of 20
     assert policy.num_steps_held == 1
     assert policy.ledger.total(PoolRole.DRAFT) == 20  # a held step claims nothing
 
@@ -75,10 +75,10 @@ def test_a_resume_needs_the_pool_at_or_below_its_ceiling_and_room_for_it():
     admitted(policy, *range(1, 13))  # 12 x 3 = 36 blocks
     assert policy.decide(request(13, prompt=1, cap=1)).is_admit  # 1 block: 37
     policy.suspended(13)  # above a host tier: its block leaves the GPU (36)
-    assert policy.allow_growth(request(1, tokens=22))  # request 1 grows to 6 blocks: 39, past the ceiling
-    assert not policy.allow_growth(request(13, tokens=1))  # 39 + 1 fits the pool, but 39 > 38: no resume
+    assert policy.allow_growth(1, 22)  # request 1 grows to 6 blocks: 39, past the ceiling
+    assert not policy.allow_growth(13, 1)  # 39 + 1 fits the pool, but 39 > 38: no resume
     policy.release(2)  # 36 again
-    assert policy.allow_growth(request(13, tokens=1))
+    assert policy.allow_growth(13, 1)
     assert policy.ledger.held(13)[PoolRole.DRAFT].num_blocks == 1
 
 
@@ -86,9 +86,9 @@ def test_a_step_is_counted_but_never_held_when_not_enforcing():
     policy = DraftHeadroomPolicy()
     policy.begin_pass(view())
     admitted(policy, 1, 2, 3, 4, 5, 6)
-    assert policy.allow_growth(request(1, tokens=11)) and policy.allow_growth(request(2, tokens=11))
+    assert policy.allow_growth(1, 11) and policy.allow_growth(2, 11)
     # Shadow: the step does not fit (the answer says so), but the engine takes it, so it is counted.
-    assert not policy.allow_growth(request(3, tokens=11), enforce=False)
+    assert not policy.allow_growth(3, 11, enforce=False)
     assert policy.ledger.total(PoolRole.DRAFT) == 21 and policy.num_steps_held == 0
 
 
@@ -104,7 +104,7 @@ def test_a_suspension_frees_the_ledger_only_where_a_tier_lies_below_and_the_resu
     assert with_tier.ledger.total(PoolRole.DRAFT) == 3  # request 1's pages went to the host tier
     assert without.ledger.total(PoolRole.DRAFT) == 8  # a suspended mirror's pages stay on the GPU
     # The resume is a step like any other: it claims the request's whole footprint again.
-    assert with_tier.allow_growth(request(1, tokens=10))
+    assert with_tier.allow_growth(1, 10)
     assert with_tier.ledger.held(1)[PoolRole.DRAFT].num_blocks == 3
 
 
@@ -134,3 +134,4 @@ def test_decode_rounds_allowed_bounds_a_stretch_to_what_every_request_can_grow_i
     assert policy.decode_rounds_allowed() == 12
     admitted(policy, 3, 4, 5, 6)  # 18 of 20: 2 free, 6 held back
     assert policy.decode_rounds_allowed() == 0
+
