@@ -78,6 +78,9 @@ def register(subparsers: Any) -> None:
                         help="override a knob (repeatable); see --list-knobs")
     parser.add_argument("--json", action="store_true", help="print one JSON summary object only")
     parser.add_argument("--list-knobs", action="store_true", help="print the knobs and their defaults")
+    parser.add_argument("--describe-build", action="store_true",
+                        help="print the engine build in force (the scenario's, or --set engine_version=...): each "
+                             "behaviour, and whether it was read at the build's code or inferred, and from what")
     parser.add_argument("--events", metavar="PATH", help="write the replay's event file (needs instrumentation)")
     parser.add_argument("--remediation", default="off", metavar="MODE|POLICY",
                         help="off (default), shadow, on, auto, or a policy name (on); see --list-policies")
@@ -116,6 +119,9 @@ def _print_scenarios(*, as_json: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "list_scenarios", False):
         _print_scenarios(as_json=args.json)
+        return 0
+    if getattr(args, "describe_build", False):
+        _describe_build(args, as_json=args.json)
         return 0
     if args.list_knobs:
         # --engine names a scenario's engine (with --trace): its knobs are that scenario's.
@@ -319,6 +325,28 @@ def _instrumentation(path: str, label: str) -> Any:
                 "which is not installed in this build yet; run without --events") from None
         raise
     return module.instrument_replay(path, label=label)
+
+
+def _describe_build(args: argparse.Namespace, *, as_json: bool) -> None:
+    """The build a replay with these arguments would run, feature by feature, with its provenance."""
+    source = args.scenario or getattr(args, "engine", None) or TRACE_ENGINE
+    build = get_scenario(source).config.with_overrides(list(args.overrides)).engine_build
+    features = build.features()
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "engine_version": build.version, "build": build.build, "scheduler_source": build.scheduler_source,
+            "kv_manager_source": build.kv_manager_source,
+            "features": [{"name": n, "value": v if isinstance(v, (bool, int, str)) else str(v), "provenance": p}
+                         for n, v, p in features]}) + "\n")
+        return
+    inferred = sum(1 for _, _, p in features if p != "read")
+    print(f"engine {build.label}: {len(features) - inferred} behaviours read at its code, {inferred} inferred")
+    print(f"  scheduler: {build.scheduler_source}")
+    print(f"  manager:   {build.kv_manager_source}")
+    width = max(len(n) for n, _, _ in features)
+    for name, value, provenance in features:
+        shown = value.value if hasattr(value, "value") else value
+        print(f"  {name:<{width}}  {shown!s:<8}  {provenance}")
 
 
 def _print_knobs(scenario: str | None, *, as_json: bool) -> None:

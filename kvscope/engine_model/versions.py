@@ -114,10 +114,21 @@ class EngineBuild:
     deadlock_stall_passes: int
     context_pair_seams: bool
     history_over_capacity_text: str = "History length cannot be greater than capacity"
+    inferred: tuple[tuple[str, str], ...] = ()
+    """Fields not read at the build's own commit: (field, the evidence and its confidence). Every
+    other field was read in the copy ``scheduler_source`` / ``kv_manager_source`` name. Printed by
+    ``kvscope replay --describe-build``; the evidence in full is in SOURCES.md."""
 
     @property
     def label(self) -> str:
         return f"{self.version} ({self.build})"
+
+    def features(self) -> list[tuple[str, object, str]]:
+        """(field, value, provenance) for every behaviour field: ``read`` or ``inferred: why``."""
+        why = dict(self.inferred)
+        skip = {"version", "build", "scheduler_source", "kv_manager_source", "kv_manager_module", "inferred"}
+        names = [n for n in self.__dataclass_fields__ if n not in skip]
+        return [(n, getattr(self, n), f"inferred: {why[n]}" if n in why else "read") for n in names]
 
 
 _OLD_MODULE = "tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2"
@@ -134,6 +145,20 @@ RC25 = EngineBuild(
     prefix_aware_skip=False, free_failed_first_chunk=False, chunk_unit_checked_after_prepare=False,
     deadlock_stall_passes=1, context_pair_seams=False,
     history_over_capacity_text="History length cannot exceed capacity",
+    inferred=tuple((field, why) for fields, why in (
+        (("chunk_unit_checked_after_prepare",),
+         "probable: main's order before and after (9ba713c, 00746ef); the 46k scheduler copy's opposite order "
+         "is a closed PR's review diff and names what no merged file has (SOURCES.md, rc25's chunked admission "
+         "order)"),
+        (("scheduler_admits_mirror", "recompute_pause", "has_cache_tier_below_gpu", "prefix_aware_skip",
+          "free_failed_first_chunk", "deadlock_stall_passes", "context_pair_seams"),
+         "likely: read in the 46k scheduler copy, matched to rc25 by features and the report's log lines; its "
+         "commit is unknown and the tag is not stored"),
+        (("draft_pool_diagnostic", "draft_len_on_every_chunk", "missing_gen_mirror", "context_mirror_unchecked"),
+         "likely: read in the manager copy at 218ea16 (before #17347, four days before main became rc25)"),
+        (("joint_reuse",), "likely: #18093 merged after rc25 was cut, and the report's build crashed with reuse on"),
+        (("history_over_capacity_text",), "read in the #18661 report's rc25 traceback, not in code"),
+    ) for field in fields),
 )
 RC27 = EngineBuild(
     version="1.3.0rc27", build="v1.3.0rc27 (commit not given; read as 0004396)",
@@ -144,6 +169,13 @@ RC27 = EngineBuild(
     context_mirror_unchecked=False, has_cache_tier_below_gpu=False, recompute_pause=True,
     prefix_aware_skip=True, free_failed_first_chunk=True, chunk_unit_checked_after_prepare=False,
     deadlock_stall_passes=1000, context_pair_seams=True,
+    inferred=tuple((field, "no copy is tied to rc27; read as 0004396 (manager) and 00746ef without "
+                           "admit_mirror's callers (scheduler), since #18093 is in every main after rc25")
+                   for field in ("scheduler_admits_mirror", "draft_pool_diagnostic", "draft_len_on_every_chunk",
+                                 "joint_reuse", "missing_gen_mirror", "context_mirror_unchecked",
+                                 "has_cache_tier_below_gpu", "recompute_pause", "prefix_aware_skip",
+                                 "free_failed_first_chunk", "chunk_unit_checked_after_prepare",
+                                 "deadlock_stall_passes", "context_pair_seams", "history_over_capacity_text")),
 )
 MAIN_00746EF = EngineBuild(
     version="main-00746ef", build="00746ef9992943a9bb604dbf1ecf00c64af58c32",

@@ -274,3 +274,29 @@ def test_a_resize_below_the_history_raises_the_build_core_text(build):
     with pytest.raises(ValueError, match=f"^{expected}$"):
         cache.resize(31, 32)
 
+
+def test_each_build_says_which_of_its_behaviours_are_inferred_and_from_what():
+    from kvscope.engine_model.versions import ENGINE_BUILDS, MAIN_00746EF, RC25, RC27
+
+    for build in ENGINE_BUILDS.values():
+        fields = {n for n, _, _ in build.features()}
+        assert {name for name, _ in build.inferred} <= fields  # no stale names
+        assert all(why for _, why in build.inferred)
+    assert all(p == "read" for _, _, p in MAIN_00746EF.features())
+    rc25 = {n: p for n, _, p in RC25.features()}
+    assert rc25["chunk_unit_checked_after_prepare"].startswith("inferred: probable: main's order")
+    assert all(p.startswith("inferred: no copy is tied to rc27") for _, _, p in RC27.features())
+
+
+def test_describe_build_prints_the_build_in_force_with_its_provenance(capsys):
+    import json
+
+    from kvscope.cli import main
+
+    assert main(["replay", "--scenario", "glm5-dsa", "--describe-build"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("engine 1.3.0rc25 (v1.3.0rc25 785c948): 0 behaviours read at its code, 14 inferred")
+    assert main(["replay", "--scenario", "glm5-dsa", "--set", "engine_version=main", "--describe-build", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine_version"] == "main-00746ef"
+    assert {f["provenance"] for f in data["features"]} == {"read"} and len(data["features"]) == 14
