@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from kvscope.ui import style
 from kvscope.ui.figures import POOL_COLORS, thin
-from kvscope.ui.marks import marks
+from kvscope.ui.marks import legend_once, marks
 from kvscope.ui.pools import ordered_pools
 
 
@@ -76,7 +76,7 @@ def debt_projection_figure(
     shapes += s2 + [{"type": "line", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1, "y0": 0, "y1": 0,
                      "line": {"color": "black", "width": 1}}]
     layout["annotations"] += notes
-    layout.update(title="Draft debt and time to exhaustion", height=520, shapes=shapes,
+    layout.update(title="Draft debt and time to exhaustion", height=520, shapes=legend_once(shapes),
                   legend={"orientation": "h", "y": -0.15}, margin={"t": 70, "b": 60, "l": 70, "r": 20})
     return go.Figure(data=traces, layout=layout)
 

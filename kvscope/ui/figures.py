@@ -118,6 +118,8 @@ def spread_labels(notes: list[dict], span: float, *, near: float = 0.015) -> lis
         prev = n["x"]
         if k:
             n["xshift"] = (-1 if n.get("xanchor") == "right" else 1) * k * LABEL_STEP_PX
+        else:
+            n.pop("xshift", None)  # spread again with more labels, it may start a cluster now
     return notes
 
 

@@ -48,10 +48,12 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
                 continue
             color = SEVERITY_COLORS.get(f.severity, SEVERITY_COLORS["info"])
             if f.t_end_s > f.t_start_s:
-                shapes.append({"type": "rect", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_end_s,
-                               "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0}, "layer": "below"})
-            shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_start_s,
-                           "y0": 0, "y1": 1, "line": {"color": "#555", "width": 1, "dash": "dot"}})
+                shapes.append(_named({"type": "rect", "xref": xref, "yref": yref, "x0": f.t_start_s,
+                                      "x1": f.t_end_s, "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0},
+                                      "layer": "below"}, f"{f.severity} finding (span)"))
+            shapes.append(_named({"type": "line", "xref": xref, "yref": yref, "x0": f.t_start_s, "x1": f.t_start_s,
+                                  "y0": 0, "y1": 1, "line": {"color": "#555", "width": 1, "dash": "dot"}},
+                                 "finding opens"))
             if labels and f.kind not in labelled:
                 labelled.add(f.kind)
                 # At the foot of the line, so that a finding opening just before the failure is not
@@ -60,8 +62,8 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
                               "showarrow": False, "textangle": -90, "xanchor": "right", "yanchor": "bottom",
                               "font": {"size": 9, "color": "#444"}, "bgcolor": "rgba(255,255,255,0.8)"})
     if fatal is not None:
-        shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": fatal[0], "x1": fatal[0], "y0": 0, "y1": 1,
-                       "line": {"color": FATAL_COLOR, "width": 2}})
+        shapes.append(_named({"type": "line", "xref": xref, "yref": yref, "x0": fatal[0], "x1": fatal[0], "y0": 0,
+                              "y1": 1, "line": {"color": FATAL_COLOR, "width": 2}}, "engine fatal"))
         if labels:
             # Left of its line: the engine failure ends the events, so the chart ends there and a
             # label to its right would be cut at the edge; on a ground that keeps it legible over bands.
@@ -77,13 +79,34 @@ SWITCH_COLOR = "#2ca02c"
 
 def switch_marks(switches: Sequence[tuple[float, str]] | None, *, xref: str, yref: str, labels: bool = True,
                  ) -> tuple[list[dict], list[dict]]:
-    """Remediation mode changes (``(t_s, "remediation on")``) as green dashed lines, labelled at the bottom."""
+    """Remediation mode changes (``(t_s, "remediation on")``) as green dashed lines, labelled at the bottom.
+
+    The labels stand upright left of their lines, as the finding labels do, so that :func:`spread_labels`
+    over both sets them side by side: a mode change and a finding often come within a label's width
+    (the initial mode at t=0 and a stalled reservation at the first admission)."""
     shapes: list[dict] = []
     notes: list[dict] = []
     for t, text in switches or ():
-        shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": t, "x1": t, "y0": 0, "y1": 1,
-                       "line": {"color": SWITCH_COLOR, "width": 2, "dash": "dash"}})
+        shapes.append(_named({"type": "line", "xref": xref, "yref": yref, "x0": t, "x1": t, "y0": 0, "y1": 1,
+                              "line": {"color": SWITCH_COLOR, "width": 2, "dash": "dash"}}, "remediation mode change"))
         if labels:
             notes.append({"xref": xref, "yref": yref, "x": t, "y": 0, "text": text, "showarrow": False,
-                          "xanchor": "left", "yanchor": "bottom", "font": {"size": 10, "color": SWITCH_COLOR}})
+                          "textangle": -90, "xanchor": "right", "yanchor": "bottom",
+                          "font": {"size": 9, "color": SWITCH_COLOR}, "bgcolor": "rgba(255,255,255,0.8)"})
     return shapes, notes
+
+
+def _named(shape: dict, name: str) -> dict:
+    return {**shape, "name": name, "legendgroup": name, "showlegend": False}
+
+
+def legend_once(shapes: list[dict]) -> list[dict]:
+    """Give the first shape of each name a legend entry (bands and marker lines are named in the
+    legend like the traces, once per figure however many panels draw them). Returns ``shapes``."""
+    seen: set[str] = set()
+    for shape in shapes:
+        name = shape.get("name")
+        if name is not None and name not in seen:
+            seen.add(name)
+            shape["showlegend"] = True
+    return shapes

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 
 from kvscope.events import parse_kv
 from kvscope.ui import style
-from kvscope.ui.figures import thin
-from kvscope.ui.marks import axis_refs, marks, switch_marks
+from kvscope.ui.figures import spread_labels, thin
+from kvscope.ui.marks import axis_refs, legend_once, marks, switch_marks
 
 POOL_ORDER = ("target", "draft", "mamba")
 LAYERS = (
@@ -65,6 +65,8 @@ def pool_panels_figure(
     layout, traces = style.stacked_panels([f"{n} pool" for n in names] or ["(no pool state yet)"],
                                           y_title="blocks", x_title="time (s, event clock)")
     shapes: list[dict] = []
+    t = pools["t_s"].to_numpy(float) if len(pools) else np.zeros(0)
+    span = float(np.nanmax(t) - np.nanmin(t)) if len(t) else 0.0
     for i, name in enumerate(names, start=1):
         g = pools[pools["pool"].astype(str) == name].sort_values("t_s", kind="stable")
         g = _layers(thin(g, "used_blocks", max_points))
@@ -88,10 +90,10 @@ def pool_panels_figure(
         s, a = marks(findings, fatal, xref=xref, yref=yref, pool=name)
         s2, a2 = switch_marks(switches, xref=xref, yref=yref, labels=(i == len(names)))
         shapes += s + s2
-        layout["annotations"] += a + a2
+        layout["annotations"] += spread_labels(a + a2, span)  # finding and mode-change labels side by side
     layout.update(title="KV pools: blocks used / reserved / evictable / free", height=120 + height_per_pool * rows,
                   legend={"orientation": "h", "y": -0.12}, margin={"t": 70, "b": 60, "l": 70, "r": 20},
-                  shapes=shapes)
+                  shapes=legend_once(shapes))
     return go.Figure(data=traces, layout=layout)
 
 

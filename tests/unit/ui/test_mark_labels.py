@@ -8,6 +8,7 @@ import pytest
 
 from kvscope.ui.figures import LABEL_STEP_PX, finding_marks, spread_labels
 from kvscope.ui.marks import marks
+from kvscope.ui.pools import pool_panels_figure
 
 
 def _findings(fatal_t: float = 34.3) -> pd.DataFrame:
@@ -67,3 +68,28 @@ def test_labels_far_apart_keep_their_place():
     close = [{"x": 10.0, "textangle": -90, "xanchor": "right"}, {"x": 10.5, "textangle": -90, "xanchor": "right"},
              {"x": 11.0, "textangle": -90, "xanchor": "right"}]
     assert [n.get("xshift", 0) for n in spread_labels(close, 100.0)] == [0, -LABEL_STEP_PX, -2 * LABEL_STEP_PX]
+
+
+def test_a_mode_change_label_beside_a_finding_label_is_set_beside_it_not_over_it():
+    # the initial mode is reported at t=0, where the first stalled reservation opens too
+    pools = pd.DataFrame({"t_s": [0.0, 24.0], "pool": ["draft", "draft"], "capacity_blocks": [100, 100],
+                          "free_blocks": [100, 50], "evictable_blocks": [0, 0], "reserved_blocks": [0, 0],
+                          "used_blocks": [0, 50]})
+    findings = pd.DataFrame([{"kind": "stalled_reservation", "severity": "warning", "t_start_s": 0.0,
+                              "t_end_s": 0.0, "pools": ["draft"], "request_ids": [1], "evidence": {}}])
+    fig = pool_panels_figure(pools, findings, switches=[(0.0, "remediation off"), (0.1, "remediation on")])
+    labels = [a.to_plotly_json() for a in fig.layout.annotations if a.textangle == -90]
+    assert sorted(n["text"] for n in labels) == ["remediation off", "remediation on", "stalled_reservation"]
+    places = [(n["x"], n.get("xshift", 0)) for n in labels]
+    assert len(set(places)) == 3 and {n["xanchor"] for n in labels} == {"right"}, places
+
+
+def test_bands_and_marker_lines_are_named_in_the_legend_once_per_figure():
+    pools = pd.DataFrame({"t_s": [0.0, 34.3] * 2, "pool": ["target", "target", "draft", "draft"],
+                          "capacity_blocks": [100] * 4, "free_blocks": [100, 50] * 2, "evictable_blocks": [0] * 4,
+                          "reserved_blocks": [0] * 4, "used_blocks": [0, 50] * 2})
+    fig = pool_panels_figure(pools, _findings(), fatal=(34.3, "engine fatal (request 24)"),
+                             switches=[(1.0, "remediation shadow")])
+    named = [s.name for s in fig.layout.shapes if s.showlegend]
+    assert sorted(named) == ["critical finding (span)", "engine fatal", "finding opens", "remediation mode change",
+                             "warning finding (span)"], named
