@@ -83,6 +83,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     # KVSCOPE_UPDATE_README=1 asks the README test to rewrite README's demo block.
     expected = {"README.md"} if os.environ.get("KVSCOPE_UPDATE_README") == "1" else set()
+    # KVSCOPE_UPDATE_README_PICTURE=1 asks the dashboard's browser test to rewrite README's picture.
+    if os.environ.get("KVSCOPE_UPDATE_README_PICTURE") == "1":
+        expected.add("notebooks/dashboard.png")
     changed = _snapshot().changes_since(before, expected=expected)
     if changed:
         session.config.get_terminal_writer().line(
