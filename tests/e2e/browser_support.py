@@ -148,3 +148,31 @@ def run_all_in_lab(page, server: Server) -> None:
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+
+
+# Every text label plotly draws outside the plot area's data: annotations (finding and mode-change
+# labels, panel titles), the figure title, axis titles and legend entries all live in the figure's
+# info layer. Tick labels are left out: plotly lays those out itself.
+_LABEL_BOXES_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((plot, i) => {
+  const name = [...plot.classList].find(c => c.startsWith('kvscope-fig-')) || `figure ${i}`;
+  const labels = [...plot.querySelectorAll('.infolayer text')].map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent.trim(), left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+  }).filter(b => b.text && b.right > b.left && b.bottom > b.top);
+  return {name, labels};
+})"""
+
+
+def overlapping_labels(page, *, tolerance_px: float = 1.0) -> list[str]:
+    """Pairs of text labels of one plotly figure on ``page`` whose boxes overlap by more than
+    ``tolerance_px`` both across and down (read from the rendered SVG); empty when none do."""
+    found: list[str] = []
+    for fig in page.evaluate(_LABEL_BOXES_JS):
+        boxes = fig["labels"]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                dx = min(a["right"], b["right"]) - max(a["left"], b["left"])
+                dy = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])
+                if dx > tolerance_px and dy > tolerance_px:
+                    found.append(f"{fig['name']}: {a['text']!r} overlaps {b['text']!r} by {dx:.0f}x{dy:.0f} px")
+    return found

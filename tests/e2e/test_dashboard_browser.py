@@ -5,12 +5,17 @@ The notebook starts a ``shared-prefix`` replay at pace 0.25 when the page shows 
 would crash after ~12 simulated seconds, ~45 s of wall time). The test watches the pool figure render and grow, clicks the
 remediation switch to ``on`` with the mouse, and checks from the DOM that the switch changed, that
 the remediation held requests back (deferrals or reserved blocks), and that the replay finished
-without the engine's fatal error. Screenshots go to tests/artifacts/ (printed), pass or fail.
+without the engine's fatal error. Then no two text labels of one figure overlap (their boxes read
+from the rendered SVG), and a 1280x800 screen from the dashboard's top is saved; with
+``KVSCOPE_UPDATE_README_PICTURE=1`` Voila's becomes the README picture (notebooks/dashboard.png).
+Screenshots go to tests/artifacts/ (printed), pass or fail.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -20,13 +25,14 @@ pytest.importorskip("playwright")
 if not Path("/usr/bin/chromium").exists():  # installed by tests/setup.d/30-browser.sh
     pytest.skip("Debian chromium missing: run tests/setup.d/30-browser.sh", allow_module_level=True)
 
-from browser_support import chromium_page, jupyter_server, run_all_in_lab  # noqa: E402
+from browser_support import chromium_page, jupyter_server, overlapping_labels, run_all_in_lab  # noqa: E402
 from playwright.sync_api import expect  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "02_live_dashboard.ipynb"
 ARTIFACTS = ROOT / "tests" / "artifacts"
+README_PICTURE = ROOT / "notebooks" / "dashboard.png"
 
 POINTS_JS = """el => (el.data || []).reduce((n, t) => n + (t.x ? t.x.length : 0), 0)"""
 
@@ -87,6 +93,19 @@ def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_er
             assert held > 0, page.locator(".kvscope-counters").inner_text()
             assert "engine fatal" not in plot.inner_text()
             assert page.locator(".kvscope-findings .kvscope-finding").count() > 0  # the table grew
+
+            # What a person sees first on a laptop screen: every label legible, none printed over another.
+            page.set_viewport_size({"width": 1280, "height": 800})
+            page.locator(".kvscope-dashboard").first.evaluate("el => el.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(1500)  # plotly's relayout to the new size
+            first_screen = ARTIFACTS / f"dashboard-{mode}-1280x800.png"
+            page.screenshot(path=str(first_screen))
+            print(f"screenshot: {first_screen}")
+            overlaps = overlapping_labels(page)
+            assert not overlaps, "\n".join(overlaps)
+            if mode == "voila" and os.environ.get("KVSCOPE_UPDATE_README_PICTURE") == "1":
+                shutil.copyfile(first_screen, README_PICTURE)
+                print(f"README picture updated: {README_PICTURE}")
         except Exception:
             _shot(page, f"dashboard-{mode}-failure.png")
             print("browser console errors:", errors[:10])
