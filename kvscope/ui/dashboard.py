@@ -53,6 +53,7 @@ from kvscope.ui.feeds import (
 from kvscope.ui.figure_sync import sync_figure
 from kvscope.ui.findings_table import findings_html
 from kvscope.ui.live import LiveView, ReportedRemediation
+from kvscope.ui.render_watch import RenderWatch
 from kvscope.ui.status_line import reported_remediation, status_html, switch_note
 
 FINAL_STATES = (FINISHED, INCOMPLETE, FATAL, "stopped", ERROR)
@@ -60,6 +61,8 @@ FIGURES = (("fig_pools", "pool usage"), ("fig_debt", "draft debt"), ("fig_reques
            ("fig_reuse", "prefix reuse"))
 FULL_STATE_EVERY = 10
 """Every n-th refresh also stores the full figures for views created later (see sync_figure)."""
+MAX_FIGURE_REBUILDS = 2
+"""Times a chart the browser did not draw is rebuilt before the dashboard asks for a reload."""
 MODE_BUTTON_WIDTH_PX = 72
 """Width of each remediation switch button: the four fit on one row beside policy and pause."""
 _UNSHOWN = object()  # the reported remediation widgets show nothing yet
@@ -145,9 +148,13 @@ class Dashboard:
             self._fill_knobs()
             picker = [w.HBox([self.source, self.start_button]), self.knob_box]
         self.beacon = _cls(ShownBeacon(), "kvscope-beacon")
+        self.render_watch = _cls(RenderWatch(on_failed=self._on_figure_failed, on_drawn=self._on_figure_drawn),
+                                 "kvscope-render-watch")
+        self._figure_rebuilds: dict[str, int] = {}
+        self._figure_failures: dict[str, str] = {}  # chart -> why the browser did not draw it
         self.beacon.observe(self._on_shown, names="shown")
         self.widget = _cls(w.VBox([
-            self.title, self.beacon, *picker, w.HBox(controls), self.status, self.counters,
+            self.title, self.beacon, self.render_watch, *picker, w.HBox(controls), self.status, self.counters,
             self._slots["fig_pools"], self.findings, self._slots["fig_debt"], self._slots["fig_requests"],
             self._slots["fig_reuse"],
         ]), "kvscope-dashboard")
@@ -352,6 +359,10 @@ class Dashboard:
             if offset_ns is not None:
                 label_wall_clock(fig, offset_ns)
             sync_figure(widget, fig, full_state=full_state)
+        expected = {name.replace("_", "-"): [fw.model_id, len(fw.data)] for name, _label in FIGURES
+                    if (fw := getattr(self, name)) is not None}
+        if expected != self.render_watch.expected:
+            self.render_watch.expected = expected
         # Findings change in place as well as arrive: an episode extends, escalates to critical and
         # rewrites its closing words. Redraw the table when any of that moved, not only the count.
         current = v.analyzer.findings
@@ -371,6 +382,38 @@ class Dashboard:
             f"finished {c['finished']:,} · failed {c['failed']:,} · rejected {c['rejected']:,} · "
             f"contained {c['contained']:,} · "
             f"<span class='kvscope-count-shadowed'>shadow would act {c['shadowed']:,}</span>")
+
+    def _on_figure_failed(self, css_name: str, model_id: str, reason: str) -> None:
+        """The browser did not draw a chart (see :class:`RenderWatch`): a new ``FigureWidget`` in
+        its place makes the browser load and draw it afresh, up to ``MAX_FIGURE_REBUILDS`` times."""
+        name = css_name.replace("-", "_")
+        old = getattr(self, name, None) if name in dict(FIGURES) else None
+        if old is None or old.model_id != model_id:
+            return  # already replaced
+        label = dict(FIGURES)[name]
+        tries = self._figure_rebuilds.get(name, 0)
+        if tries >= MAX_FIGURE_REBUILDS:
+            self.render_watch.notice = (f"The {label} chart did not render in this browser ({reason}), "
+                                        f"also after {tries} rebuilds: reload the page.")
+            self.render_watch.needs_reload = True
+            return
+        self._figure_rebuilds[name] = tries + 1
+        self._figure_failures[name] = reason
+        self.render_watch.notice = (f"The {label} chart did not render in this browser ({reason}); "
+                                    f"rebuilt it (try {tries + 1} of {MAX_FIGURE_REBUILDS}).")
+        fresh = _cls(go.FigureWidget(), f"kvscope-{css_name}")
+        setattr(self, name, fresh)
+        self.widget.children = tuple(fresh if c is old else c for c in self.widget.children)
+        old.close()
+        self.redraw(full_state=True)
+
+    def _on_figure_drawn(self, css_name: str) -> None:
+        name = css_name.replace("-", "_")
+        label = dict(FIGURES).get(name, css_name)
+        if not self.render_watch.needs_reload:
+            self.render_watch.notice = (f"The {label} chart did not render in this browser "
+                                        f"({self._figure_failures.get(name, 'reason unknown')}); rebuilt, it is "
+                                        "drawn now.")
 
     def _show_status(self, status: FeedStatus) -> None:
         """The status line: state in bold, remediation mode, paused note, one line of detail; the

@@ -8,6 +8,8 @@ the remediation held requests back (deferrals or reserved blocks), and that the 
 without the engine's fatal error. Then no two text labels of one figure overlap (their boxes read
 from the rendered SVG), and a 1280x800 screen from the dashboard's top is saved; with
 ``KVSCOPE_UPDATE_README_PICTURE=1`` Voila's becomes the README picture (notebooks/dashboard.png).
+A second test holds the plotting library's first load in the browser: the dashboard says which
+chart did not render and why, rebuilds it, and it draws without a reload.
 Screenshots go to tests/artifacts/ (printed), pass or fail.
 """
 
@@ -108,6 +110,51 @@ def test_remediation_switch_clicked_mid_run_ends_the_replay_without_the_fatal_er
                 print(f"README picture updated: {README_PICTURE}")
         except Exception:
             _shot(page, f"dashboard-{mode}-failure.png")
+            print("browser console errors:", errors[:10])
+            print("server log tail:", server.log.read_text()[-3000:])
+            raise
+
+
+# Holds the first plotly bundle the page imports (anywidget imports a widget's code from a blob URL)
+# for ten minutes: a module that awaits that long, then re-exports the bundle. Later imports run as usual.
+DELAY_PLOTLY_JS = """(() => {
+  const create = URL.createObjectURL.bind(URL);
+  window.kvscopeDelayedImports = 0;
+  URL.createObjectURL = (blob) => {
+    const url = create(blob);
+    if (window.kvscopeDelayedImports === 0 && blob instanceof Blob && blob.type === "text/javascript"
+        && blob.size > 1000000) {
+      window.kvscopeDelayedImports += 1;
+      const held = `await new Promise(r => setTimeout(r, 600000));\\nexport * from "${url}";\\n`
+                   + `export { default } from "${url}";\\n`;
+      return create(new Blob([held], { type: "text/javascript" }));
+    }
+    return url;
+  };
+})();"""
+
+
+def test_a_chart_whose_plotting_library_loads_late_is_reported_and_drawn_again_when_viewed_in_chromium(tmp_path):
+    with jupyter_server("voila", NOTEBOOK, tmp_path) as server, chromium_page(tmp_path / "profile") as (page, errors):
+        try:
+            page.add_init_script(script=DELAY_PLOTLY_JS)
+            page.goto(server.url, wait_until="domcontentloaded", timeout=120_000)
+            notice = page.locator(".kvscope-render-watch .kvscope-render-notice")
+            # The first chart (the pools) waits for its plotting library: the dashboard says so ...
+            expect(notice).to_contain_text("The pool usage chart did not render in this browser", timeout=120_000)
+            expect(notice).to_contain_text("the plotting library did not load")
+            # ... and draws it again without a reload, while the first import is still held.
+            plot = page.locator(".js-plotly-plot.kvscope-fig-pools").first
+            expect(plot.locator(".scatterlayer .trace").first).to_be_visible(timeout=90_000)
+            assert plot.evaluate(POINTS_JS) > 0
+            assert page.evaluate("window.kvscopeDelayedImports") == 1
+            expect(notice).to_contain_text("it is drawn now", timeout=30_000)
+            expect(notice).to_contain_text("(nothing drawn after 15 s: the plotting library did not load); rebuilt")
+            assert page.locator(".kvscope-fig-pools").count() == 1  # the undrawn one is gone
+            expect(page.locator(".kvscope-reload")).to_have_count(0)
+            _shot(page, "dashboard-delayed-plotly-recovered.png")
+        except Exception:
+            _shot(page, "dashboard-delayed-plotly-failure.png")
             print("browser console errors:", errors[:10])
             print("server log tail:", server.log.read_text()[-3000:])
             raise
