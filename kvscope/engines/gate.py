@@ -314,11 +314,16 @@ def allow_generation(b: Any, policy: Any, req: Any) -> bool:
         # Every running request's every step passes here: two ints, no request record.
         return bool(allow_growth(req.py_request_id, int(req.get_num_tokens(0))))
     except Exception:
-        remedy = state_of(b)
-        remedy.num_policy_errors += 1
-        if remedy.num_policy_errors <= 3:
-            log.exception("kvscope: admission policy failed in allow_growth (step allowed as stock)")
+        _policy_failed(b, "allow_growth", "step allowed as stock")
         return True
+
+
+def _policy_failed(b: Any, where: str, outcome: str) -> None:
+    """Count a policy's raise (called inside ``except``); the first three are logged with it."""
+    remedy = state_of(b)
+    remedy.num_policy_errors += 1
+    if remedy.num_policy_errors <= 3:
+        log.exception("kvscope: admission policy failed in %s (%s)", where, outcome)
 
 
 def suspended(b: Any, policy: Any, request_id: int, *, freed: bool) -> None:
@@ -387,10 +392,7 @@ def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     try:
         decision = policy.decide(admission_request(req))
     except Exception:
-        remedy = state_of(b)
-        remedy.num_policy_errors += 1
-        if remedy.num_policy_errors <= 3:
-            log.exception("kvscope: admission policy failed in decide (attempt admitted as stock)")
+        _policy_failed(b, "decide", "attempt admitted as stock")
         return True
     verdict = decision.verdict
     if verdict is Verdict.ADMIT:
