@@ -88,8 +88,7 @@ def _samples(otel_stack, metric: str, service: str, df, pool: str = "draft") -> 
 
 
 def test_draft_alerts_fire_before_the_engine_failure_on_a_replayed_crash(otel_stack, tmp_path, capsys):
-    service, df = _export(otel_stack, tmp_path, capsys, "crash",
-                          ["max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0"])
+    service, df = _export(otel_stack, tmp_path, capsys, "crash", CRASH)
     failed_s = int(df[df["kind"] == "engine_failed"]["epoch_ns"].iloc[0]) / 1e9
     # wait for the samples up to the failure (the collector batches; an early poll sees a prefix)
     level = poll(lambda: (s := _samples(otel_stack, "kvscope_analysis_alarm_level", service, df))
@@ -127,7 +126,9 @@ def test_nothing_critical_fires_on_a_replayed_healthy_run(otel_stack, tmp_path, 
     assert _samples(otel_stack, "kvscope_analysis_time_to_exhaustion_seconds", service, df) == []
 
 
-CRASH = ["max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0"]
+# The start-up burst (sessions one request cycle apart, 1.19 s): the crash comes within the first 64
+# requests (the scenario's 10 s ramp crashes later, at request 192).
+CRASH = ["max_requests=64", "engine_version=main-00746ef", "num_host_blocks=0", "session_start_interval_s=-1"]
 HEALTHY = ["max_requests=300", "enable_block_reuse=false", "engine_version=main-00746ef"]
 
 
