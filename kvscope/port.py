@@ -97,6 +97,9 @@ class PoolConfig:
     has_tier_below: bool = False
     """A cache tier below the GPU (host) exists: a suspended cache's pages can leave this pool, so
     suspending a request makes room here; without one they stay until the cache is freed."""
+    resume_deferred: bool = False
+    """The scheduler resumes this pool's caches at admission and defers a request whose resume is
+    refused (main-00746ef's ``admit_mirror``), so no resume here can raise."""
 
     def __post_init__(self) -> None:
         if self.tokens_per_block <= 0:

@@ -243,11 +243,18 @@ def blocks_for_tokens(num_tokens: int, pool: PoolConfig) -> int:
 
 
 def _is_gated(pool: PoolConfig, pools: Mapping[PoolRole, PoolConfig]) -> bool:
-    """An unpaired draft pool. Also with block reuse off, where the target keeps the draft's size in
-    step: on the builds that resume a mirror in ``_prepare_draft_resources`` (1.3.0rc25, rc27) a
-    resume after the pass's context mirrors can still meet the ceiling (the silent family), and the
-    pools do not say which build they belong to."""
-    return pool.pool is not PoolRole.TARGET and pool.pool is not PoolRole.MAMBA and not pool.shares_prefix
+    """An unpaired draft pool, unless nothing in it can raise: without block reuse in the target, the
+    scheduler reserves in the target, first, what each mirror later asks of the draft, so a draft
+    holding at least the target's tokens runs short only after it, and where the scheduler also
+    defers a refused resume (``resume_deferred``) no draft raise is left to prevent. On builds that
+    resume a mirror in ``_prepare_draft_resources`` (1.3.0rc25, rc27) a resume after the pass's
+    context mirrors can still meet the ceiling (the silent family): gated there."""
+    if pool.pool is PoolRole.TARGET or pool.pool is PoolRole.MAMBA or pool.shares_prefix:
+        return False
+    target = pools.get(PoolRole.TARGET)
+    kept_in_step = (target is not None and not target.shares_prefix
+                    and pool.capacity_blocks * pool.tokens_per_block >= target.capacity_blocks * target.tokens_per_block)
+    return not (kept_in_step and pool.resume_deferred)
 
 
 _ADMIT = AdmissionDecision.admit()

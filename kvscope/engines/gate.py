@@ -34,6 +34,7 @@ would reach into the others' state.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import re
@@ -114,6 +115,8 @@ class RemedyState:
     refused: str = ""
     """Why remediation refused to start (empty: it did not): the policy is not consulted and
     nothing is contained."""
+    mirror_deferred: bool | None = None
+    """Whether the engine's scheduler defers a refused mirror resume (None: no scheduling pass yet)."""
     containment: ContainmentHandler | None = None
     pools: dict[PoolRole, PoolConfig] = field(default_factory=dict)
     managers: dict[PoolRole, Any] = field(default_factory=dict)
@@ -240,7 +243,7 @@ def read_pools(b: Any, remedy: RemedyState) -> dict[PoolRole, PoolConfig]:
             num_extra_kv_tokens=cfg.num_extra_kv_tokens, max_util_for_resume=cfg.max_util_for_resume,
             shares_prefix=cfg.enable_block_reuse and (cfg.is_paired or role is not PoolRole.DRAFT),
             is_visible=role not in remedy.hidden_pools, max_seq_len=cfg.max_seq_len,
-            has_tier_below=cfg.has_tier_below)
+            has_tier_below=cfg.has_tier_below, resume_deferred=bool(remedy.mirror_deferred))
         remedy.managers[role] = manager
     remedy.num_managers_seen = len(b.managers)
     return remedy.pools
@@ -338,11 +341,28 @@ def suspended(b: Any, policy: Any, request_id: int, *, freed: bool) -> None:
         state_of(b).num_policy_errors += 1
 
 
-def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration: int) -> None:
+def scheduler_defers_refused_mirror(scheduler: Any) -> bool:
+    """Whether the scheduler resumes an unpaired mirror at admission and defers a refusal, so that no
+    mirror resume can raise in ``prepare_resources``: ``KVCacheV2Scheduler._admit_unpaired_draft``
+    (-> ``KVCacheManagerV2.admit_mirror``), present at 00746ef and in no earlier scheduler read. The
+    engine model's one scheduler class stands for every build and says it with
+    ``admit_unpaired_mirror``."""
+    if scheduler is None:
+        return False
+    flag = getattr(scheduler, "admit_unpaired_mirror", None)
+    return bool(flag) if flag is not None else hasattr(type(scheduler), "_admit_unpaired_draft")
+
+
+def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration: int, *,
+               scheduler: Any = None) -> None:
     """Hand ``policy`` this pass's view (and, the first time, the requests already running)."""
     remedy = state_of(b)
     remedy.iteration = iteration
     remedy.epoch = None
+    if scheduler is not None and remedy.mirror_deferred is None:
+        # Known at the first pass (pools read at attach, before any, are told now).
+        remedy.mirror_deferred = deferred = scheduler_defers_refused_mirror(scheduler)
+        remedy.pools = {role: dataclasses.replace(p, resume_deferred=deferred) for role, p in remedy.pools.items()}
     try:
         pools = pool_configs(b, remedy)
         if remedy.refused:

@@ -52,7 +52,7 @@ def schedule_request(b: Binding, original: Method) -> Method:
                 waiting = [r for r in active_requests if r.py_request_id in requests.waiting]
             policy = b.admission_policy
             if policy is not None:
-                gate.begin_pass(b, policy, active_requests, it)
+                gate.begin_pass(b, policy, active_requests, it, scheduler=self)
         except Exception:
             b.hook_failed()
         try:

@@ -200,3 +200,18 @@ def test_gate_sits_in_the_targets_prepare_context_when_called_outside_the_pair_s
     binding.in_pair = True  # as inside _prepare_context_pair
     assert target.prepare_context(req) is True  # the pair hook gates instead
     assert policy.decided == [(5, True)] and not binding.attempts.holds
+
+
+def test_the_scheduler_defers_a_refused_mirror_only_on_the_build_that_admits_it():
+    from kvscope.engine_model.build import build_engine
+    from kvscope.engine_model.config import EngineConfig
+    from kvscope.engines.gate import scheduler_defers_refused_mirror
+
+    for version, defers in (("main-00746ef", True), ("1.3.0rc27", False), ("1.3.0rc25", False)):
+        assert scheduler_defers_refused_mirror(build_engine(EngineConfig(engine_version=version)).scheduler) is defers
+
+    class RealShaped:  # TensorRT-LLM's scheduler: the method exists only where the build has it
+        def _admit_unpaired_draft(self, req):
+            return True
+
+    assert scheduler_defers_refused_mirror(RealShaped()) and not scheduler_defers_refused_mirror(object())

@@ -135,3 +135,17 @@ def test_decode_rounds_allowed_bounds_a_stretch_to_what_every_request_can_grow_i
     admitted(policy, 3, 4, 5, 6)  # 18 of 20: 2 free, 6 held back
     assert policy.decode_rounds_allowed() == 0
 
+
+def test_a_draft_kept_in_step_is_gated_unless_the_scheduler_also_defers_a_refused_resume():
+    # Reuse off: the target reserves what each mirror asks, first, so a draft with the target's tokens
+    # cannot run out before it; where the scheduler defers a refused resume too (main-00746ef's
+    # admit_mirror) nothing in it can raise and gating would only cost throughput. Elsewhere a
+    # resume after the pass's context mirrors can still meet the ceiling, and a smaller draft can run out.
+    no_reuse_target = dataclasses.replace(make_view().pools[PoolRole.TARGET], shares_prefix=False, capacity_blocks=20)
+    for draft, gated in ((dataclasses.replace(DRAFT_HOST, resume_deferred=True), False),
+                         (DRAFT_HOST, True),
+                         (dataclasses.replace(DRAFT_HOST, resume_deferred=True, capacity_blocks=19), True)):
+        policy = DraftHeadroomPolicy()
+        policy.begin_pass(PassView(0, {PoolRole.TARGET: no_reuse_target, PoolRole.DRAFT: draft}))
+        verdicts = {policy.decide(request(rid)).verdict for rid in range(1, 12)}  # 11 x 3 = 33 blocks asked
+        assert (Verdict.DEFER in verdicts) is gated
