@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from kvscope.analysis.findings import FindingKind
 from kvscope.ui import style
 from kvscope.ui.figures import POOL_COLORS, thin
 from kvscope.ui.marks import legend_once, marks
@@ -71,7 +72,7 @@ def debt_projection_figure(
              "hovertemplate": f"<b>{role} pool</b> projected: %{{y:,.0f}} blocks available at t=%{{x:.2f}} s"
                               "<extra></extra>"},
         ]
-    shapes, notes = marks(findings, fatal, xref="x", yref="y domain", kinds=("admission_gap", "time_to_exhaustion"))
+    shapes, notes = marks(findings, fatal, xref="x", yref="y domain", kinds=(FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION))
     s2, _ = marks(None, fatal, xref="x2", yref="y2 domain")
     shapes += s2 + [{"type": "line", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1, "y0": 0, "y1": 0,
                      "line": {"color": "black", "width": 1}}]

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from kvscope.analysis.findings import FindingKind
+
 POOL_COLORS = {"target": "#1f77b4", "draft": "#d62728", "mamba": "#2ca02c"}
 SEVERITY_COLORS = {"critical": "rgba(214,39,40,0.18)", "warning": "rgba(255,127,14,0.16)", "info": "rgba(127,127,127,0.10)"}
 OUTCOME_COLORS = {"finished": "#2ca02c", "failed": "#d62728", "cancelled": "#7f7f7f", "rejected": "#9467bd",
@@ -64,27 +66,27 @@ def finding_marks(findings: pd.DataFrame | None, pools: set[str] | None = None, 
     rows = sorted(findings.itertuples(index=False), key=lambda r: (rank.get(r.severity, 3), r.t_start_s))
     labelled: set[str] = set()
     for row in rows:
-        if row.kind == "reuse_loss" or row.severity == "info":
+        if row.kind == FindingKind.REUSE_LOSS or row.severity == "info":
             continue
         if pools is not None and len(row.pools) and not (set(row.pools) & pools):
             continue
         ev = row.evidence if isinstance(row.evidence, dict) else {}
-        if row.kind == "engine_fatal":
+        if row.kind == FindingKind.ENGINE_FATAL:
             shapes.append({"type": "line", "xref": xref, "yref": yref, "x0": row.t_start_s, "x1": row.t_start_s,
                            "y0": 0, "y1": 1, "line": {"color": "#b00020", "width": 2}})
-            if "engine_fatal" not in labelled:
-                labelled.add("engine_fatal")
+            if FindingKind.ENGINE_FATAL not in labelled:
+                labelled.add(FindingKind.ENGINE_FATAL)
                 req = f" request {row.request_ids[0]}" if len(row.request_ids) else ""
                 notes.append({"xref": xref, "yref": yref, "x": row.t_start_s, "y": 1.0, "text": f"ENGINE FATAL{req}",
                               "showarrow": False, "xanchor": "right", "yanchor": "bottom",
                               "font": {"size": 11, "color": "#b00020"}, "bgcolor": "rgba(255,255,255,0.85)"})
             continue
         x0 = row.t_start_s
-        if row.kind == "time_to_exhaustion":
+        if row.kind == FindingKind.TIME_TO_EXHAUSTION:
             x0 = ev.get("critical_at_s") if row.severity == "critical" and ev.get("critical_at_s") is not None else None
-        if row.kind == "stalled_reservation":
+        if row.kind == FindingKind.STALLED_RESERVATION:
             x0 = None  # waits are drawn on the request timeline
-        if row.kind == "resume_near_miss":
+        if row.kind == FindingKind.RESUME_NEAR_MISS:
             x0 = None  # a stretch of single moments, minutes apart: its first is the line, no band
         color = SEVERITY_COLORS.get(row.severity, SEVERITY_COLORS["info"])
         if x0 is not None and row.t_end_s > x0:

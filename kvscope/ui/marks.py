@@ -10,6 +10,7 @@ from collections.abc import Container, Sequence
 
 import pandas as pd
 
+from kvscope.analysis.findings import FindingKind
 from kvscope.ui.figures import SEVERITY_COLORS, spread_labels
 
 FATAL_COLOR = "#d62728"
@@ -39,9 +40,9 @@ def marks(findings: pd.DataFrame | None, fatal: tuple[float, str] | None, *, xre
     xs: list[float] = [fatal[0]] if fatal is not None else []
     if findings is not None and len(findings):
         for f in findings.itertuples(index=False):
-            if f.kind == "reuse_loss" or (kinds is not None and f.kind not in kinds):
+            if f.kind == FindingKind.REUSE_LOSS or (kinds is not None and f.kind not in kinds):
                 continue
-            if f.kind == "engine_fatal" and fatal is not None:
+            if f.kind == FindingKind.ENGINE_FATAL and fatal is not None:
                 continue  # the fatal line below is its mark and its label
             xs += [f.t_start_s, f.t_end_s]
             if pool is not None and len(f.pools) and pool not in f.pools:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from kvscope.analysis.findings import FindingKind
 from kvscope.events import parse_kv
 from kvscope.ui import style
 from kvscope.ui.figures import spread_labels, thin
@@ -138,7 +139,7 @@ def fatal_mark(events_or_findings: pd.DataFrame) -> tuple[float, str] | None:
     f = events_or_findings
     if f is None or not len(f) or "kind" not in f:
         return None
-    hit = f[f["kind"].astype(str) == "engine_fatal"]
+    hit = f[f["kind"].astype(str) == FindingKind.ENGINE_FATAL]
     if hit.empty:
         return None
     row = hit.iloc[0]
