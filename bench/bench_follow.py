@@ -168,7 +168,7 @@ def bench_engine(export_on: bool | str, pause_s: float, grpc_port: int) -> tuple
 
 def record_replay(path: Path) -> None:
     from kvscope import replay
-    from kvscope.engines.model.session import EventFileSession
+    from kvscope.app.session import EventFileSession
 
     replay.run(REPLAY[0], REPLAY[1], instrument=EventFileSession(path, label=REPLAY[0]))
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvscope.engines.model.session import EventFileSession
+from kvscope.app.session import EventFileSession
 from kvscope.replay import build_engine, resolve, summarize
 
 DEFAULT_SCENARIOS = ("shared-prefix", "near-miss", "glm5-dsa", "qwen-hybrid-mtp")

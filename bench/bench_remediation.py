@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope import replay
-from kvscope.remedy import (
+from kvscope.app.remedy import (
     RemediatedSession,
     apply_rejections,
     observe_for_sizing,
@@ -243,11 +243,11 @@ def policy_cost(num_running: int = 64, num_waiting: int = 200, passes: int = 100
     requests decoding and ``num_waiting`` long prompts waiting, the default policy on. Remediation's
     time is every call the hooks make into it in one pass (the per-pass view, each context attempt's
     decision, the pass's end), replayed on the same engine state."""
+    from kvscope.app.remedy import model_error_path
     from kvscope.engines import gate
     from kvscope.engines.instrumentor import instrument, uninstrument
     from kvscope.engines.port import BindingPort
     from kvscope.recording import Recorder
-    from kvscope.remedy import model_error_path
     from kvscope.workloads.workload import WorkloadRequest
     from remediation import attach
 

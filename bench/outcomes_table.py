@@ -87,11 +87,13 @@ def row(scenario: str, overrides: list[str], mechanism: str, d: dict) -> str:
 
 def replay_for_fact(scenario: str, overrides: list[str], remediation: str):  # noqa: ANN201 - ReplaySummary
     """The replay a report fact stands on, remediation attached when the fact names one."""
-    from kvscope import remedy, replay
+    from kvscope import replay
+    from kvscope.app import remedy
+    from kvscope.app.remediation_setting import parse_remediation_setting
 
     if remediation == "off":
         return replay.run(scenario, overrides)
-    mode, policy = remedy.parse_remediation(remediation)
+    mode, policy = parse_remediation_setting(remediation)
     return replay.run(scenario, overrides, instrument=remedy.RemediatedSession(mode=mode, policy=policy,
                                                                                 label=scenario))
 

@@ -147,7 +147,7 @@ def _hook(parts, twin: Twin, chosen: dict) -> None:
 def replay_twin(run: Run, twin: Twin, keep: frozenset[int] | None, path: Path,
                 waiting: frozenset[int] = frozenset()) -> tuple[dict, dict]:
     """Replay ``run`` changed by ``twin``, recording to ``path``; (summary dict, hook notes)."""
-    from kvscope.engines.model import instrument_replay
+    from kvscope.app.session import instrument_replay
     from kvscope.replay import runner
 
     source = (str(_traces_dir() / run.source.split(":", 1)[1]) if run.source.startswith("trace:") else run.source)

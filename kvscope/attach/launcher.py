@@ -10,9 +10,9 @@ from typing import Any
 
 from kvscope import replay
 from kvscope.analysis.loader import load_events
+from kvscope.app.inputs import load_checked
 from kvscope.attach.replay import BackgroundReplay
 from kvscope.attach.stream import StreamFeed
-from kvscope.commands._inputs import load_checked
 from kvscope.replay.scenarios import TRACES_DIR
 from kvscope.ui.dashboard import Dashboard, RemediationSwitch
 from kvscope.ui.feeds import FileFeed
@@ -28,7 +28,7 @@ class ReplayLauncher:
     Args:
         pace: default ``pace`` field (simulated seconds per wall second).
         overrides: knob values applied to every scenario before the fields (e.g. ``max_sim_seconds``).
-        remediation: mode the remediation starts in (off | shadow | on | auto).
+        remediation: the remediation setting it starts with, ``MODE[:POLICY]`` or ``POLICY``.
         policy: admission policy it starts with (default: remediation's default).
         events_dir: also write each replay's event file there.
         scheduler, manager: ``model`` (default) or ``installed``, for every replay the picker starts

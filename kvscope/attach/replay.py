@@ -37,7 +37,7 @@ class BackgroundReplay:
         overrides: knob overrides (``{"max_sim_seconds": 30}`` or ``["key=value", ...]``).
         pace: simulated seconds per wall second (0: as fast as possible).
         events_path: also write the event file here (``.parquet`` / ``.jsonl``).
-        remediation: mode the remediation starts in (off | shadow | on | auto).
+        remediation: the remediation setting it starts with, ``MODE[:POLICY]`` or ``POLICY``.
         policy: admission policy (default: remediation's default).
         queue_capacity: events buffered for the dashboard (oldest dropped beyond it, counted).
         scheduler, manager: ``model`` (default) or ``installed``: the installed TensorRT-LLM's

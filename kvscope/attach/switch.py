@@ -1,6 +1,6 @@
 """The remediation switch: the dashboard's off / shadow / on / auto control of a running replay.
 
-A replay is recorded through :class:`kvscope.remedy.RemediatedSession` (the composition that
+A replay is recorded through :class:`kvscope.app.remedy.RemediatedSession` (the composition that
 ``kvscope replay --remediation`` uses, ``auto`` included: the streaming analyzer's first gap or
 exhaustion finding switches it on in step with the engine). :class:`ControllerSwitch` adapts that
 session's :class:`remediation.Controller` to the dashboard's
@@ -87,24 +87,27 @@ def recording_session(source: str, *, sinks: list[Sink] | None = None,
 
     Args:
         sinks: extra sinks on the replay's pump from its first event (the dashboard's queue).
-        remediation: the mode it starts in (off | shadow | on | auto).
-        policy: admission policy (default: remediation's default).
+        remediation: the setting it starts with, ``MODE[:POLICY]`` or ``POLICY`` as ``kvscope replay
+            --remediation`` takes it (:func:`kvscope.app.remediation_setting.parse_remediation_setting`).
+        policy: admission policy, in place of the setting's (default: the setting's).
 
     Raises:
         ValueError: a mode other than ``off`` in a build without remediation; an unknown mode/policy.
     """
     try:
-        from kvscope.remedy import RemediatedSession
-        from remediation import DEFAULT_POLICY, MODES, POLICIES
+        from kvscope.app.remediation_setting import parse_remediation_setting
+        from kvscope.app.remedy import RemediatedSession
+        from remediation import MODES, POLICIES
     except ImportError:
-        if remediation != "off":
+        if remediation.strip().lower() not in ("", "off"):
             raise ValueError(f"remediation {remediation!r} asked for, but this build has no remediation "
-                             "package (kvscope.remedy)") from None
-        from kvscope.engines.model.session import EventFileSession
+                             "package (kvscope.app.remedy)") from None
+        from kvscope.app.session import EventFileSession
 
         path = os.fspath(events_path) if events_path is not None else None
         return EventFileSession(path, label=source, extra_sinks=list(sinks or [])), None
-    session = RemediatedSession(mode=remediation, policy=policy or DEFAULT_POLICY,
+    setting = parse_remediation_setting(remediation)
+    session = RemediatedSession(mode=setting.mode, policy=policy or setting.policy,
                                 events_path=os.fspath(events_path) if events_path is not None else None,
                                 label=source, extra_sinks=list(sinks or []))
     return session, ControllerSwitch(session, modes=tuple(MODES), policies=tuple(POLICIES))

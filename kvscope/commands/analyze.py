@@ -12,7 +12,7 @@ request, which pool, the whole message, the first warning and critical that name
 request and the alarm open on its pool; engine stalled; healthy; or incomplete when the recording
 stops before the run's end and shows no failure), plus ``html`` when a report was written. Those keys are a public contract
 and are never renamed. ``input`` says what the input was and what of it is missing (``complete``,
-``interrupted``, ``rows_dropped``, ``events_dropped``, ``files``; see ``kvscope.commands._inputs``).
+``interrupted``, ``rows_dropped``, ``events_dropped``, ``files``; see ``kvscope.app.inputs``).
 
 Exit status: 0 analyzed complete input; 1 analyzed, but the input is partial (rows unreadable, a
 recording interrupted or cut off, events dropped by the recorder: one line on stderr says what);
@@ -42,7 +42,7 @@ from kvscope.analysis.run_label import (
     remediation_at_start,
     run_descriptions,
 )
-from kvscope.commands._inputs import check_input_paths, check_output_not_input, load_checked
+from kvscope.app.inputs import check_input_paths, check_output_not_input, load_checked
 from kvscope.commands._outputs import OutputNotWritten, write_text_whole
 from kvscope.recording.files import check_writable
 

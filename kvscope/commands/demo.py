@@ -23,10 +23,10 @@ from typing import Any
 from kvscope import replay as replay_mod
 from kvscope.analysis import analyze_files
 from kvscope.analysis.report import lead_times, render_html
+from kvscope.app.remedy import RemediatedSession
+from kvscope.app.session import instrument_replay
 from kvscope.commands._outputs import OutputNotWritten, write_text_whole
-from kvscope.engines.model import instrument_replay
 from kvscope.recording.files import check_writable
-from kvscope.remedy import RemediatedSession
 
 SCENARIO = "glm5-dsa"
 ENGINE_VERSION = "main-00746ef"

@@ -184,7 +184,7 @@ def export_files(
     reads the file first: its findings become log records and its draft debt, time to exhaustion
     and alarm level become gauges along the event timeline (one value per metric snapshot).
     """
-    from kvscope.commands._inputs import load_checked
+    from kvscope.app.inputs import load_checked
 
     total: dict[str, Any] = {}
     files = []
@@ -608,7 +608,7 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
         if args.events_file:
             raise ValueError("--events-file goes with --follow (the events a late follower missed); "
                              "export event files by naming them")
-        from kvscope.commands._inputs import check_input_paths
+        from kvscope.app.inputs import check_input_paths
 
         check_input_paths(args.events)  # missing, directories, one file twice: refused before any export
         s = export_files(

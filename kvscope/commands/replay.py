@@ -2,7 +2,7 @@
 
     kvscope replay (--scenario NAME | --trace PATH [--engine SCENARIO]) [--set key=value ...] [--json]
                    [--list-scenarios] [--list-knobs] [--list-policies] [--events PATH]
-                   [--remediation off|shadow|on|auto|POLICY] [--sizing auto|SHARE|RATIOx]
+                   [--remediation MODE[:POLICY]|POLICY] [--sizing auto|SHARE|RATIOx]
                    [--scheduler model|installed] [--manager model|installed]
 
 ``--json`` prints exactly one JSON object (the ``ReplaySummary``; keys are a public contract and are
@@ -12,12 +12,12 @@ readable summary.
 ``--list-scenarios`` describes the built-in scenarios (also at the end of ``--help``); a ``--trace``
 replays on the engine configuration of the scenario ``--engine`` names (glm5-dsa by default, said on
 the first line of the readable output, printed once the replay has run). ``--list-knobs`` prints every knob with its default for the chosen scenario (all scenarios without
-one) and the range ``--set`` accepts. ``--events PATH`` writes the replay's event file through the instrumentation module
-``kvscope.engines.model`` (its ``instrument_replay(path, label=...)`` returns the callable
-``replay.run`` receives as ``instrument=``); without that module the flag is refused with one line.
+one) and the range ``--set`` accepts. ``--events PATH`` writes the replay's event file through
+:func:`kvscope.app.session.instrument_replay` (the callable ``replay.run`` receives as ``instrument=``).
 
-``--remediation`` attaches remediation before the loop (:mod:`kvscope.remedy`): a mode with the
-default policy, or a policy name (mode ``on``); ``--list-policies`` prints them. ``--sizing`` splits
+``--remediation`` attaches remediation before the loop (:mod:`kvscope.app.remedy`): a mode with the
+default policy, a policy name (mode ``on``) or ``MODE:POLICY``
+(:mod:`kvscope.app.remediation_setting`); ``--list-policies`` prints them. ``--sizing`` splits
 the KV byte budget between target and draft before the engine starts: ``auto`` (from observed peak
 usage: a recorded run given with ``--sizing-from EVENTS``, else a probe replay with the draft pool
 out of the way), a draft byte share (``0.09``) or
@@ -41,20 +41,20 @@ flags that clash), with its knob listing and readable summary; just over 400 lin
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import textwrap
 from typing import Any
 
-from kvscope import remedy, remedy_hosted
 from kvscope import replay as replay_mod
+from kvscope.app import hosted, remedy, sizing
+from kvscope.app.remediation_setting import parse_remediation_setting
+from kvscope.app.session import instrument_replay
 from kvscope.commands._progress import ProgressLine
 from kvscope.engine_model.config import EngineConfig
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
 
-_INSTRUMENTATION_MODULE = "kvscope.engines.model"
 TRACE_ENGINE = "glm5-dsa"
 """The scenario whose engine configuration a ``--trace`` replays on unless ``--engine`` names another."""
 
@@ -83,7 +83,7 @@ def register(subparsers: Any) -> None:
                              "behaviour, and whether it was read at the build's code or inferred, and from what")
     parser.add_argument("--events", metavar="PATH", help="write the replay's event file (needs instrumentation)")
     parser.add_argument("--remediation", default="off", metavar="MODE|POLICY",
-                        help="off (default), shadow, on, auto, or a policy name (on); see --list-policies")
+                        help="off (default), shadow, on, auto, a policy name (on), or MODE:POLICY; see --list-policies")
     parser.add_argument("--sizing", metavar="auto|SHARE|RATIOx",
                         help="split the KV byte budget at start: auto, a draft byte share (0.09) or a token ratio (4x)")
     parser.add_argument("--sizing-from", metavar="EVENTS", nargs="+",
@@ -152,7 +152,10 @@ def run(args: argparse.Namespace) -> int:
         replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
     engine_config = get_scenario(engine).config if args.trace else None
-    mode, policy = remedy.parse_remediation(getattr(args, "remediation", "off") or "off")
+    try:
+        mode, policy = parse_remediation_setting(getattr(args, "remediation", "off") or "off")
+    except ValueError as e:
+        raise ValueError(f"--remediation: {e}") from None
     # Checked before anything runs: a build without kvscope's seams is refused in one line.
     installed_build = _installed_build(args)
     overrides = list(args.overrides)
@@ -167,15 +170,15 @@ def run(args: argparse.Namespace) -> int:
 
                 recorded = read_frame(args.sizing_from)  # read once: its header, then its snapshots
                 _warn_if_other_traffic(recorded, args.sizing_from[0], source)
-                observed = remedy.observed_from_events(recorded)
+                observed = sizing.observed_from_events(recorded)
             else:
-                observed = remedy.observe_for_sizing(source, overrides)
-        _, plan = remedy.sized_config(config, args.sizing, observed=observed)
+                observed = sizing.observe_for_sizing(source, overrides)
+        _, plan = sizing.sized_config(config, args.sizing, observed=observed)
         overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
     session: Any = None
     channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
-    hosted, hosted_ctl = remedy_hosted.hosted_controller()
-    if hosted:
+    is_hosted, hosted_ctl = hosted.hosted_controller()
+    if is_hosted:
         # Under kvscope-instrument the instrumentation records this engine and owns its remediation
         # (it read KVSCOPE_REMEDIATION and KVSCOPE_REMEDIATION_CHANNEL at start): a second session
         # here would instrument the model twice.
@@ -186,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("under kvscope-instrument remediation is attached by the instrumentation: set "
                              "KVSCOPE_REMEDIATION=MODE[:POLICY] (and KVSCOPE_REMEDIATION_CHANNEL) instead of "
                              "--remediation")
-        session = remedy_hosted.HostedRemediation(hosted_ctl)
+        session = hosted.HostedRemediation(hosted_ctl)
         mode, policy = session.mode, session.policy
         instrument: Any = session
     elif mode != "off" or channel_path:
@@ -198,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                                            channel=channel, rank=rank)
         instrument = session
     else:
-        instrument = _instrumentation(args.events, source) if args.events else None
+        instrument = instrument_replay(args.events, label=source) if args.events else None
     swap = None
     if installed_build is not None:
         from kvscope.engines.trtllm.swap import InstalledSwap
@@ -252,7 +255,7 @@ def _installed_build(args: argparse.Namespace) -> Any:
     scheduler, manager = getattr(args, "scheduler", "model"), getattr(args, "manager", "model")
     if (scheduler, manager) == ("model", "model"):
         return None
-    if remedy_hosted.hosted_controller()[0]:
+    if hosted.hosted_controller()[0]:
         raise ValueError("under kvscope-instrument the engine model is instrumented in this process; "
                          "--scheduler/--manager installed replays outside it")
     from kvscope.engines.trtllm.installed import resolve
@@ -288,7 +291,7 @@ def _warn_if_other_traffic(frame: Any, path: str, source: str) -> None:
 def _check_events_path(path: str, inputs: list[tuple[str, str]]) -> None:
     """Refuse, before the replay starts, an event file path that cannot be written or that is one of
     the replay's inputs (``(flag, path)`` pairs): recording there would destroy the input."""
-    from kvscope.commands._inputs import check_output_not_input
+    from kvscope.app.inputs import check_output_not_input
     from kvscope.recording.files import check_writable
 
     partial = _partial_path(path)  # the suffix names the format: refused here, not after the replay
@@ -313,18 +316,6 @@ def _print_policies(*, as_json: bool) -> None:
     width = max(len(n) for n in policies)
     for name, text in policies.items():
         print(f"{name:<{width}}  {text}")
-
-
-def _instrumentation(path: str, label: str) -> Any:
-    try:
-        module = importlib.import_module(_INSTRUMENTATION_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name and _INSTRUMENTATION_MODULE.startswith(exc.name):
-            raise ValueError(
-                f"--events needs the engine-model instrumentation ({_INSTRUMENTATION_MODULE}), "
-                "which is not installed in this build yet; run without --events") from None
-        raise
-    return module.instrument_replay(path, label=label)
 
 
 def _describe_build(args: argparse.Namespace, *, as_json: bool) -> None:

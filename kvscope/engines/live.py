@@ -24,9 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import zmq
-
-from kvscope.engines.launcher import DEFAULT_ZMQ_ENDPOINT
 from kvscope.events import FIELDS, KVEvent, WallClockAnchor
 from kvscope.events.schema import COL_REQUEST_ID, RawRow, Row
 from kvscope.recording import new_run_id
@@ -47,6 +44,16 @@ from kvscope.recording.wire import (
     stream_meta,
 )
 
+try:
+    import zmq
+except ModuleNotFoundError:  # pyzmq is the optional "live" extra: the defaults stay readable without it
+    zmq = None  # type: ignore[assignment]
+
+DEFAULT_ZMQ_ENDPOINT = "tcp://127.0.0.1:5557"
+"""Where rank 0's live publisher binds by default (rank r: port + r; ``kvscope-instrument
+--zmq-endpoint`` / ``KVSCOPE_ZMQ_ENDPOINT`` name another base); what a :class:`LiveSubscriber`
+connects to when given no endpoint."""
+
 TOPIC = b"kvscope.events"
 
 SHUTDOWN_LINGER_MS = 2000
@@ -66,7 +73,7 @@ DEFAULT_HIGH_WATER_MARK = DEFAULT_BUFFER_BYTES // MAX_MESSAGE_BYTES
 """Messages queued per subscriber before new ones are dropped (256): the buffer budget in messages
 of at most :data:`MAX_MESSAGE_BYTES`. ``KVSCOPE_ZMQ_HWM`` sets another count."""
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "DEFAULT_HIGH_WATER_MARK", "MAX_MESSAGE_BYTES", "TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink", "stream_endpoint_problem"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "DEFAULT_HIGH_WATER_MARK", "DEFAULT_ZMQ_ENDPOINT", "MAX_MESSAGE_BYTES", "TOPIC", "LiveBatch", "LiveSubscriber", "StreamRefusedError", "ZmqPublisherSink", "stream_endpoint_problem"]
 
 
 def stream_endpoint_problem(endpoint: str) -> str | None:
@@ -95,6 +102,12 @@ def stream_endpoint_problem(endpoint: str) -> str | None:
     return None
 
 
+def _require_zmq() -> None:
+    if zmq is None:
+        raise ModuleNotFoundError("No module named 'zmq': the live stream needs pyzmq (pip install 'kvscope[live]')",
+                                  name="zmq")
+
+
 class ZmqPublisherSink:
     """Publishes every batch on ``endpoint``; drops and counts instead of blocking.
 
@@ -119,6 +132,7 @@ class ZmqPublisherSink:
                  meta: Mapping[str, Any] | None = None) -> None:
         if high_water_mark <= 0:
             raise ValueError(f"high_water_mark must be > 0, got {high_water_mark}")
+        _require_zmq()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.XPUB)
         self._sock.setsockopt(zmq.SNDHWM, high_water_mark)
@@ -268,6 +282,7 @@ class LiveSubscriber:
     def __init__(self, endpoint: str = DEFAULT_ZMQ_ENDPOINT, *, context: zmq.Context | None = None,
                  expect_run_id: str | None = None, receive_high_water_mark: int = 1000) -> None:
         self.endpoint = endpoint
+        _require_zmq()
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.LINGER, 0)

@@ -108,7 +108,7 @@ class FileFeed:
     Args:
         paths: the event files.
         chunk: events handed out per poll.
-        frame: the files' events already read (``kvscope.commands._inputs.load_checked``, as
+        frame: the files' events already read (``kvscope.app.inputs.load_checked``, as
             ``kvscope analyze`` reads them: whatever is readable, the rest named in ``warning``);
             default: read with :func:`~kvscope.recording.read_frame`, which raises on a damaged file.
         warning: one line on what of the input is missing (``InputFacts.warning()``), shown in the

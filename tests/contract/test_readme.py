@@ -96,7 +96,7 @@ def test_every_command_line_shown_uses_options_the_command_has_when_checked():
     helps: dict[str, str] = {}
     for tokens in commands:
         if tokens[0] == "kvscope-instrument":
-            key, args = "kvscope-instrument", ["-m", "kvscope.engines.launcher", "--help"]
+            key, args = "kvscope-instrument", ["-m", "kvscope.app.launcher", "--help"]
         elif tokens[1].startswith("-"):  # an option of kvscope itself (kvscope --version)
             key, args = "kvscope", ["-m", "kvscope", "--help"]
         elif tokens[1] == "remediation":  # its options are its actions' (set, status)

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.recording import Recorder
-from kvscope.remedy import attach_from_env
+from kvscope.app.remedy import attach_from_env
 from tensorrt_llm._torch.pyexecutor.py_executor import PyExecutor
 from tensorrt_llm._torch.pyexecutor.resource_manager import ResourceManager
 from tensorrt_llm._torch.pyexecutor.scheduler.scheduler_v2 import KVCacheV2Scheduler
@@ -194,7 +194,7 @@ import copy, json
 from kvscope.engine_model.config import split_kv_cache_budget_for_draft as model_split
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.recording import Recorder
-from kvscope.remedy import sizing_from_env
+from kvscope.app.remedy import sizing_from_env
 from remediation.sizing import BudgetSplit
 from tensorrt_llm._torch.pyexecutor._util import KvCacheCreator
 
@@ -257,7 +257,7 @@ def _blocks(num_bytes: int, fixed: int, per_token: int, tokens_per_block: int) -
 
 @pytest.mark.parametrize("plan", ["4x", "0.09"])
 def test_sizing_through_the_real_budget_split_agrees_with_the_engine_model_knob(tmp_path, plan):
-    from kvscope.remedy import sized_config
+    from kvscope.app.remedy import sized_config
     from kvscope.replay.scenarios import get_scenario
 
     config = get_scenario("glm5-dsa").config

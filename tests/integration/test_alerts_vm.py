@@ -56,9 +56,9 @@ def _follow(otel_stack, tmp_path, name: str, sets: list[str], interval_s: float 
     import time
 
     from kvscope import replay
+    from kvscope.app.session import EventFileSession
     from kvscope.commands.export import follow
     from kvscope.engines.live import ZmqPublisherSink
-    from kvscope.engines.model.session import EventFileSession
     from kvscope.otel import OtlpConfig
 
     service = f"{name}-live-{uuid.uuid4().hex[:8]}"

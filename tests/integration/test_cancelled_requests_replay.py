@@ -12,10 +12,10 @@ import json
 
 from kvscope import replay
 from kvscope.analysis import analyze
+from kvscope.app.remedy import RemediatedSession
 from kvscope.cli import main
 from kvscope.events import EventKind
 from kvscope.recording.reader import read_frame
-from kvscope.remedy import RemediatedSession
 
 KNOBS = ["cancel_rate=0.3", "cancel_after_s=20"]
 

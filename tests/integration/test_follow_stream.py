@@ -12,9 +12,9 @@ import pytest
 from otel_stack import poll
 
 from kvscope import replay
+from kvscope.app.session import EventFileSession
 from kvscope.commands.export import follow
 from kvscope.engines.live import ZmqPublisherSink
-from kvscope.engines.model.session import EventFileSession
 from kvscope.otel import OtlpConfig
 from kvscope.otel import names as n
 from kvscope.recording import read_file

@@ -97,7 +97,7 @@ def test_a_signalled_replay_writes_an_interrupted_recording_that_analyze_calls_o
 @pytest.mark.parametrize("signum,code", SIGNALS, ids=IDS)
 def test_a_signalled_replay_under_kvscope_instrument_writes_an_interrupted_recording(tmp_path, capsys, signum, code):
     out = tmp_path / "events"
-    done = _signal_when([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out), "--engine",
+    done = _signal_when([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out), "--engine",
                          "model", sys.executable, "-m", "kvscope", *REPLAY], _grown(tmp_path / "events"),
                         signum, tmp_path)
     assert done.returncode == code, done.stderr
@@ -114,7 +114,7 @@ def test_a_program_that_does_not_catch_the_signal_still_ends_its_recording_inter
     still ends 'interrupted', and the process dies of the signal it was sent, as without kvscope."""
     (tmp_path / "program.py").write_text(PROGRAM)
     out = tmp_path / "events"
-    done = _signal_when([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out), "--engine",
+    done = _signal_when([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out), "--engine",
                          "model", sys.executable, str(tmp_path / "program.py")], _grown(out), signum, tmp_path)
     assert done.returncode == -signum, done.stderr
     (path,) = out.glob("*.jsonl")
@@ -137,7 +137,7 @@ def test_a_signalled_replay_publishes_no_engine_failure_on_its_live_stream(tmp_p
         return len(rows) > 200
 
     try:
-        done = _signal_when([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+        done = _signal_when([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                              "--engine", "model", "--sinks", "jsonl,zmq", "--zmq-endpoint", endpoint,
                              sys.executable, "-m", "kvscope", *REPLAY], streaming, signum, tmp_path)
         deadline = time.monotonic() + 10

@@ -13,14 +13,16 @@ import sys
 
 import pytest
 
-from kvscope import remedy, replay
+from kvscope import replay
+from kvscope.app import remedy
+from kvscope.app.remediation_setting import parse_remediation_setting
 from kvscope.engine_model import executor as executor_module
 from kvscope.engine_model.executor import client_output_limits
 from kvscope.engine_model.request import LlmRequestModel
 from kvscope.engines import gate
 from remediation import POLICIES
 
-KVSCOPE_SIDE = ("remediation", "kvscope.engines", "kvscope.remedy", "kvscope.port", "kvscope.analysis")
+KVSCOPE_SIDE = ("remediation", "kvscope.engines", "kvscope.app", "kvscope.port", "kvscope.analysis")
 
 
 class GuardedRequest(LlmRequestModel):
@@ -54,7 +56,7 @@ CASES = [("shared-prefix", []), ("qwen-hybrid-mtp", []),
 @pytest.mark.parametrize("policy", [*POLICIES, "auto"])
 @pytest.mark.parametrize(("scenario", "overrides"), CASES, ids=[c[0] for c in CASES])
 def test_no_policy_reads_a_requests_actual_output_length(guarded, scenario, overrides, policy):
-    mode, policy_name = remedy.parse_remediation(policy)
+    mode, policy_name = parse_remediation_setting(policy)
     session = remedy.RemediatedSession(mode=mode, policy=policy_name, label=scenario)
     summary = replay.run(scenario, overrides, instrument=session)
     assert summary.requests_completed > 0  # the guard was in the loop for a whole replay

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kvscope import read_frame, replay
+from kvscope.app.remedy import RemediatedSession, apply_rejections
 from kvscope.events import blocks_needed
-from kvscope.remedy import RemediatedSession, apply_rejections
 from kvscope.replay.scenarios import TRACES_DIR
 from remediation import ControlRecord, FileControlChannel
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope import remedy, replay
+from kvscope import replay
+from kvscope.app import remedy
+from kvscope.app.remediation_setting import parse_remediation_setting
 from kvscope.replay import report_facts
 
 pytestmark = pytest.mark.slow
@@ -29,7 +31,7 @@ KNOWN_MISSES = {
 def _replay(scenario: str, overrides: list[str], remediation: str) -> replay.ReplaySummary:
     if remediation == "off":
         return replay.run(scenario, overrides)
-    mode, policy = remedy.parse_remediation(remediation)
+    mode, policy = parse_remediation_setting(remediation)
     return replay.run(scenario, overrides, instrument=remedy.RemediatedSession(mode=mode, policy=policy))
 
 

@@ -26,7 +26,7 @@ def _defaults() -> dict[str, object]:
 def test_default_limit_lets_a_run_switched_on_early_complete_requests_when_replayed_as_the_notebook_does():
     pytest.importorskip("remediation")
     from kvscope import replay
-    from kvscope.remedy import RemediatedSession
+    from kvscope.app.remedy import RemediatedSession
 
     d = _defaults()
     # Iteration 13 is t≈3.7 s of shared-prefix: where the trial's user clicked "on" (~15 s of wall

@@ -42,7 +42,7 @@ def instrumented_replay(out_dir: Path, control: Path, paced: Sequence[str], args
     control.mkdir(exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KVSCOPE_", "OTEL_"))}
     opts = [x for k, v in launcher.items() for x in (f"--{k.replace('_', '-')}", v)]
-    argv = [sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out_dir), "--engine", "model",
+    argv = [sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out_dir), "--engine", "model",
             "--sinks", sinks, *opts, sys.executable, str(PACED), str(control), *paced, "--", *args, "--json"]
     return subprocess.Popen(argv, env={**base, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

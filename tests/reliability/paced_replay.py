@@ -37,7 +37,7 @@ def _num_recorded(rec) -> int:
 
 
 def _session_reports() -> dict:
-    from kvscope.engines.autoload import current_session
+    from kvscope.app.autoload import current_session
 
     session = current_session()
     if session is None:
@@ -64,7 +64,7 @@ class Paced:
 
     def pop_arrivals(self, now_s: float):
         if self._step and self._step[0] <= self._batches < self._step[1]:
-            from kvscope.engines.autoload import current_session
+            from kvscope.app.autoload import current_session
 
             current_session().pump.pump_once()
         out = self._inner.pop_arrivals(now_s)
@@ -77,7 +77,7 @@ class Paced:
     def _pause(self, n: int) -> None:
         rec = _recorder()
         if self._flush:
-            from kvscope.engines.autoload import current_session
+            from kvscope.app.autoload import current_session
 
             current_session().pump.flush()
         marker, go = self._control / f"paused-{n}", self._control / f"go-{n}"

@@ -37,8 +37,8 @@ from hypothesis import example, given, note
 from hypothesis import strategies as st
 
 from kvscope import replay
+from kvscope.app.session import EventFileSession
 from kvscope.engines.instrumentor import uninstrument
-from kvscope.engines.model.session import EventFileSession
 from kvscope.recording import MemorySink
 
 SOURCE = "near-miss"
@@ -150,7 +150,7 @@ MODES = ("off", "shadow", "on", "auto")
 @given(cases(), st.lists(st.tuples(st.integers(0, 60), st.sampled_from(MODES)), max_size=4),
        st.sampled_from(MODES))
 def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, switches, first_mode):
-    from kvscope.remedy import RemediatedSession
+    from kvscope.app.remedy import RemediatedSession
 
     config, requests, cancels = case
     log = InvariantLog()
@@ -193,7 +193,7 @@ def test_remediation_ledger_matches_live_requests_and_empties_at_the_end(case, s
 # "would defer" (reservations_made > released at the end of a drained run).
 @given(cases())
 def test_shadow_mode_releases_every_reservation_it_makes(case):
-    from kvscope.remedy import RemediatedSession
+    from kvscope.app.remedy import RemediatedSession
 
     config, requests, cancels = case
     session = RemediatedSession(mode="shadow")

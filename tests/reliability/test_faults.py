@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvscope import replay
+from kvscope.app.session import EventFileSession
 from kvscope.engine_model import kv_cache
 from kvscope.engine_model.fast_forward import fast_forward_decode
 from kvscope.engines.instrumentor import uninstrument
-from kvscope.engines.model.session import EventFileSession
 from kvscope.recording import MemorySink, read_file
 
 
@@ -162,7 +162,7 @@ def test_killed_worker_leaves_a_readable_cut_off_file_and_the_other_rank_complet
     out = tmp_path / "events"
     conftest_dir = str(Path(__file__).resolve().parents[1] / "unit" / "engines")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
-    proc = subprocess.Popen([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                              "--engine", "model", sys.executable, str(tmp_path / "parent.py"), conftest_dir,
                              "0", "120"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

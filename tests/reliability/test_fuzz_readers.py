@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from kvscope.app.launcher import check_env
 from kvscope.cli import main
-from kvscope.engines.launcher import check_env
 from kvscope.events import EVENT_KINDS, FIELDS, POOL_ROLES
 from kvscope.recording import BatchPump, EventFileError, Recorder, read_file, sink_for_path
 from kvscope.workloads.traces_mooncake import create_mooncake_workload

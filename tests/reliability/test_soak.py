@@ -49,7 +49,7 @@ def _rss_mb() -> float:
 @pytest.mark.timeout(6 * 3600)
 def test_soak_claude_code_traces_closed_loop_with_remediation_on(tmp_path):
     from kvscope import replay
-    from kvscope.remedy import RemediatedSession
+    from kvscope.app.remedy import RemediatedSession
 
     assert TRACE.exists(), TRACE
     report = {"requests": 0, "completed": 0, "cancelled": 0, "rejected": 0, "failed": 0, "fatal": 0, "stalled": 0,

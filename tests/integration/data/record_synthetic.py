@@ -30,7 +30,7 @@ RUNS = {"crash": ("seed=0",), "near-miss": ("seed=1", "max_requests=2500"),
 def main() -> None:
     versions.ENGINE_BUILDS[versions.RC25.version] = dataclasses.replace(
         versions.RC25, chunk_unit_checked_after_prepare=True)
-    from kvscope.engines.model.session import EventFileSession
+    from kvscope.app.session import EventFileSession
     from kvscope.replay import run
     from kvscope.replay.scenarios import TRACES_DIR
 

@@ -7,8 +7,8 @@ import pytest
 
 from kvscope import read_frame, replay
 from kvscope.analysis import FindingKind, StreamingAnalyzer, analyze
+from kvscope.app.remedy import RemediatedSession
 from kvscope.events import FIELDS, is_adopted_reason
-from kvscope.remedy import RemediatedSession
 
 
 @pytest.fixture(scope="module")

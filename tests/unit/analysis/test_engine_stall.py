@@ -16,8 +16,8 @@ from kvscope import replay
 from kvscope.analysis import DetectorConfig, FindingKind, Severity, analyze, events_to_frame
 from kvscope.analysis.incidents import headline, verdict
 from kvscope.analysis.streaming import StreamingAnalyzer
+from kvscope.app.session import EventFileSession
 from kvscope.engines.instrumentor import uninstrument
-from kvscope.engines.model.session import EventFileSession
 from kvscope.events import EventKind, KVEvent, PoolRole
 from kvscope.recording import MemorySink
 

@@ -9,7 +9,7 @@ from kvscope import replay
 from kvscope.analysis import FindingKind, analyze_files
 from kvscope.analysis.incidents import alarm_intervals
 from kvscope.analysis.streaming import StreamingAnalyzer
-from kvscope.engines.model.session import EventFileSession
+from kvscope.app.session import EventFileSession
 from kvscope.recording import read_frame
 from kvscope.recording.reader import frame_to_rows
 

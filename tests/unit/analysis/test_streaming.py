@@ -315,7 +315,7 @@ def test_a_healthy_engines_back_pressure_raises_no_live_alarm_whatever_the_batch
     batches that ended mid-wait read alarm level 1 (waits of 21-47 s)."""
     from kvscope import replay
     from kvscope.analysis import analyze_files
-    from kvscope.engines.model.session import EventFileSession
+    from kvscope.app.session import EventFileSession
     from kvscope.recording import read_file
     from kvscope.recording.reader import frame_to_rows
 

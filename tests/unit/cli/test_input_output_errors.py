@@ -126,7 +126,7 @@ def test_closed_pipe_gives_no_traceback_when_the_reader_goes_away(argv):
     assert err == "" and proc.returncode == 141
 
 
-LAUNCHER = [sys.executable, "-m", "kvscope.engines.launcher"]
+LAUNCHER = [sys.executable, "-m", "kvscope.app.launcher"]
 
 
 def launch(args, *, env=None, timeout=120):

@@ -17,7 +17,7 @@ def _instrumented_replay(tmp_path, *replay_args: str, channel=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
     if channel is not None:
         env["KVSCOPE_REMEDIATION_CHANNEL"] = str(channel)
-    return subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(tmp_path / "ev"),
+    return subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(tmp_path / "ev"),
                            "--sinks", "parquet", "--engine", "model", sys.executable, "-m", "kvscope", "replay",
                            "--scenario", "shared-prefix", "--json", *replay_args],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)

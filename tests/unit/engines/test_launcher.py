@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kvscope.engines.autoload import rank_from_env
-from kvscope.engines.launcher import BOOTSTRAP_DIR, build_env
+from kvscope.app.autoload import rank_from_env
+from kvscope.app.launcher import BOOTSTRAP_DIR, build_env
 from kvscope.events import EventKind
 from kvscope.recording import read_frame
 
@@ -61,7 +61,7 @@ def test_two_processes_write_two_rank_tagged_files_that_merge_when_started_throu
     (tmp_path / "parent.py").write_text(PARENT)
     out = tmp_path / "events"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                            "--engine", "model", sys.executable, str(tmp_path / "parent.py")],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -84,7 +84,7 @@ def test_two_processes_write_two_rank_tagged_files_that_merge_when_started_throu
 
 def test_parent_without_an_engine_writes_no_file_when_it_never_imports_one(tmp_path):
     out = tmp_path / "events"
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                            sys.executable, "-c", "import kvscope.events"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -107,14 +107,14 @@ def test_rank_comes_from_kvscope_then_mpi_then_torch_variables_when_set():
 
 
 def test_missing_command_is_an_error_when_none_given():
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
     assert "no command given" in done.stderr
 
 
 def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
-    from kvscope.engines.autoload import _make_sinks
+    from kvscope.app.autoload import _make_sinks
     from kvscope.engines.live import ZmqPublisherSink
     from kvscope.recording import JsonlSink, ParquetSink
 
@@ -135,7 +135,7 @@ def test_sinks_follow_kvscope_sinks_when_the_process_starts(tmp_path):
 
 FORKER = textwrap.dedent("""
     import os, sys
-    from kvscope.engines.autoload import boot, current_session
+    from kvscope.app.autoload import boot, current_session
     boot()
     sys.path.insert(0, sys.argv[1])
     from conftest import ListWorkload, make_engine  # imports the engine model: the session starts
@@ -177,7 +177,7 @@ def test_kvscope_remediation_in_the_environment_attaches_remediation_at_start_in
     out = tmp_path / "events"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
     env["KVSCOPE_REMEDIATION"] = "on:draft-reserve"
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                            "--engine", "model", sys.executable, str(tmp_path / "parent.py")],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -192,7 +192,7 @@ def test_kvscope_remediation_in_the_environment_attaches_remediation_at_start_in
 
 
 def test_kvscope_sizing_is_checked_before_the_command_runs_in_one_line():
-    from kvscope.engines.launcher import check_env
+    from kvscope.app.launcher import check_env
 
     problems = check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_SIZING": "auto"})
     assert len(problems) == 1 and problems[0].startswith("KVSCOPE_SIZING: expected a draft byte share")
@@ -201,8 +201,8 @@ def test_kvscope_sizing_is_checked_before_the_command_runs_in_one_line():
 
 
 def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_under_pp(tmp_path):
+    from kvscope.app.autoload import ProcessSession
     from kvscope.engines import gate
-    from kvscope.engines.autoload import ProcessSession
 
     env = {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "jsonl", "KVSCOPE_SIZING": "4x",
            "KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"}
@@ -214,11 +214,11 @@ def test_process_session_applies_kvscope_sizing_and_keeps_the_model_error_path_u
         assert session.remediation is not None and gate.state_of(session.binding).error_path_off == ""
     finally:
         session.close()
+    from kvscope.app.remedy import PP_ERROR_PATH_OFF, attach_from_env
     from kvscope.engine_model.kv_cache_manager import KVCacheManagerV2Model
     from kvscope.engines.binding import Binding
     from kvscope.engines.model.state import ModelPoolReader
     from kvscope.recording import Recorder
-    from kvscope.remedy import PP_ERROR_PATH_OFF, attach_from_env
 
     binding = Binding(Recorder(), ModelPoolReader())
     attach_from_env(binding, {"KVSCOPE_REMEDIATION": "on", "KVSCOPE_PP_SIZE": "2"}, real_engine=True)
@@ -260,7 +260,7 @@ def test_a_subscriber_that_joins_a_running_engine_reads_the_remediation_in_force
     event was published before anyone subscribed, and a late subscriber still knows the mode."""
     import socket
 
-    from kvscope.engines.autoload import ProcessSession
+    from kvscope.app.autoload import ProcessSession
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -287,7 +287,7 @@ def test_a_subscriber_that_joins_a_running_engine_finds_the_events_it_missed_in_
     import os
     import socket
 
-    from kvscope.engines.autoload import ProcessSession
+    from kvscope.app.autoload import ProcessSession
     from kvscope.events.schema import RAW_FIELDS
     from kvscope.recording.catch_up import read_missed
 
@@ -319,16 +319,18 @@ def test_a_subscriber_that_joins_a_running_engine_finds_the_events_it_missed_in_
 
 
 def test_kvscope_remediation_names_its_mode_and_policy_in_any_case_and_refuses_unknown_ones_in_one_line():
+    from kvscope.app.remediation_setting import parse_remediation_setting
+    from kvscope.app.remedy import attach_from_env
     from kvscope.engines.binding import Binding
     from kvscope.engines.model.state import ModelPoolReader
     from kvscope.recording import Recorder
-    from kvscope.remedy import attach_from_env, parse_remediation
 
     ctl = attach_from_env(Binding(Recorder(), ModelPoolReader()), {"KVSCOPE_REMEDIATION": " ON:Worst-Case ",
                                                                   "KVSCOPE_MAX_SEQ_LEN": "4096"},
                           real_engine=False)
     assert ctl is not None and ctl.policy_name == "worst-case"
-    assert parse_remediation("Auto") == ("auto", "draft-headroom") and parse_remediation("Worst-Case") == ("on", "worst-case")
+    assert parse_remediation_setting("Auto") == ("auto", "draft-headroom")
+    assert parse_remediation_setting("Worst-Case") == ("on", "worst-case")
     import pytest
 
     with pytest.raises(ValueError, match=r"expected MODE\[:POLICY\] or POLICY"):
@@ -341,21 +343,15 @@ REMEDIATION_VALUES = ["on", " ON:Worst-Case ", "Auto", "shadow:joint-admission",
 
 
 def test_the_launcher_refuses_exactly_the_kvscope_remediation_values_a_worker_cannot_attach():
-    """The launcher checks without importing remediation: its names and forms must stay the worker's."""
-    from kvscope.engines.launcher import (
-        REMEDIATION_MODES,
-        REMEDIATION_POLICIES,
-        remediation_problem,
-    )
-    from kvscope.remedy import parse_remediation_env
-    from remediation import MODES, POLICIES
+    """The launcher refuses, before the command runs, exactly what a worker's attach refuses."""
+    from kvscope.app.launcher import remediation_problem
+    from kvscope.app.remediation_setting import parse_remediation_setting
 
-    assert (REMEDIATION_MODES, REMEDIATION_POLICIES) == (MODES, tuple(POLICIES))
     refused = []
     for value in REMEDIATION_VALUES:
         problem = remediation_problem({"KVSCOPE_REMEDIATION": value, "KVSCOPE_MAX_SEQ_LEN": "4096"})
         try:
-            parse_remediation_env(value)
+            parse_remediation_setting(value)
         except ValueError as e:
             assert problem == f"KVSCOPE_REMEDIATION: {e}"
             refused.append(value)
@@ -365,7 +361,7 @@ def test_the_launcher_refuses_exactly_the_kvscope_remediation_values_a_worker_ca
 
 
 def test_kvscope_remediation_worst_case_without_max_seq_len_is_refused_before_the_command_runs():
-    from kvscope.engines.launcher import check_env
+    from kvscope.app.launcher import check_env
 
     assert check_env({"KVSCOPE_SINKS": "zmq", "KVSCOPE_REMEDIATION": "on:worst-case"}) == [
         "KVSCOPE_REMEDIATION: the worst-case policy needs the engine's max_seq_len: set KVSCOPE_MAX_SEQ_LEN (tokens)"]
@@ -378,7 +374,7 @@ def test_misspelt_kvscope_remediation_policy_exits_2_in_one_line_and_the_command
     marker = tmp_path / "ran"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
     env["KVSCOPE_REMEDIATION"] = "on:draft-reserv"
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(tmp_path / "ev"),
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(tmp_path / "ev"),
                            sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not marker.exists()
@@ -390,7 +386,7 @@ def test_misspelt_kvscope_remediation_policy_exits_2_in_one_line_and_the_command
 def test_a_worker_given_a_bad_kvscope_remediation_says_so_in_one_line_and_runs_without_it(tmp_path, capfd):
     """A process given the variable past the launcher (an MPI or Ray environment) cannot refuse to
     start: one stderr line, no traceback, the engine as stock."""
-    from kvscope.engines.autoload import ProcessSession
+    from kvscope.app.autoload import ProcessSession
 
     session = ProcessSession("model", {"KVSCOPE_OUTPUT_DIR": str(tmp_path), "KVSCOPE_SINKS": "jsonl",
                                        "KVSCOPE_REMEDIATION": "on:draft-reserv", "KVSCOPE_SIZING": "lots"})
@@ -414,7 +410,7 @@ def test_a_bad_launcher_flag_exits_2_in_one_line_and_the_command_never_runs(tmp_
     usage block first."""
     marker = tmp_path / "ran"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_")}
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--engine", "vllm",
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--engine", "vllm",
                            sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not marker.exists()

@@ -37,7 +37,7 @@ def _launch(tmp_path: Path, engine: str, code: str, *, exit_code: int = 0) -> su
     env["TMPDIR"] = str(tmp_path / "tmp")
     script = tmp_path / "command.py"
     script.write_text(code + f"\nimport sys\nsys.exit({exit_code})\n")
-    return subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(tmp_path / "ev"),
+    return subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(tmp_path / "ev"),
                            "--engine", engine, sys.executable, str(script)],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
 

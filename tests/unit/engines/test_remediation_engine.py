@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from kvscope.app.remedy import model_error_path
 from kvscope.engines.instrumentor import instrument
 from kvscope.engines.port import BindingPort
 from kvscope.events import EventKind as K
 from kvscope.events import PoolRole
 from kvscope.recording import Recorder
-from kvscope.remedy import model_error_path
 from kvscope.workloads.workload import WorkloadRequest
 from remediation import attach
 

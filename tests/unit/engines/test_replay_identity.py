@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvscope.engines.model import instrument_replay
+from kvscope.app.session import instrument_replay
 from kvscope.events import EventKind
 from kvscope.recording import read_frame
 from kvscope.replay import run

@@ -4,10 +4,10 @@ reservations made and released, deferrals, rejections by reason, containments, e
 from __future__ import annotations
 
 from kvscope import read_frame, replay
+from kvscope.app.remedy import RemediatedSession
 from kvscope.events import EventKind, PoolRole
 from kvscope.otel import names as n
 from kvscope.otel.metrics import MetricState, rejection_reason
-from kvscope.remedy import RemediatedSession
 
 
 def test_rejection_reasons_are_a_small_fixed_set_when_classified():

@@ -12,7 +12,7 @@ from kvscope.recording import read_frame
 
 def test_a_run_whose_first_export_is_at_exit_keeps_its_events(tmp_path):
     out = tmp_path / "ev"
-    done = subprocess.run([sys.executable, "-m", "kvscope.engines.launcher", "--output-dir", str(out),
+    done = subprocess.run([sys.executable, "-m", "kvscope.app.launcher", "--output-dir", str(out),
                            "--sinks", "parquet", "--engine", "model", sys.executable, "-m", "kvscope", "replay",
                            "--scenario", "oversize", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -141,7 +141,7 @@ def test_budget_split_from_kvscope_sizing_keeps_fixed_costs_and_gives_the_draft_
 
 @pytest.mark.parametrize("text", ["auto", "1.5", "0", "-2x", "four"])
 def test_budget_split_refuses_what_an_engine_at_start_cannot_apply_in_one_line(text):
-    from kvscope.engines.launcher import sizing_problem
+    from kvscope.app.launcher import sizing_problem
     from remediation.sizing import BudgetSplit
 
     with pytest.raises(ValueError) as err:

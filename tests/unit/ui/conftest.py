@@ -6,7 +6,7 @@ import pytest
 
 from kvscope import replay
 from kvscope.analysis import analyze_files
-from kvscope.engines.model.session import EventFileSession
+from kvscope.app.session import EventFileSession
 from kvscope.recording import read_frame
 
 
