@@ -28,6 +28,86 @@ def test_import_linter_contracts_hold_when_checked():
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout
 
 
+def test_import_graph_has_no_cycle_between_modules_or_sibling_packages_when_built():
+    """No module imports itself through others (strongly connected components of the direct-import
+    graph, lazy and TYPE_CHECKING imports included), and no two packages or modules under one parent
+    import each other, however deep the imports start (``kvscope.engines`` <-> ``kvscope.app``, or
+    ``kvscope.engines.model`` <-> ``kvscope.engines.instrumentor``). Each cycle found is listed with
+    the imports that close it."""
+    import grimp
+
+    graph = grimp.build_graph("kvscope", "remediation")
+    modules = set(graph.modules)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) & modules for m in modules}
+
+    def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+        """Strongly connected components of more than one node (Tarjan's, without recursion)."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on_stack: set[str] = set()
+        found = []
+        for root in sorted(edges):
+            if root in index:
+                continue
+            work = [(root, iter(sorted(edges.get(root, ()))))]
+            index[root] = low[root] = len(index)
+            stack.append(root)
+            on_stack.add(root)
+            while work:
+                node, children = work[-1]
+                child = next(children, None)
+                if child is not None:
+                    if child not in index:
+                        index[child] = low[child] = len(index)
+                        stack.append(child)
+                        on_stack.add(child)
+                        work.append((child, iter(sorted(edges.get(child, ())))))
+                    elif child in on_stack:
+                        low[node] = min(low[node], index[child])
+                    continue
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+        return found
+
+    # An import between two modules is an arrow between the siblings under their deepest common
+    # parent (a package importing its own submodule, or the reverse, is no sibling arrow; the two
+    # roots share no parent: remediation is a layer between kvscope's port and its composition roots).
+    sibling_edges: dict[str, set[str]] = {}
+    sibling_imports: dict[tuple[str, str], list[str]] = {}
+    for importer, imported_set in imports.items():
+        for imported in imported_set:
+            a, b = importer.split("."), imported.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if common == 0 or common == len(a) or common == len(b):
+                continue
+            src, dst = ".".join(a[:common + 1]), ".".join(b[:common + 1])
+            sibling_edges.setdefault(src, set()).add(dst)
+            sibling_imports.setdefault((src, dst), []).append(f"{importer} -> {imported}")
+
+    report = []
+    for component in cycles(imports):
+        report.append("modules: " + " <-> ".join(component))
+    for component in cycles(sibling_edges):
+        closing = sorted(line for (src, dst), lines in sibling_imports.items()
+                         if src in component and dst in component for line in lines)
+        report.append("siblings: " + " <-> ".join(component) + " (" + "; ".join(closing) + ")")
+    assert report == [], "import cycles:\n" + "\n".join(report)
+
+
 def test_strict_type_check_passes_on_the_seams_when_run():
     """mypy --strict over the files pyproject.toml names (events, port, recording, remediation)."""
     exe = Path(sys.executable).with_name("mypy")
