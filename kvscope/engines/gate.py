@@ -7,7 +7,7 @@ The binding owns the only patch of each seam; remediation plugs in through the p
   scheduling rank can see (a pool held by another rank -- the draft pool under pipeline parallelism
   -- gets no snapshot), handed to the policy as a :class:`kvscope.port.PassView`; a newly installed
   policy is first told about the requests already running (:meth:`adopt`);
-* :func:`gate` from ``_prepare_context_pair``, before the original: the policy decides one context
+* :func:`admits_attempt` from ``_prepare_context_pair``, before the original: the policy decides one context
   attempt. A deferral returns False there, which makes the chunked scheduler skip the request and
   the non-chunked one stop the pass; neither preempts a started request. A rejection also returns
   False and queues the request for the engine's per-request error path;
@@ -391,7 +391,7 @@ def begin_pass(b: Any, policy: AdmissionPolicy, active_requests: Any, iteration:
         log.exception("kvscope: admission policy failed in begin_pass (admission continues as stock)")
 
 
-def gate(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
+def admits_attempt(b: Any, policy: AdmissionPolicy, req: Any) -> bool:
     """The policy's verdict on one context attempt: True = go on (prepare as stock).
 
     A waiting request is retried every pass; a policy that exposes ``decision_epoch`` promises that

@@ -329,7 +329,7 @@ def prepare_context(b: Binding, original: Method) -> Method:
             b.pair_target_prepared = result = inner(self, req, *args, **kwargs)
             return result
         policy = b.admission_policy
-        if policy is not None and not gate.gate(b, policy, req):
+        if policy is not None and not gate.admits_attempt(b, policy, req):
             return False  # deferred or rejected by the installed policy: nothing prepared
         if b.rec.enabled:
             try:

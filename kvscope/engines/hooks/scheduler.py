@@ -112,7 +112,7 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
     also calls for every running generation request every iteration.
 
     This is the one place an admission decision is added: with a policy installed
-    (``b.admission_policy``; None = off, one branch) it decides first (:func:`kvscope.engines.gate.gate`).
+    (``b.admission_policy``; None = off, one branch) it decides first (:func:`kvscope.engines.gate.admits_attempt`).
     A False returned here makes the chunked path skip the request and the non-chunked path stop the
     pass (head of line), and neither path preempts a running request (``_try_allocate_context``
     returning False would).
@@ -134,14 +134,14 @@ def prepare_context_pair(b: Binding, original: Method) -> Method:
         policy = b.admission_policy
         if policy is not None:
             # A waiting request retried while its deferral still holds (the policy's decision epoch
-            # is unchanged): repeated inline, the common case at a full pool (see gate.gate).
+            # is unchanged): repeated inline, the common case at a full pool (see gate.admits_attempt).
             remedy = b.remedy
             hit = remedy.deferred.get(req.py_request_id)
             if hit is not None and hit[0] == remedy.epoch and hit[0] is not None:
                 remedy.num_deferrals_repeated += 1
                 defer_cause(req.py_request_id, *hit[1])
                 return False
-            if not gate.gate(b, policy, req):
+            if not gate.admits_attempt(b, policy, req):
                 return False  # deferred or rejected by the installed policy: nothing prepared
         if not rec.enabled:
             return call(self, req, args, kwargs)
