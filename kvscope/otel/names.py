@@ -311,7 +311,7 @@ METRICS: tuple[MetricName, ...] = (
     ALARM_LEVEL,
     EXPORT_DROPPED,
 )
-"""Every metric kvscope exports (the README table is generated from this)."""
+"""Every metric kvscope exports (the table in docs/otel.md is generated from this)."""
 
 WAIT_BUCKETS_S: tuple[float, ...] = (
     0.01,
@@ -349,7 +349,7 @@ def prometheus_name(m: MetricName) -> str:
 
 
 def markdown_table() -> str:
-    """The metric table for the README."""
+    """The metric table of docs/otel.md."""
     lines = [
         "| metric | Prometheus name | unit | kind | attributes | meaning |",
         "|---|---|---|---|---|---|",
