@@ -92,16 +92,16 @@ FULL: list[Run] = [
     *_variants("trace:synthetic_trace.jsonl", (1, 2), prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (1,), (("max_requests=2500",), ("arrival_time_scale=1.5",)),
                prefix="mooncake-synthetic"),
-    # Healthy, and each given one critical finding by the resume rule's queue projection (session
-    # 11's held-out sweep): the queue is held back by the token budget while frees come in lumps, so
-    # the trailing 16-iteration free rate read a lull. Read against in session 14 (the span the
-    # budget needs, frees over a window as long as the span: DetectorConfig.free_window_iterations),
-    # with seed 43 and seed 67 of that session's sweeps and the glm5-dsa reuse-off crash whose few
-    # long requests stopped finishing after a lump of frees (seed 15: a fixed 64-iteration window
-    # warned it 4 iterations ahead). Seeds 26 and 43 (1.8x slower arrivals on 1.3.0rc25) kept their
-    # critical: the two are one moment of the trace (iteration ~14,050), a long prompt with a short
-    # answer whose mirror frees before the queue crosses the ceiling. Read against in session 15
-    # (DetectorConfig.count_certain_finishes).
+    # Healthy, and each given one critical finding by the resume rule's queue projection when it
+    # counts frees over a fixed trailing 16 iterations: the queue is held back by the token budget
+    # while frees come in lumps, so that rate reads a lull. Read against for the free window (the
+    # span the budget needs, frees over a window as long as the span:
+    # DetectorConfig.free_window_iterations), with seeds 43 and 67 of the synthetic trace and the
+    # glm5-dsa reuse-off crash whose few long requests stopped finishing after a lump of frees
+    # (seed 15: a fixed 64-iteration window warns it 4 iterations ahead). Seeds 26 and 43 (1.8x
+    # slower arrivals on 1.3.0rc25) are one moment of the trace (iteration ~14,050), a long prompt
+    # with a short answer whose mirror frees before the queue crosses the ceiling: read against for
+    # the certain finishes (DetectorConfig.count_certain_finishes).
     *_variants("trace:synthetic_trace.jsonl", (26, 43), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic",
                tuned=True),
     *_variants("trace:synthetic_trace.jsonl", (27,), (("max_requests=3500", "engine_version=1.3.0rc27"),),
@@ -109,20 +109,20 @@ FULL: list[Run] = [
     *_variants("trace:synthetic_trace.jsonl", (67,), (("max_requests=3000", "engine_version=1.3.0rc27"),),
                prefix="mooncake-synthetic", tuned=True),
     *_variants("glm5-dsa", (15,), (("enable_block_reuse=false",),), tuned=True),
-    # Held out of that change (session 14's last sweep, scored after the choice): two healthy
-    # 3,200-request cuts on 1.3.0rc27 (critical before it, none after) and a crash at 1.4x slower
+    # Held out of the free window (scored after it was chosen): two healthy 3,200-request cuts on
+    # 1.3.0rc27 (critical with a fixed 16-iteration window, none with it) and a crash at 1.4x slower
     # arrivals on 1.3.0rc27.
     *_variants("trace:synthetic_trace.jsonl", (86, 87), (("max_requests=3200", "engine_version=1.3.0rc27"),),
                prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (89,), (("arrival_time_scale=1.4", "engine_version=1.3.0rc27"),),
                prefix="mooncake-synthetic"),
-    # Held out of the certain finishes (session 15's sweep, scored after the choice): the same trace
-    # moment at 1.8x on two more seeds (critical before it, none after), a crash at 1.6x (critical 8
-    # iterations ahead before and after), and a glm5-dsa crash.
+    # Held out of the certain finishes (scored after they were chosen): the same trace moment at
+    # 1.8x on two more seeds (critical without them, none with them), a crash at 1.6x (critical 8
+    # iterations ahead either way), and a glm5-dsa crash.
     *_variants("trace:synthetic_trace.jsonl", (100, 101), (("arrival_time_scale=1.8",),), prefix="mooncake-synthetic"),
     *_variants("trace:synthetic_trace.jsonl", (104,), (("arrival_time_scale=1.6",),), prefix="mooncake-synthetic"),
     *_variants("glm5-dsa", (112,), ((),)),
-    # Held out (session 16's sweep, 17 replays, the same findings on HEAD and before session 15):
+    # Held out (17 replays, the same findings with and without the certain finishes):
     # the synthetic trace at 1.2x on 1.3.0rc27, a crash from one pass critical only 2 iterations
     # ahead; the Claude Code traces with reuse off dying on 1.3.0rc25 and healthy on main-00746ef;
     # 1.3.0rc27 reuse-off runs that stay healthy (glm5-dsa with 32 in flight, shared-prefix).
@@ -132,20 +132,20 @@ FULL: list[Run] = [
                (("enable_block_reuse=false", "engine_version=1.3.0rc25"),
                 ("enable_block_reuse=false", "engine_version=main-00746ef")), prefix="claude-code"),
     *_variants("glm5-dsa", (143,), (("enable_block_reuse=false", "engine_version=1.3.0rc27", "requests_in_flight=32"),)),
-    # Read against for the resume near misses (session 18), with the two silent crashes below and
+    # Read against for the resume near misses, with the two silent crashes below and
     # glm5-dsa reuse off on 1.3.0rc27 with 600 requests (engine_version_runs).
     *_variants("shared-prefix", (145,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),), tuned=True),
-    # Held out of session 14's rules, crashes no rule warned then: 1.3.0rc27 with reuse off, both
-    # pools at the resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (README: a
-    # suspended generating request whose target cache resumed at the ceiling, its mirror refused);
-    # the Mooncake conversation trace on a new request admitted with the target just under its
-    # ceiling, whose mirror met the ceiling after the pass's context resizes. Read against for the
-    # resume near misses (session 18), which warn them.
+    # The silent family, which no capacity rule warns: 1.3.0rc27 with reuse off, both pools at the
+    # resume ceiling in step. The Claude Code traces die like glm5-dsa seed 9 (a suspended
+    # generating request whose target cache resumed at the ceiling, its mirror refused); the
+    # Mooncake conversation trace on a new request admitted with the target just under its ceiling,
+    # whose mirror met the ceiling after the pass's context resizes. Read against for the resume
+    # near misses, which warn them.
     *_variants("trace:kv-cache-tester_traces.tar.xz", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
                prefix="claude-code", tuned=True),
     *_variants("trace:conversation_trace.jsonl", (30,), (("enable_block_reuse=false", "engine_version=1.3.0rc27"),),
                prefix="mooncake-trace", tuned=True),
-    # Held out of the resume near misses (session 18's sweep, scored after the choice): four more
+    # Held out of the resume near misses (scored after the rule was chosen): four more
     # silent crashes on 1.3.0rc27 with reuse off (glm5-dsa seed 9 dies after 25,342 iterations; no
     # other rule warns any of them), and healthy reuse-off runs on 1.3.0rc27 and main-00746ef,
     # which run at the resume ceiling for hours (one near-miss warning each).
@@ -178,7 +178,7 @@ FULL: list[Run] = [
 ]
 
 
-# Healthy twins of three silent-family crashes above (session 20, bench/twins.py): the same traffic
+# Healthy twins of three silent-family crashes above (bench/twins.py): the same traffic
 # and knobs, and one request running 10 iterations before the crash ends at its next step instead
 # of at its max_new_tokens. Each recording is its crash's, row for row, up to that iteration, and no
 # request ever fails: a rule critical 10 iterations ahead of the crash is critical here too.
@@ -211,7 +211,7 @@ FULL += [
     *_remedied("qwen-hybrid-mtp", (0, 1), "on"),
     *_remedied("near-miss", (12,), "on", ("engine_version=main-00746ef",), "main"),
     *_remedied("mooncake-conversation", (0,), "on"),
-    # The silent family under `auto` (session 19: a resume near miss switches it on; held out, the
+    # The silent family under `auto` (a resume near miss switches it on; held out, the
     # stock twins crash in the corpus above).
     *[Run(f"{name}[remediation=auto,enable_block_reuse-false,engine_version-1.3.0rc27,seed={seed}]", source,
           ("enable_block_reuse=false", "engine_version=1.3.0rc27", f"seed={seed}"), remediation="auto")
@@ -250,7 +250,7 @@ SHORT: list[Run] = [
 
 def engine_version_runs() -> list[Run]:
     """Per engine version the model knows: glm5-dsa reuse on and off, shared-prefix and qwen. The
-    1.3.0rc27 reuse-off run was read against for the resume near misses (session 18)."""
+    1.3.0rc27 reuse-off run was read against for the resume near misses."""
     try:
         from kvscope.engine_model.versions import ENGINE_BUILDS
     except ImportError:
@@ -406,8 +406,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="directory for the event files (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="re-score the event files a previous --out run left")
-    # The longest run, the paired Mooncake conversation trace on main-00746ef, took 44 minutes on a
-    # 2-core machine in session 18 and ran past 30 in session 20.
+    # The longest run, the paired Mooncake conversation trace on main-00746ef, takes most of an hour
+    # on a 2-core machine, or longer (bench/RESULTS.md, analyzer scoreboard).
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds one replay may take (default 3600)")
     args = ap.parse_args()
     import tempfile
