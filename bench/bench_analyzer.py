@@ -85,8 +85,8 @@ def write_repeated(src: pd.DataFrame, header: bytes, n_events: int, path: Path) 
 
 def layouts(src_path: Path, tmp: Path, repeat: int) -> list[dict]:
     """The source replay's events in two Parquet layouts: row groups of 48 rows (a real engine's
-    pump batch, one row group each: how the Parquet sink closed a recording before 2026-12-03) and
-    of ``ROW_GROUP_ROWS`` (the sink now). ``analyze_files`` and ``read_file`` events/s on each."""
+    pump batch, one row group each: a sink that writes each batch as its own group) and of
+    ``ROW_GROUP_ROWS`` (what the Parquet sink writes). ``analyze_files`` and ``read_file`` events/s on each."""
     from kvscope.recording import read_file
     from kvscope.recording.files import ROW_GROUP_ROWS
 
@@ -172,8 +172,8 @@ def main() -> int:
         print(f"{r['scale']:>5} {r['events']:>10,} {r['findings']:>8} {r['analyze_s']:>10.3f} "
               f"{r['events_per_s']:>12,} {r['floor_s']:>8.3f} {r['floor_events_per_s']:>12,} "
               f"{r['analyze_over_floor']:>8.2f} {r['time_vs_1x']:>8.2f} {r['file_mb']:>6}")
-    print("the source replay as a recording's Parquet layout (row groups of a pump batch before 2026-12-03, "
-          "of up to 65,536 rows now):")
+    print("the source replay as a recording's Parquet layout (row groups of one pump batch, "
+          "and of up to 65,536 rows as the Parquet sink writes):")
     for r in layout:
         print(f"  {r['rows_per_group']:>6} rows per group ({r['row_groups']:>5} groups, {r['events']:,} events): "
               f"analyze_files {r['analyze_events_per_s']:>10,} events/s, read_file {r['read_events_per_s']:>10,} events/s")

@@ -261,8 +261,9 @@ def read_parquet(path: str) -> tuple[pd.DataFrame, list[RowProblem], dict[str, A
     anchor, header, end = _header_from_schema(path, pf.schema_arrow)
     problems: list[RowProblem] = []
     if pf.num_row_groups > 1:
-        # Whole, in one conversion: a file closed by kvscope before 2026-12-03 has a row group per
-        # pump batch (tens of thousands), and converting each on its own cost 3x pyarrow's read.
+        # Whole, in one conversion: a file with a row group per pump batch has tens of thousands of
+        # them (a sink that writes each batch as its own group), and converting each on its own
+        # costs 3x pyarrow's read.
         # The conversion is row by row, so its problems are the loop's; a row group that cannot
         # be read sends the file through the loop below, which names it.
         try:

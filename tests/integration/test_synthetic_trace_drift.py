@@ -125,9 +125,9 @@ def test_a_request_certain_to_finish_before_the_queue_crosses_keeps_the_paced_ru
 
 
 def test_frees_read_over_the_rate_window_alone_make_the_rc27_cut_critical(replays):
-    """What made the 3,000-request cut on 1.3.0rc27 critical before session 14: the rule reading
-    frees over the trailing 16 iterations whatever its span (with the rate alone: since session 15
-    the requests certain to finish before the queue crosses keep it from critical too)."""
+    """What makes the 3,000-request cut on 1.3.0rc27 critical: the rule reading frees over the
+    trailing 16 iterations whatever its span (with the rate alone: the requests certain to finish
+    before the queue crosses also keep it from critical)."""
     from kvscope.analysis.config import DetectorConfig
 
     _summary, path = replays["rc27-3000"]

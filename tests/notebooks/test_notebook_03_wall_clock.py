@@ -59,7 +59,7 @@ def test_notebook_03_labels_every_time_axis_in_wall_clock_time_when_the_recordin
             assert ticks and all(HMS.match(t) for t in ticks), ticks
         # The dashboard's playback may be saved a millisecond or two into the run: data spanning
         # less than two of the finest tick steps (1 ms) can hold one round instant, so one tick
-        # (CI, 2026-12-04). The four static figures span the whole recording.
+        # (seen on CI). The four static figures span the whole recording.
         spanning += any(len(ticks) >= 2 for ticks in labelled)
     assert spanning >= 4
 
