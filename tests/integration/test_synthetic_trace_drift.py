@@ -9,13 +9,13 @@ drifts there: "Failed to resume draft KV cache for request N".
   earlier, with no drift behind it, is not what made it critical.
 - Its first 2,500 requests (seed 1, a held-out near miss: the draft pool peaks above 90 %): no
   critical finding.
-- Its first 3,000 requests on 1.3.0rc27 (seed 67, held out in session 14): a queue the target's
+- Its first 3,000 requests on 1.3.0rc27 (seed 67, held out of the free window): a queue the target's
   token budget lets in a few requests per pass while long prefills take the rest, and requests
   finishing in lumps. Healthy: no critical finding in either analyzer. With frees read over the
   rate window alone (``free_window_iterations`` = ``rate_window_iterations``) and the certain
   finishes not counted, it is critical.
-- The whole trace 1.8x faster on 1.3.0rc25 (seed 100, held out in session 15; seeds 26 and 43 of
-  the corpus were read), its clients sending each request's output as ``max_tokens`` (the rule
+- The whole trace 1.8x faster on 1.3.0rc25 (seed 100, held out of the certain finishes; seeds 26
+  and 43 of the corpus were read), its clients sending each request's output as ``max_tokens`` (the rule
   under test needs a cap that says a request ends): healthy. Around iteration 14,000 a 191k-token prompt with 10 output
   tokens ends its prefill while a queue comes in; it frees its 2,991-block mirror before the
   queue crosses the ceiling. No critical finding in either analyzer; with the certain finishes
