@@ -284,7 +284,7 @@ def analyzer_alone(rows: list[tuple]) -> float:
     import gc
 
     from kvscope.analysis.streaming import StreamingAnalyzer
-    from kvscope.commands.export import FOLLOW_GC_THRESHOLDS
+    from kvscope.app.follow import FOLLOW_GC_THRESHOLDS
 
     before = gc.get_threshold()
     gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
@@ -299,7 +299,7 @@ def analyzer_alone(rows: list[tuple]) -> float:
         gc.set_threshold(*before)
 
 
-CHILD_MODULES = ("kvscope.commands._analysis_process", "kvscope.analysis.streaming", "kvscope.otel.finding_record",
+CHILD_MODULES = ("kvscope.app.analysis_process", "kvscope.analysis.streaming", "kvscope.otel.finding_record",
                  "kvscope.recording.wire")
 """What the analyzer child imports on its way to its first rows."""
 HEAVY_MODULES = ("pandas", "pyarrow.parquet", "opentelemetry.sdk.metrics", "opentelemetry.sdk.trace",
@@ -311,7 +311,7 @@ and recording packages loaded everything up front)."""
 def child_startup(rounds: int = 5) -> tuple[float, float, float]:
     """CPU seconds, best of ``rounds``: the real analyzer child from start to exit with no rows; a
     fresh interpreter importing the child's modules; the same plus :data:`HEAVY_MODULES`."""
-    from kvscope.commands._analysis_process import AnalyzerProcess
+    from kvscope.app.analysis_process import AnalyzerProcess
 
     def interpreter(modules: tuple[str, ...]) -> float:
         before = children_cpu_s()

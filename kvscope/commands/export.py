@@ -11,21 +11,21 @@ was dropped (with one line on stderr), 0 otherwise. A file export the collector 
 (unreachable, or not an OTLP receiver) is an error: one line on stderr, no text summary (``--json``
 keeps its object, with an ``error`` key), exit 2.
 
-Size: the file replay and ``--follow`` share the pipeline set-up, the drop accounting and the
-summary; the live stream and the analyzer child have modules of their own.
+``--follow`` exports a live stream instead: the service is :mod:`kvscope.app.follow`; this command
+checks its flags, sets the process's CPU priority (``--nice``, ``--sched``) and reports its summary.
+
+Size: the file replay with the batch analyzer's timeline, the command's flags and its summary and
+exit status, shared by files and ``--follow``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
-import itertools
 import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -35,7 +35,6 @@ from kvscope.events import WallClockAnchor
 from kvscope.otel import OtelSink, OtlpConfig, OtlpPipeline, kvscope_resource
 from kvscope.otel.analyzer_bridge import (
     AnalysisTimeline,
-    AnalyzerBridge,
     PoolTimeline,
     TimelineBridge,
 )
@@ -43,8 +42,6 @@ from kvscope.otel.export_failure import failure_cause, probe, without_retry_note
 from kvscope.otel.pipeline import PROTOCOLS
 from kvscope.recording import EventBatch, read_file
 from kvscope.recording.reader import frame_to_rows
-
-log = logging.getLogger(__name__)
 
 BATCH_ROWS = 4096
 FOLLOW_NICE = 10
@@ -54,20 +51,6 @@ FOLLOW_SCHED = "idle" if hasattr(os, "SCHED_IDLE") else "normal"
 A nice value only lowers the follower's share: on a shared core a waking engine thread could still
 wait up to a scheduler slice for it (bench_follow: +6 us per event of engine wall time, paced, at
 nice 10); at SCHED_IDLE the engine takes the core back at once (no measurable cost)."""
-ANALYZE_AHEAD = 4
-"""Received batches handed to the analyzer child before the one being translated: the child works
-ahead instead of in lockstep (each batch's findings still reach the sink right after its own
-translation). Four full batches fit the enlarged pipe."""
-FOLLOW_GC_THRESHOLDS = (50_000, 50, 1000)
-"""The follower allocates a few objects per event and keeps few: the default first-generation
-threshold (700) had the cyclic collector walk the live spans and rows every few hundred events,
-a quarter of the follower's CPU. Its analyzer child runs with the same ones."""
-WAIT_NOTICE_S = 10.0
-"""``export --follow`` says once that nothing has arrived after this long (a wrong endpoint or an
-engine not publishing would otherwise look like a quiet follower)."""
-DROP_NOTICE_S = 30.0
-"""...and, at most this often, that items are being dropped (a down collector, said while it lasts,
-not only at exit: a follower may run for days)."""
 REPLAY_MAX_BLOCK_S = 10.0
 """A replay waits up to this long for room in a full export queue while the collector answers
 (a file is not an engine: pacing it loses nothing); once an export fails it stops waiting."""
@@ -246,209 +229,6 @@ def export_files(
     return total
 
 
-def follow(
-    endpoint: str,
-    config: OtlpConfig,
-    *,
-    service_name: str | None = None,
-    metric_interval_s: float = 1.0,
-    idle_exit_s: float | None = None,
-    stop: Callable[[], bool] | None = None,
-    analyze: bool = True,
-    max_queue_size: int = 2048,
-    run_id: str | None = None,
-    analyzer_process: bool = True,
-    notify: Callable[[str], None] | None = None,
-    events_file: str | None = None,
-) -> dict[str, Any]:
-    """Subscribe to a live event stream and export it as it comes (out of the engine's process).
-
-    Spans, metric snapshots (event-time stamped, every ``metric_interval_s`` of event time) and
-    logs as for files; the analyzer's streaming detector (the same rules as the batch analyzer)
-    raises finding logs and sets the debt / time-to-exhaustion gauges. Batches arrive as the
-    recorder's raw rows (no per-event decoding) and go to the sink whole. Runs until the
-    publisher's END (its clean shutdown), ``stop()`` is true, or ``idle_exit_s`` seconds pass
-    without events after the first ones. With ``analyzer_process`` the analyzer runs in a child
-    process, side by side with the translation (see :mod:`kvscope.commands._analysis_process`).
-
-    The summary's ``stream`` key says what the stream delivered and lost (events the publisher
-    dropped at its high-water mark or this process never received, events published before it
-    subscribed, the engine recorder's own drops); ``stream.refused`` holds the one-line reason
-    when a batch of another run or schema stopped the follow. ``cpu_s`` says what the follow cost
-    in CPU: this process, and the analyzer's child process. ``analysis`` says whether the analyzer
-    ran. A follower that joins a stream after the engine started has missed the pool configuration
-    and the requests already in flight: it reads those events from the engine's event file
-    (``events_file``, else the one the stream names: :mod:`kvscope.recording.catch_up`) and exports
-    (and analyzes) them first, as if it had followed from the start (``stream.caught_up_events``).
-    Without that file it exports the events without findings or analyzer gauges rather than
-    findings that cannot be right (``analysis.off`` says why).
-
-    ``notify`` (default: a log warning) hears, as they happen, what a long-running follower must not
-    keep to itself until it exits: nothing received after :data:`WAIT_NOTICE_S`, a late join, and
-    items dropped (at most every :data:`DROP_NOTICE_S`).
-    """
-    say = notify or (lambda m: log.warning("kvscope export --follow: %s", m))
-    # composition root: the live stream's reader
-    from kvscope.engines.live import LiveSubscriber, StreamRefusedError
-
-    cpu0 = time.process_time()
-    sub = LiveSubscriber(endpoint, expect_run_id=run_id)
-    refused = None
-    t0 = said_drops_at = time.monotonic()
-    said_waiting = False
-    gc_thresholds = gc.get_threshold()
-    gc.set_threshold(*FOLLOW_GC_THRESHOLDS)
-    # The first batches name the stream: its rank and what the engine side knows of itself (the
-    # wire header's meta) label the export, as a file header labels a file's. So the pipeline,
-    # whose resource is fixed once built, waits for them (or is built bare if none come).
-    first: list = []
-    try:
-        while not first and not (stop is not None and stop()) and not sub.ended:
-            first = sub.poll_batches(timeout_ms=200)
-            if not first and not said_waiting and time.monotonic() - t0 >= WAIT_NOTICE_S:
-                said_waiting = True
-                say(f"waiting: nothing received from {endpoint} in {WAIT_NOTICE_S:.0f} s (is an engine publishing "
-                    "there, with kvscope-instrument --sinks zmq?)")
-    except KeyboardInterrupt:
-        stop = _stopped
-    except StreamRefusedError as e:
-        refused = str(e)
-    except BaseException:
-        gc.set_threshold(*gc_thresholds)
-        sub.close()
-        raise
-    h0 = first[0].header if first else None
-    caught_up, missed_why = 0, None
-    backlog: Iterator[Any] | None = None
-    """The missed events' batches, exported before ``first`` (which gathers the live batches received
-    meanwhile: the stream is kept drained while a long history is caught up)."""
-    if h0 is not None and sub.missed_at_start:
-        try:
-            backlog, caught_up, path = _missed_batches(h0, events_file)
-        except ValueError as e:  # CatchUpError: no file here, another run's, too short
-            missed_why = str(e)
-        else:
-            say(f"joined the stream after the engine started: read the {caught_up:,} event(s) published before "
-                f"from {path}; exporting {'and analyzing ' if analyze else ''}them first")
-    pipeline = OtlpPipeline(config, resource=kvscope_resource(h0.meta if h0 else {}, rank=h0.rank if h0 else None,
-                                                              service_name=service_name),
-                            max_queue_size=max_queue_size, max_batch_size=min(512, max_queue_size),
-                            max_block_s=0.0)
-    sink = OtelSink(**pipeline.sink_options(), threaded=False, metric_interval_s=metric_interval_s)
-    bridge = None
-    remote = None
-    if analyze and analyzer_process:
-        from kvscope.commands._analysis_process import AnalyzerProcess
-
-        remote = AnalyzerProcess(gc_thresholds=FOLLOW_GC_THRESHOLDS)
-        bridge = AnalyzerBridge(sink, remote)
-    elif analyze:
-        from kvscope.analysis.streaming import StreamingAnalyzer
-
-        bridge = AnalyzerBridge(sink, StreamingAnalyzer())
-    last = None
-    off = None if analyze else "not asked for (--no-analyze)"
-    said_drops = 0
-    try:
-        while refused is None and (first or backlog is not None or not (stop is not None and stop())
-                                   and not sub.ended):
-            if backlog is not None:
-                batches = list(itertools.islice(backlog, CATCH_UP_BATCHES_PER_ROUND))
-                first.extend(sub.poll_batches(timeout_ms=0))
-                if not batches:
-                    batches, first, backlog = first, [], None
-            else:
-                batches, first = first or sub.poll_batches(timeout_ms=200), []
-            now = time.monotonic()
-            if batches and last is None and bridge is not None and sub.missed_at_start and not caught_up:
-                off = (f"joined the stream after the engine started ({sub.missed_at_start} event(s) published "
-                       "before, the pool configuration and the requests already in flight among them) and "
-                       f"could not read them: {missed_why}. No findings and no analyzer gauges for this run "
-                       "(give --events-file the engine's event file, start the follower before the engine, "
-                       "or run kvscope analyze on the engine's event files)")
-                bridge.detach()
-                if remote is not None:
-                    remote.close()
-                bridge = remote = None
-                say(f"warning: {off}")
-            if not batches and last is None and not said_waiting and now - t0 >= WAIT_NOTICE_S:
-                said_waiting = True
-                say(f"waiting: nothing received from {endpoint} in {WAIT_NOTICE_S:.0f} s (is an engine publishing "
-                    "there, with kvscope-instrument --sinks zmq?)")
-            drops = sum(sink.dropped().values())
-            if drops > said_drops and now - said_drops_at >= DROP_NOTICE_S:
-                say(f"warning: {drops} item(s) dropped so far (collector down or too slow: {config.endpoint})")
-                said_drops, said_drops_at = drops, now
-            if batches:
-                last = now
-                tickets: list[int] = []
-                for i, b in enumerate(batches):
-                    if remote is not None:  # analyzed in the child while this process translates
-                        while len(tickets) < min(i + ANALYZE_AHEAD, len(batches)):  # the child works ahead
-                            h = batches[len(tickets)].header
-                            tickets.append(remote.submit(h.rank, h.pid, h.num_rows, batches[len(tickets)].body))
-                        remote.expect(tickets[i])  # its findings and gauges: after its translation
-                    sink.export(b.event_batch())
-            elif idle_exit_s is not None and last is not None and now - last >= idle_exit_s:
-                break
-    except KeyboardInterrupt:
-        pass
-    except StreamRefusedError as e:
-        refused = str(e)
-    finally:
-        gc.set_threshold(*gc_thresholds)
-        sink.shutdown()
-        pipeline.shutdown()
-        sub.close()
-    s = sink.summary()
-    s["findings"] = bridge.num_findings if bridge is not None else 0
-    s["analysis"] = {"on": off is None, "off": off}
-    if remote is not None and remote.failed is not None:
-        s["analyzer_failed"] = remote.failed
-    s["cpu_s"] = {"follower": round(time.process_time() - cpu0, 3),
-                  "analyzer_process": None if remote is None or remote.cpu_s is None else round(remote.cpu_s, 3)}
-    s["files"] = []
-    s["endpoint"], s["protocol"], s["followed"] = config.endpoint, config.protocol, endpoint
-    s["exported_total"] = sum(s.get(k, {}).get("exported", 0) for k in ("spans", "logs", "metric_points"))
-    stream = sub.stats()
-    stream["dropped_total"] = sub.gap_events
-    stream["caught_up_events"] = caught_up
-    if refused is not None:
-        stream["refused"] = refused
-    s["stream"] = stream
-    return s
-
-
-def _stopped() -> bool:
-    return True
-
-
-CATCH_UP_BATCH_ROWS = 4096
-"""Rows per batch of the events read back from the engine's file (as a file export batches them)."""
-CATCH_UP_BATCHES_PER_ROUND = 16
-"""Catch-up batches exported between two reads of the live stream (a second or so of work)."""
-
-
-def _missed_batches(h0: Any, events_file: str | None) -> tuple[Iterator[Any], int, str]:
-    """The events published before the first received batch (header ``h0``), read from the engine's
-    event file: their batches as the stream's (built as they are taken), how many, and the file.
-    Raises CatchUpError (a ValueError)."""
-    import dataclasses
-
-    from kvscope.engines.live import LiveBatch
-    from kvscope.recording.catch_up import read_missed_before
-    from kvscope.recording.wire import encode_rows
-
-    missed = read_missed_before(h0, events_file)
-
-    def batches() -> Iterator[Any]:
-        for chunk in missed.raw_chunks(CATCH_UP_BATCH_ROWS):
-            header = dataclasses.replace(h0, first_event=chunk[0][0], num_rows=len(chunk))
-            yield LiveBatch(header, chunk, encode_rows(chunk))
-
-    return batches(), len(missed), str(missed.path)
-
-
 def _attach_analysis(sink: OtelSink, frame: Any) -> TimelineBridge | None:
     """The batch analyzer (the one ``kvscope analyze`` runs) over the whole file, its findings and
     gauges laid out on the event clock for the sink."""
@@ -598,6 +378,8 @@ def _run(args: argparse.Namespace, sdk_log: _ExporterLog) -> int:
             _lower_priority(args.nice)
         if args.sched == "idle":
             _sched_idle()
+        from kvscope.app.follow import follow
+
         s = follow(args.follow, config, service_name=args.service_name, metric_interval_s=args.metric_interval,
                    idle_exit_s=args.idle_exit, analyze=not args.no_analyze, run_id=args.run_id,
                    analyzer_process=not args.analyze_inline, events_file=args.events_file,

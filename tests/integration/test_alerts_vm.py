@@ -56,8 +56,8 @@ def _follow(otel_stack, tmp_path, name: str, sets: list[str], interval_s: float 
     import time
 
     from kvscope import replay
+    from kvscope.app.follow import follow
     from kvscope.app.session import EventFileSession
-    from kvscope.commands.export import follow
     from kvscope.engines.live import ZmqPublisherSink
     from kvscope.otel import OtlpConfig
 

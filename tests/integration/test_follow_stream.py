@@ -12,8 +12,8 @@ import pytest
 from otel_stack import poll
 
 from kvscope import replay
+from kvscope.app.follow import follow
 from kvscope.app.session import EventFileSession
-from kvscope.commands.export import follow
 from kvscope.engines.live import ZmqPublisherSink
 from kvscope.otel import OtlpConfig
 from kvscope.otel import names as n

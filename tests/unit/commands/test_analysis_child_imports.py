@@ -20,7 +20,7 @@ _SERVE_AN_INCIDENT = f"""
 import json, sys, threading
 from multiprocessing.connection import Pipe
 
-from kvscope.commands._analysis_process import _serve
+from kvscope.app.analysis_process import _serve
 from kvscope.recording import Recorder
 from kvscope.recording.wire import encode_rows
 from kvscope.testing import FakeClock
@@ -62,7 +62,7 @@ def test_the_analyzer_child_raises_its_findings_without_pandas_pyarrow_or_opente
 
 
 @pytest.mark.parametrize("module", ["kvscope.analysis.streaming", "kvscope.analysis",
-                                    "kvscope.commands._analysis_process", "kvscope.otel.finding_record",
+                                    "kvscope.app.analysis_process", "kvscope.otel.finding_record",
                                     "kvscope.recording.wire", "kvscope.recording.recorder"])
 def test_a_streaming_module_imports_no_pandas_when_imported_alone(module):
     got = _run(f"import json, sys, {module}; print(json.dumps({{'heavy': {_HEAVY_LOADED}}}))")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from kvscope.analysis.streaming import StreamingAnalyzer
-from kvscope.commands._analysis_process import AnalyzerProcess
+from kvscope.app.analysis_process import AnalyzerProcess
 from kvscope.otel.finding_record import from_finding
 from kvscope.recording import Recorder
 from kvscope.recording.recorder import raw_to_rows

@@ -135,7 +135,7 @@ def test_follow_exports_a_live_stream_from_another_process_side_with_the_analyze
     import threading
     import time
 
-    from kvscope.commands.export import follow
+    from kvscope.app.follow import follow
     from kvscope.engines.live import ZmqPublisherSink
     from kvscope.otel import OtlpConfig
 
@@ -466,13 +466,13 @@ def test_a_long_history_is_caught_up_in_rounds_with_the_live_stream_drained_betw
     import threading
 
     from kvscope.analysis.streaming import StreamingAnalyzer
-    from kvscope.commands import export
+    from kvscope.app import follow
     from kvscope.events import EventKind, PoolRole
     from kvscope.recording import read_file
     from kvscope.recording.reader import frame_to_rows
 
-    monkeypatch.setattr(export, "CATCH_UP_BATCH_ROWS", 8)
-    monkeypatch.setattr(export, "CATCH_UP_BATCHES_PER_ROUND", 1)
+    monkeypatch.setattr(follow, "CATCH_UP_BATCH_ROWS", 8)
+    monkeypatch.setattr(follow, "CATCH_UP_BATCHES_PER_ROUND", 1)
     pub, pump, rec, clock, path, missed = _late_join(tmp_path)
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(code=main(
@@ -536,7 +536,7 @@ def test_follow_refuses_what_is_not_a_stream_endpoint_in_one_line(endpoint, said
 def test_a_follower_hearing_nothing_says_so_instead_of_waiting_silently(monkeypatch):
     import threading
 
-    import kvscope.commands.export as ex
+    import kvscope.app.follow as ex
     from kvscope.otel import OtlpConfig
 
     monkeypatch.setattr(ex, "WAIT_NOTICE_S", 0.3)
@@ -561,13 +561,13 @@ def test_a_library_follower_without_notify_logs_its_notices(monkeypatch, caplog)
     import threading
     import time
 
-    import kvscope.commands.export as ex
+    import kvscope.app.follow as ex
     from kvscope.otel import OtlpConfig
 
     monkeypatch.setattr(ex, "WAIT_NOTICE_S", 0.2)
     stop = threading.Event()
     cfg = OtlpConfig.from_env(endpoint=f"http://127.0.0.1:{_closed_port()}", protocol="http/protobuf", timeout_s=0.2)
-    with caplog.at_level(logging.WARNING, logger="kvscope.commands.export"):
+    with caplog.at_level(logging.WARNING, logger="kvscope.app.follow"):
         t = threading.Thread(target=lambda: ex.follow(f"tcp://127.0.0.1:{_closed_port()}", cfg, stop=stop.is_set,
                                                       analyze=False))
         t.start()

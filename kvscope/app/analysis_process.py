@@ -3,7 +3,7 @@
 Per event, the analyzer costs about what the OTLP translation costs (7-9 us against 10 on a real
 replay), and both are Python holding one GIL. So the follower hands each received batch's body (the
 same bytes the publisher sent) to a child process *before* translating it, up to
-:data:`~kvscope.commands.export.ANALYZE_AHEAD` batches ahead of the translation, and collects that
+:data:`~kvscope.app.follow.ANALYZE_AHEAD` batches ahead of the translation, and collects that
 batch's findings and gauges *after* (:meth:`AnalyzerProcess.expect`): the two run side by side on
 two cores, and the findings and gauges reach the sink exactly where the in-process analyzer's did
 (after the batch's translation, before the next batch's metric snapshots). On a machine without a
@@ -12,7 +12,7 @@ spare core the child costs more CPU in all than ``--analyze-inline`` (a second d
 :class:`AnalyzerProcess` satisfies :class:`kvscope.otel.analyzer_bridge.StreamingDetector`, so the
 same :class:`~kvscope.otel.analyzer_bridge.AnalyzerBridge` wires it to the sink. If the child dies
 the export goes on without findings and says so once (``failed``). The child is a plain
-``python -m kvscope.commands._analysis_process`` talking over two pipes, not a multiprocessing
+``python -m kvscope.app.analysis_process`` talking over two pipes, not a multiprocessing
 child: those re-import the caller's main module, which a script without a main guard cannot bear.
 """
 
@@ -114,7 +114,7 @@ class AnalyzerProcess:
         for fd in (to_child, to_parent):  # room for a few batches: a submit need not wait for the child
             _grow_pipe(fd)
         self._proc = subprocess.Popen(  # never fork a process that runs exporter threads
-            [sys.executable, "-m", "kvscope.commands._analysis_process", str(from_parent), str(to_parent),
+            [sys.executable, "-m", "kvscope.app.analysis_process", str(from_parent), str(to_parent),
              ",".join(pools), ",".join(str(int(t)) for t in gc_thresholds)],
             pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
         os.close(from_parent)
