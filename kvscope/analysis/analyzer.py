@@ -19,12 +19,7 @@ import pandas as pd
 from kvscope.analysis.columns import EventColumns, as_columns
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.debt import PARALLEL_MIN_EVENTS, DebtResult, compute_debt
-from kvscope.analysis.detectors import (
-    estimate_time_to_exhaustion,
-    exhaustion_arrays,
-    exhaustion_frame,
-    find_admission_gaps,
-)
+from kvscope.analysis.detectors import exhaustion_arrays, exhaustion_frame
 from kvscope.analysis.findings import Finding, _plain, order_findings
 from kvscope.analysis.frame import (
     header_meta,
@@ -37,14 +32,8 @@ from kvscope.analysis.frame import (
 from kvscope.analysis.incidents import counts, end_missing, headline, verdict
 from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.recorded_interrupts import without_recorded_interrupts
-from kvscope.analysis.request_detectors import (
-    find_engine_fatal,
-    find_engine_stalls,
-    find_never_fitting,
-    find_resume_near_misses,
-    find_reuse_loss,
-    find_stalled_requests,
-)
+from kvscope.analysis.rules import RULES
+from kvscope.analysis.rules.context import RunContext
 from kvscope.analysis.run_label import engine_version_of
 from kvscope.events import EventKind, parse_kv
 
@@ -267,7 +256,7 @@ def rank_note(ranks: dict) -> str:
 
 
 def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None = None) -> Analysis:
-    """Run every detector over an event frame (or its column view, :func:`as_columns`);
+    """Run every rule of :data:`~kvscope.analysis.rules.RULES` over an event frame (or its column view, :func:`as_columns`);
     findings ordered by severity, then time (:func:`order_findings`). Files of several ranks are
     read one rank per pool (:func:`one_rank_per_pool`)."""
     cfg = config or DetectorConfig()
@@ -292,15 +281,10 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         debt = compute_debt(ev, configs)
     outside = [r for r in debt.full if r in configs.index and not bool(configs.loc[r, "in_admission"])]
     ex = exhaustion_arrays(ev, debt, cfg, outside)
+    run = RunContext(ev=ev, configs=configs, timeline=timeline, debt=debt, exhaustion=ex, cfg=cfg)
     findings: list[Finding] = []
-    findings += find_admission_gaps(ev, debt, configs, cfg, ex)
-    findings += estimate_time_to_exhaustion(ev, debt, configs, cfg, ex, timeline)
-    findings += find_stalled_requests(ev, cfg)
-    findings += find_engine_stalls(ev, cfg)
-    findings += find_resume_near_misses(ev, configs, cfg)
-    findings += find_never_fitting(ev, configs, timeline)
-    findings += find_reuse_loss(ev, configs, timeline, cfg)
-    findings += find_engine_fatal(ev, debt, findings, cfg)
+    for rule in RULES:
+        findings += rule.batch(run, findings)
     return Analysis(
         findings=order_findings(findings), configs=configs, timeline=timeline, debt=debt,
         exhaustion_arrays=ex, meta=meta, num_events=num_read, config=cfg, ranks=ranks,

@@ -60,7 +60,7 @@ class DetectorConfig:
     Sound where the engine honours ``max_new_tokens``; off, the rule reads the rate alone (as
     before session 15), which made two healthy 1.8x-paced synthetic Mooncake runs critical."""
     near_miss_quiet_s: float = 600.0
-    """A resume near miss (:mod:`kvscope.analysis.near_miss`) more than this many seconds after the
+    """A resume near miss (:mod:`kvscope.analysis.rules.resume_near_miss`) more than this many seconds after the
     previous one in the same pool opens a new finding; closer ones join it. A near miss is news;
     the next within ten minutes is the same condition (a pool running at its resume ceiling), not
     a new one."""

@@ -2,10 +2,11 @@
 
 Each detector reads the event frame and derived frames only, loops over *findings* (few), never
 over events, and returns a list of :class:`~kvscope.analysis.findings.Finding`. Thresholds live in
-:class:`DetectorConfig`; :func:`kvscope.analysis.analyzer.analyze` runs them all.
+:class:`DetectorConfig`; the rules :mod:`kvscope.analysis.rules.admission_gap` and
+:mod:`kvscope.analysis.rules.time_to_exhaustion` run them.
 
 Size: admission gaps and time to exhaustion share the debt's evaluation points and the exhaustion
-arrays the streaming analyzer reuses; the per-request detectors are in ``request_detectors.py``.
+arrays the streaming analyzer reuses; the other rules are modules of :mod:`kvscope.analysis.rules`.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from kvscope.events import PoolRole
 
 def group_stalls(episodes: Sequence[Finding], cfg: DetectorConfig, *, engine_failed: bool) -> list[Finding]:
     """One STALLED_RESERVATION finding per incident: per-request episodes (one request each, as
-    :func:`~kvscope.analysis.request_detectors.stall_episodes` builds them) for the same blocking
+    :func:`~kvscope.analysis.rules.stalled_reservation.stall_episodes` builds them) for the same blocking
     pool whose waits overlap, or are at most ``merge_gap_iterations`` apart, are one incident.
 
     Args:
@@ -83,7 +83,7 @@ def stall_incident(pools: tuple[str, ...], group: list[Finding], cfg: DetectorCo
         summary = (f"{len(group)} requests waited without progress{by}; longest: request {rid}, "
                    f"{lw_s:.1f} s ({lw_it} iterations)")
     if policy:
-        # The policy held each of these waits for at least half of it (request_detectors.
+        # The policy held each of these waits for at least half of it (rules.stalled_reservation.
         # _policy_deferred), not necessarily all of it: a wait that began before remediation was
         # switched on is counted whole, so the wording says "at least half".
         summary = ("the admission policy deferred (for at least half of each wait): "

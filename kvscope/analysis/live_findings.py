@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
+from kvscope.analysis.rules.engine_fatal import fatal_text
+from kvscope.analysis.rules.never_fitting import never_fitting_text
 from kvscope.analysis.wording import (
     critical_from_text,
     episode_end_text,
-    fatal_text,
     gap_text,
-    never_fitting_text,
     risk_text,
     tte_summary,
 )

@@ -7,13 +7,15 @@ it starts; its end time and named requests keep updating in :attr:`findings`). G
 metrics callbacks or the dashboard. Memory: live requests, one window of iterations per pool and at
 most ``max_findings`` findings; finished requests are dropped at once.
 
-The rules are the batch detectors' (:mod:`kvscope.analysis.detectors`,
-:mod:`kvscope.analysis.request_detectors`); a test feeds the same stream to both and compares.
-``reuse_loss`` is a summary: :meth:`close` returns it.
+The rules are the batch analyzer's: both run the table :data:`kvscope.analysis.rules.RULES`. A rule
+with a tracker of its own (``engine_stalled``, ``resume_near_miss``) is built from the table and
+fed the rows it asks for (:class:`~kvscope.analysis.rules.context.Tracker`); the others read the
+per-request and per-pool state this analyzer keeps. A test feeds the same stream to both analyzers
+and compares. ``reuse_loss`` is a summary: :meth:`close` returns it.
 
 Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
 (the rules share it row by row); what needs no shared state lives apart (live_findings.py,
-live_projections.py, engine_stall.py).
+live_projections.py, kvscope.analysis.rules).
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.engine_stall import TRACKED_KINDS as _ENGINE_STALL_KINDS
-from kvscope.analysis.engine_stall import EngineStallTracker
 from kvscope.analysis.findings import Finding, Severity, order_findings
 from kvscope.analysis.incidents import (
     EXHAUSTION_KINDS,
@@ -42,10 +42,10 @@ from kvscope.analysis.live_projections import (
     head_debt,
     queue_now_debt,
 )
-from kvscope.analysis.near_miss import GROWTH_KINDS as _NEAR_MISS_GROWTH
-from kvscope.analysis.near_miss import NearMissTracker, resume_pool
 from kvscope.analysis.pool_config import config_row
-from kvscope.analysis.wording import never_fitting_text
+from kvscope.analysis.rules import RULES
+from kvscope.analysis.rules.context import LiveContext, Tracker
+from kvscope.analysis.rules.never_fitting import never_fitting_text
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -72,7 +72,6 @@ _SUSPENDED, _RESUMED = EventKind.SUSPENDED.value, EventKind.RESUMED.value
 _CONFIGURED, _SNAPSHOT = EventKind.POOL_CONFIGURED.value, EventKind.POOL_SNAPSHOT.value
 _MODE, _FAILED = EventKind.REMEDIATION_MODE_CHANGED.value, EventKind.ENGINE_FAILED.value
 _RESERVED = EventKind.RESERVATION_MADE.value
-_NEAR_MISS_ROWS = frozenset({_ADMITTED, _RESUMED, *_NEAR_MISS_GROWTH})  # the rows near_miss.py reads
 
 
 def _div(a: float, b: float) -> float:
@@ -160,9 +159,14 @@ class StreamingAnalyzer(LiveFindings):
         self._lost_live = 0.0  # sum of the live requests' lost blocks
         self._lost_open = False  # an admission raised it in the current instant (see _settle_lost)
         self._init_stalls()
-        self._engine_stalls = EngineStallTracker(self.cfg)
-        self._near_misses = NearMissTracker(self.cfg)
-        self._stalls_raised: list[Finding] = []  # engine stalls and near-miss stretches raised by the current feed
+        self._live = LiveContext(configs=self._configs)  # what the rules' trackers read of the pools
+        self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
+        hooks: dict[str, list[Tracker]] = {}
+        for tracker in self._trackers:
+            for k in tracker.row_kinds:
+                hooks.setdefault(k, []).append(tracker)
+        self._hooks = {k: tuple(v) for k, v in hooks.items()}  # row kind -> the trackers that read it
+        self._stalls_raised: list[Finding] = []  # findings the trackers raised in the current feed
         self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
@@ -173,8 +177,8 @@ class StreamingAnalyzer(LiveFindings):
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
         (:func:`order_findings`); stalls as incidents."""
-        return order_findings(self._findings + self._incidents() + self._engine_stalls.findings
-                              + self._near_misses.findings)
+        return order_findings(self._findings + self._incidents()
+                              + [f for tracker in self._trackers for f in tracker.findings])
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
@@ -295,35 +299,34 @@ class StreamingAnalyzer(LiveFindings):
             self._end_iteration()
             self._iter_admitted = []
         self._iteration, self._last_t, self._last_it = it, t, it
-        if kind in _ENGINE_STALL_KINDS:
-            stall = self._engine_stalls.on(kind, rid, _nr, t, it)
-            if stall is not None:
-                self._stalls_raised.append(stall)
         if kind == _CONFIGURED:
             d = parse_kv(reason or "")
             d.setdefault("tokens_per_block", nt)
             self._configs[pool] = config_row(pool, d, capacity=cap, bytes_per_token=nb, slots=_nr)
             self._window.setdefault(pool, deque(maxlen=self.cfg.rate_window_iterations + 1))
             self._configured()
-            self._near_misses.configure(pool, resume_pool(self._configs[pool]))
-        elif kind in _NEAR_MISS_ROWS and self._near_misses.watching and rid >= 0:
-            self._near_miss_row(kind, pool, rid, t, it, cap, free, evict, nb)
+        hooks = self._hooks.get(kind)
+        if hooks is not None:  # the rules with trackers of their own (kvscope.analysis.rules)
+            avail = max(free, 0) + max(evict, 0)
+            for tracker in hooks:
+                f = tracker.on_row(kind, pool, rid, t, it, nb, nt, _nr, cap, avail, reason, self._live)
+                if f is not None:
+                    self._stalls_raised.append(f)
         if cap >= 0 and pool != _NONE:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if kind == _SNAPSHOT:
             if pool == _TGT:
                 self._live_target = int(_nr)
         elif kind == _MODE:
-            self._guarded = self._near_misses.guarded = bool(parse_kv(reason or "").get("enforcing", 0))
+            self._guarded = bool(parse_kv(reason or "").get("enforcing", 0))
         elif kind == _FAILED:
-            self._near_misses.failed(t, it)
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
             return
         elif kind == _ITER:
             if not nt <= self._budget:  # NaN before the first
-                self._budget = float(nt)
+                self._budget = self._live.budget_tokens = float(nt)
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             self._check_gap(t, it)
@@ -332,23 +335,6 @@ class StreamingAnalyzer(LiveFindings):
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             if kind == _ADMITTED:
                 self._iter_admitted.append(rid)
-
-    def _near_miss_row(self, kind: str, pool: str, rid: int, t: float, it: int, cap: int, free: int, evict: int,
-                       nb: int) -> None:
-        """Feed the near-miss rule (:mod:`kvscope.analysis.near_miss`) the rows it reads; a stretch
-        it opens is raised like an engine stall."""
-        nm = self._near_misses
-        if kind == _ADMITTED:
-            nm.admitted(rid, it)
-            return
-        if kind == _RESUMED:
-            f = nm.resumed(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
-        elif it == nm.admitted_iteration:  # a growth: only one in its request's admission iteration reads
-            f = nm.growth(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, self._budget)
-        else:
-            return
-        if f is not None:
-            self._stalls_raised.append(f)
 
     def _configured(self) -> None:
         """A pool was configured: refresh what the per-event paths precompute from the configs."""

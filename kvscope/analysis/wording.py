@@ -116,21 +116,6 @@ def gap_text(pool: str, debt: float, need: float, available: float, first_reques
                                     "of the pool: close, not yet heading for the failure."))
 
 
-def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, named_lead: int | None,
-               lead_kind: str | None, open_alarm: dict | None = None) -> str:
-    """An engine failure: request, pool, what it asked, the engine's whole message, the earliest
-    finding that named the request (or that none did), and the alarm open on the pool when it
-    started earlier (:func:`~kvscope.analysis.incidents.open_alarm`)."""
-    # A resize asks for a capacity; a refused resume asks for none (its message says what failed).
-    asked = f" (asked {asked_tokens} tokens)" if asked_tokens > 0 else ""
-    text = (f"engine failed on request {request} in the {pool} pool{asked}: {message or ''}"
-            + (f" — first named {named_lead} iterations earlier by {lead_kind}" if named_lead is not None
-               else " — no earlier finding named this request"))
-    if open_alarm is not None and (named_lead is None or open_alarm["lead_iterations"] > named_lead):
-        text += f"; the {pool} pool had a {alarm_open_text(open_alarm, 'earlier', False)}"
-    return text + "."
-
-
 def alarm_open_text(alarm: dict, word: str, with_seconds: bool) -> str:
     """The alarm open on a pool at a failure (:func:`~kvscope.analysis.incidents.open_alarm`):
     ``time_to_exhaustion critical open from 42 iterations <word>``. An episode that opened as a
@@ -146,13 +131,4 @@ def alarm_open_text(alarm: dict, word: str, with_seconds: bool) -> str:
     return f"{alarm['kind']} {alarm['severity']} open from {span(alarm['lead_iterations'], alarm['lead_s'])} {word}"
 
 
-def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: str, capacity: int, rejected: bool,
-                       in_admission: bool) -> str:
-    """A request larger than a pool: rejected at arrival, or waiting forever (a pool in admission),
-    or a resize that will raise (a pool outside it)."""
-    return (f"request {request} needs {need_blocks} blocks ({need_tokens} tokens) in the {pool} pool, which has "
-            f"{capacity}" + (" (rejected at arrival)." if rejected else
-                             "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
-
-
-__all__ = ["alarm_open_text", "debt_text", "episode_end_text", "fatal_text", "gap_text", "never_fitting_text", "pass_text", "resume_text", "risk_text", "seconds", "tte_summary"]
+__all__ = ["alarm_open_text", "debt_text", "episode_end_text", "gap_text", "pass_text", "resume_text", "risk_text", "seconds", "tte_summary"]

@@ -187,7 +187,7 @@ def test_the_finding_credited_with_a_failure_does_not_depend_on_the_order_findin
 def test_the_open_alarm_is_as_severe_as_it_was_before_the_failure_and_the_fatal_finding_gives_it():
     from dataclasses import replace
 
-    from kvscope.analysis.wording import fatal_text
+    from kvscope.analysis.rules.engine_fatal import fatal_text
 
     tte = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 500, 1000, "draft")
     late = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 1000, "critical_at_s": 250.0})
@@ -211,7 +211,7 @@ def test_an_alarm_that_turned_critical_late_is_never_read_as_critical_from_its_s
     from dataclasses import replace
 
     from kvscope.analysis.report import _verdict_html, lead_times
-    from kvscope.analysis.wording import fatal_text
+    from kvscope.analysis.rules.engine_fatal import fatal_text
 
     tte = _alarm(FindingKind.TIME_TO_EXHAUSTION, Severity.CRITICAL, 48, 328, "draft")
     tte = replace(tte, evidence={**tte.evidence, "critical_at_iteration": 325, "critical_at_s": 325 * 0.25})

@@ -2,7 +2,7 @@
 
 The real replay is the silent family's Claude Code crash (1.3.0rc27, reuse off, seed 30:
 ``data/claude-code-rc27-reuse-off.parquet``), which no other rule warns: both pools sit at the
-ceiling in step. Synthetic streams pin the rule's edges (kvscope/analysis/near_miss.py).
+ceiling in step. Synthetic streams pin the rule's edges (kvscope/analysis/rules/resume_near_miss.py).
 """
 
 from __future__ import annotations

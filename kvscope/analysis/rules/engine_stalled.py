@@ -12,22 +12,34 @@ request has arrived and not ended, lasting at least ``stall_min_iterations`` ite
 did not fail (the engine serves nothing now), a warning once it ended (it recovered, or failed: the
 failure is ``engine_fatal``'s).
 
-One rule, two drivers: :func:`~kvscope.analysis.request_detectors.find_engine_stalls` over a whole
-event file (vectorised) and :class:`EngineStallTracker` here, fed row by row by the streaming
-analyzer; both build their findings with :func:`stall_finding`. No pandas: the streaming analyzer
-imports this module.
+One rule, two drivers: :func:`find_engine_stalls` over a whole event file (vectorised; its numpy
+helpers are imported when it runs) and :class:`EngineStallTracker`, fed row by row by the
+streaming analyzer; both build their findings with :func:`stall_finding`. Thresholds:
+``DetectorConfig.stall_min_iterations`` and ``stall_min_s``. No pandas at import: the streaming
+analyzer imports this module.
 """
+
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.rules.rule import Rule
 from kvscope.events import REQUEST_OUTCOMES, EventKind
+
+if TYPE_CHECKING:
+    from kvscope.analysis.columns import EventColumns
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 TRACKED_KINDS = frozenset({EventKind.ITERATION_SCHEDULED.value, EventKind.REQUEST_ARRIVED.value,
                            EventKind.SUSPENDED.value, EventKind.ENGINE_FAILED.value,
                            *(k.value for k in REQUEST_OUTCOMES)})
 """The row kinds :class:`EngineStallTracker` needs (the streaming analyzer calls it for these only)."""
+_ITER, _ARRIVED = EventKind.ITERATION_SCHEDULED.value, EventKind.REQUEST_ARRIVED.value
+_SUSPENDED, _FAILED = EventKind.SUSPENDED.value, EventKind.ENGINE_FAILED.value
 
 
 def stall_finding(t0: float, t1: float, it0: int, it1: int, live: int, suspensions: int, *,
@@ -54,6 +66,8 @@ class EngineStallTracker:
     """The same rule, row by row (single consumer; O(1) per row). ``findings`` holds every stall
     that reached both thresholds; the current one is built when read, not at every iteration."""
 
+    row_kinds = TRACKED_KINDS
+
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         self._ended: list[Finding] = []
@@ -68,15 +82,17 @@ class EngineStallTracker:
     def findings(self) -> list[Finding]:
         return self._ended + [self._current(ongoing=not self._failed)] if self._raised else list(self._ended)
 
-    def on(self, kind: str, rid: int, num_requests: int, t: float, it: int) -> Finding | None:
-        """Feed one row of a tracked kind; returns a stall's finding when it is first raised."""
-        if kind == EventKind.ITERATION_SCHEDULED.value:
-            return self._iteration(num_requests, t, it)
-        if kind == EventKind.REQUEST_ARRIVED.value:
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               available: int, reason: str, live: LiveContext) -> Finding | None:
+        """Feed one row of a tracked kind (``nr``: the requests an iteration scheduled); returns a
+        stall's finding when it is first raised."""
+        if kind == _ITER:
+            return self._iteration(nr, t, it)
+        if kind == _ARRIVED:
             self._live += 1
-        elif kind == EventKind.SUSPENDED.value:
+        elif kind == _SUSPENDED:
             self._suspensions += 1
-        elif kind == EventKind.ENGINE_FAILED.value:
+        elif kind == _FAILED:
             self._failed = True
             self._close()
         elif rid >= 0:
@@ -106,3 +122,43 @@ class EngineStallTracker:
         if self._raised:
             self._ended.append(self._current(ongoing=False))
         self._start, self._raised = None, False
+
+
+def find_engine_stalls(ev: EventColumns, cfg: DetectorConfig) -> list[Finding]:
+    """Every engine stall of the event file, vectorised over its ITERATION_SCHEDULED rows."""
+    import numpy as np
+
+    from kvscope.analysis.frame import END_KINDS, K, kind_in
+
+    ipos = ev.positions(EventKind.ITERATION_SCHEDULED)
+    if len(ipos) == 0:
+        return []
+    kind, rid = ev.kind, ev.request_id
+    arrived = np.cumsum(kind == K[EventKind.REQUEST_ARRIVED])
+    ended = np.cumsum(kind_in(kind, END_KINDS) & (rid >= 0))
+    suspended = np.cumsum(kind == K[EventKind.SUSPENDED])
+    live = (arrived - ended)[ipos]
+    empty = (ev.num_requests[ipos] == 0) & (live > 0)
+    if not empty.any():
+        return []
+    failed = len(ev.positions(EventKind.ENGINE_FAILED)) > 0
+    edges = np.diff(np.concatenate(([0], empty.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    ts, it = ev.ts_ns[ipos], ev.iteration[ipos]
+    out = []
+    for a, b in zip(starts, ends):
+        t0, t1 = float(ts[a]) / 1e9, float(ts[b]) / 1e9
+        it0, it1 = int(it[a]), int(it[b])
+        if it1 - it0 + 1 < cfg.stall_min_iterations or t1 - t0 < cfg.stall_min_s:
+            continue
+        ongoing = b == len(ipos) - 1 and not failed
+        out.append(stall_finding(t0, t1, it0, it1, int(live[b]),
+                                 int(suspended[ipos[b]] - suspended[ipos[a]]), ongoing=ongoing))
+    return out
+
+
+def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
+    return find_engine_stalls(run.ev, run.cfg)
+
+
+RULE = Rule(kinds=(FindingKind.ENGINE_STALLED,), batch=_batch, tracker=EngineStallTracker)

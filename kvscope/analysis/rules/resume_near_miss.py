@@ -22,23 +22,37 @@ Counted only in pools outside admission (a paired pool's resume is the scheduler
 an admission policy enforces (remediation reserves what every admitted mirror will take below the
 ceiling, so its resumes fit by construction).
 
-One rule, two drivers: :func:`~kvscope.analysis.request_detectors.find_resume_near_misses` over a
-whole event file (it picks the resume rows with numpy) and the streaming analyzer row by row; both
-feed :class:`NearMissTracker`, so both build the same findings. Pure Python.
+One rule, two drivers: :func:`find_resume_near_misses` over a whole event file (it picks the resume
+rows with numpy, imported when it runs) and the streaming analyzer row by row
+(:meth:`NearMissTracker.on_row`); both feed :class:`NearMissTracker`, so both build the same
+findings. Thresholds: ``DetectorConfig.near_miss_quiet_s`` and ``max_named_requests``. No pandas at
+import.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.events import EventKind
+from kvscope.analysis.rules.rule import Rule
+from kvscope.events import EventKind, PoolRole, parse_kv
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvscope.analysis.columns import EventColumns
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 GROWTH_KINDS = frozenset({EventKind.BLOCKS_ALLOCATED.value, EventKind.RESIZED.value})
 """A request's first growth in a pool in the iteration it was admitted follows its mirror's first
 resume (the draft manager resumes, then resizes)."""
+_CONFIGURED, _MODE = EventKind.POOL_CONFIGURED.value, EventKind.REMEDIATION_MODE_CHANGED.value
+_FAILED, _ADMITTED, _RESUMED = EventKind.ENGINE_FAILED.value, EventKind.ADMITTED.value, EventKind.RESUMED.value
+_ROLES = frozenset(r.value for r in PoolRole)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +114,9 @@ class NearMissTracker:
     """The rule, fed one resume at a time (single consumer; O(1) per row). ``findings`` holds every
     stretch so far, the open ones as they stand."""
 
+    row_kinds = frozenset({_CONFIGURED, _MODE, _FAILED, _ADMITTED, _RESUMED, *GROWTH_KINDS})
+    """The rows :meth:`on_row` reads."""
+
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         self._pools: dict[str, ResumePool] = {}
@@ -132,6 +149,25 @@ class NearMissTracker:
         for s in self._open.values():
             if t - s.t1 <= self.cfg.near_miss_quiet_s:
                 s.t1, s.it1 = t, it
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               available: int, reason: str, live: LiveContext) -> Finding | None:
+        """The streaming analyzer's row (a kind of ``row_kinds``); returns the finding of a stretch it opens."""
+        if kind == _CONFIGURED:
+            self.configure(pool, resume_pool(live.configs[pool]))
+        elif kind == _MODE:
+            self.guarded = bool(parse_kv(reason or "").get("enforcing", 0))
+        elif kind == _FAILED:
+            self.failed(t, it)
+        elif not self.watching or rid < 0:
+            pass
+        elif kind == _ADMITTED:
+            self.admitted(rid, it)
+        elif kind == _RESUMED:
+            return self.resumed(pool, rid, t, it, cap, available, nb, live.budget_tokens)
+        elif it == self.admitted_iteration:  # a growth: only one in its request's admission iteration reads
+            return self.growth(pool, rid, t, it, cap, available, nb, live.budget_tokens)
+        return None
 
     def admitted(self, rid: int, it: int) -> None:
         if it != self.admitted_iteration:
@@ -186,3 +222,76 @@ def resume_pool(config: dict) -> ResumePool | None:
     return ResumePool(ceiling=float(config["max_util_for_resume"]),
                       tokens_per_block=max(1, int(config["tokens_per_block"])),
                       new_mirrors_resume=int(config.get("admits_mirror", -1)) == 0)
+
+
+def find_resume_near_misses(ev: EventColumns, configs: pd.DataFrame, cfg: DetectorConfig) -> list[Finding]:
+    """Every stretch of resume near misses of an event file. The resumes are picked and measured with numpy (a new mirror's: its request's first growth in a
+    watched pool after its admission, in that iteration; a suspended mirror's: RESUMED), and only
+    the near misses and the failures go through the tracker, in recording order, so both analyzers
+    build the same stretches."""
+    import numpy as np
+
+    from kvscope.analysis.debt import policy_enforcing, token_budget
+    from kvscope.analysis.frame import P, _pool_name
+
+    tracker = NearMissTracker(cfg)
+    pools: dict[int, ResumePool] = {}
+    for pool in configs.index:
+        rp = resume_pool(configs.loc[pool].to_dict())
+        if rp is not None and str(pool) in _ROLES:
+            tracker.configure(str(pool), rp)
+            pools[P[PoolRole(str(pool))]] = rp
+    if not pools:
+        return []
+    watched = np.array(sorted(pools), dtype=np.int8)
+    grow = ev.request_positions(EventKind.BLOCKS_ALLOCATED, EventKind.RESIZED)
+    grow = grow[np.isin(ev.pool[grow], watched)]
+    adm = ev.request_positions(EventKind.ADMITTED)
+    if len(adm) and len(grow):
+        def key(pos: np.ndarray) -> np.ndarray:
+            return ev.iteration[pos].astype(np.int64) * (1 << 32) + ev.request_id[pos]
+
+        order = np.argsort(key(adm), kind="stable")  # the earliest admission first among equal keys
+        akey, apos = key(adm)[order], adm[order]
+        gkey = key(grow)
+        at = np.minimum(np.searchsorted(akey, gkey), len(akey) - 1)
+        grow = grow[(akey[at] == gkey) & (apos[at] < grow)]  # after its admission, in that iteration
+        grow = grow[np.sort(np.unique(key(grow), return_index=True)[1])]  # the first of each
+        new_pools = np.array([c for c, rp in pools.items() if rp.new_mirrors_resume], dtype=np.int8)
+        grow = grow[np.isin(ev.pool[grow], new_pools)]
+    else:
+        grow = grow[:0]
+    res = ev.request_positions(EventKind.RESUMED)
+    res = res[np.isin(ev.pool[res], watched)]
+    cand = np.sort(np.concatenate([grow, res]))
+    if not len(cand):
+        return []
+    ceiling_of, tpb_of = np.zeros(len(P)), np.ones(len(P))  # by pool code
+    for c, rp in pools.items():
+        ceiling_of[c], tpb_of[c] = rp.ceiling, rp.tokens_per_block
+    ceiling, tpb = ceiling_of[ev.pool[cand]], tpb_of[ev.pool[cand]]
+    cap, nb = ev.capacity_blocks[cand], ev.num_blocks[cand]
+    avail = np.maximum(ev.free_blocks[cand], 0) + np.maximum(ev.evictable_blocks[cand], 0)
+    budget = token_budget(ev, cand)
+    spare = resume_spare(ceiling, cap, avail, nb)
+    with np.errstate(invalid="ignore"):
+        near = (cap > 0) & (budget > 0) & (spare >= 0) & (spare < budget / tpb) & ~policy_enforcing(ev, cand)
+    if not near.any():
+        return []
+    rows = {int(j): (int(a), float(b)) for j, a, b in zip(cand[near], avail[near], budget[near])}
+    for j in np.sort(np.concatenate([cand[near], ev.positions(EventKind.ENGINE_FAILED)])):
+        t, it = float(ev.ts_ns[j]) / 1e9, int(ev.iteration[j])
+        if int(j) not in rows:  # an ENGINE_FAILED row
+            tracker.failed(t, it)
+            continue
+        a, b = rows[int(j)]
+        tracker.resumed(_pool_name(int(ev.pool[j])), int(ev.request_id[j]), t, it, int(ev.capacity_blocks[j]), a,
+                        int(ev.num_blocks[j]), b)
+    return tracker.findings
+
+
+def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
+    return find_resume_near_misses(run.ev, run.configs, run.cfg)
+
+
+RULE = Rule(kinds=(FindingKind.RESUME_NEAR_MISS,), batch=_batch, tracker=NearMissTracker)

@@ -1,0 +1,65 @@
+"""What the rules read: the batch analyzer's frames of one event file (:class:`RunContext`), the
+streaming analyzer's shared view of the pools (:class:`LiveContext`), and the row hook a rule's
+incremental tracker offers the streaming analyzer (:class:`Tracker`).
+
+The drivers build and maintain these; a rule reads them and never a driver's own attributes.
+Pure Python (the frames are typed, not imported: a process that only streams never loads pandas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kvscope.analysis.config import DetectorConfig
+from kvscope.analysis.findings import Finding
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvscope.analysis.columns import EventColumns
+    from kvscope.analysis.debt import DebtResult
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """One event file as the batch analyzer prepared it (every rule reads the same frames)."""
+
+    ev: EventColumns
+    """The events, one rank per pool, recorded interrupts removed."""
+    configs: pd.DataFrame
+    """Pool configurations, one row per pool (:func:`~kvscope.analysis.frame.pool_configs`)."""
+    timeline: pd.DataFrame
+    """One row per request (:func:`~kvscope.analysis.frame.request_timeline`)."""
+    debt: DebtResult
+    """Need, availability and debt per pool at consistent points (:mod:`kvscope.analysis.debt`)."""
+    exhaustion: dict[str, Any]
+    """:func:`~kvscope.analysis.detectors.exhaustion_arrays` of the pools outside admission."""
+    cfg: DetectorConfig
+
+
+@dataclass(slots=True)
+class LiveContext:
+    """The pool facts the streaming analyzer keeps for every rule (single consumer; the analyzer
+    updates it in place before a row reaches the trackers)."""
+
+    configs: dict[str, dict] = field(default_factory=dict)
+    """Pool -> its config row (:func:`~kvscope.analysis.pool_config.config_row`), as configured so far."""
+    budget_tokens: float = math.nan
+    """The most tokens one iteration has scheduled so far (NaN before the first iteration)."""
+
+
+class Tracker(Protocol):
+    """A rule's incremental path: fed the rows of ``row_kinds`` in recording order, O(1) per row,
+    never raising on well-formed rows. ``findings`` holds every finding so far, open ones as they stand."""
+
+    row_kinds: frozenset[str]
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               available: int, reason: str, live: LiveContext) -> Finding | None:
+        """One row (``available`` = free + evictable); returns a finding when the row raises one."""
+        ...
+
+    @property
+    def findings(self) -> list[Finding]: ...
