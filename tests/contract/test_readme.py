@@ -201,6 +201,17 @@ def test_every_relative_link_points_to_a_file_and_heading_that_exist_when_follow
     assert checked >= 20
 
 
+def test_every_repository_path_the_docs_name_exists_when_looked_up():
+    """A module or test moved or renamed takes its mention in the docs with it."""
+    checked = 0
+    for page in [*_pages(), RESULTS]:
+        named = re.findall(r"`((?:kvscope|remediation|tests|bench|notebooks)/[\w/.\-]*)`", page.read_text(encoding="utf-8"))
+        missing = [path for path in named if not (ROOT / path).exists()]
+        assert missing == [], f"{_rel(page)} names paths that do not exist: {missing}"
+        checked += len(named)
+    assert checked >= 30
+
+
 def test_every_docs_page_is_listed_in_the_docs_index_when_read():
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     for page in DOCS.glob("*.md"):
