@@ -66,13 +66,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscope import replay
-from kvscope.app.remedy import (
-    RemediatedSession,
-    apply_rejections,
-    observe_for_sizing,
-    sized_config,
-    summary_keys,
-)
+from kvscope.app.remedy import RemediatedSession, apply_rejections, summary_keys
+from kvscope.app.sizing import observe_for_sizing, sized_config
 
 MAIN = "engine_version=main-00746ef"
 SCENARIOS: dict[str, tuple[str, list[str]]] = {

@@ -194,7 +194,7 @@ import copy, json
 from kvscope.engine_model.config import split_kv_cache_budget_for_draft as model_split
 from kvscope.engines.instrumentor import instrument, uninstrument
 from kvscope.recording import Recorder
-from kvscope.app.remedy import sizing_from_env
+from kvscope.app.sizing import sizing_from_env
 from remediation.sizing import BudgetSplit
 from tensorrt_llm._torch.pyexecutor._util import KvCacheCreator
 
@@ -257,7 +257,7 @@ def _blocks(num_bytes: int, fixed: int, per_token: int, tokens_per_block: int) -
 
 @pytest.mark.parametrize("plan", ["4x", "0.09"])
 def test_sizing_through_the_real_budget_split_agrees_with_the_engine_model_knob(tmp_path, plan):
-    from kvscope.app.remedy import sized_config
+    from kvscope.app.sizing import sized_config
     from kvscope.replay.scenarios import get_scenario
 
     config = get_scenario("glm5-dsa").config
