@@ -1,7 +1,7 @@
 """The at-risk projections of :mod:`kvscope.analysis.debt` on the streaming analyzer's state: the
 head of the queue admitted now, every queued request the target has room and slots for, and one
 more request like the recent admissions. Same formulas as the batch (``compute_debt``), on running
-sums instead of arrays; functions of the analyzer, which owns the state.
+sums instead of arrays; functions of the analyzer's state (:class:`~kvscope.analysis.live_state.LiveState`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kvscope.events import PoolRole, blocks_needed
 
 if TYPE_CHECKING:
     from kvscope.analysis.config import DetectorConfig
-    from kvscope.analysis.streaming import StreamingAnalyzer
+    from kvscope.analysis.live_state import LiveState
 
 _T = PoolRole.TARGET.value
 
@@ -26,7 +26,7 @@ def _final(c: dict, prompt: float, reused: float) -> float:
                                num_extra_kv_tokens=c["num_extra_kv_tokens"], reused_tokens=reused))
 
 
-def _ready(sa: StreamingAnalyzer, p: str) -> bool:
+def _ready(sa: LiveState, p: str) -> bool:
     if p in sa._ready_pools:  # pools are never forgotten: once ready, ready for good
         return True
     ok = p != _T and p in sa._state and p in sa._configs and _T in sa._state and _T in sa._configs
@@ -35,7 +35,7 @@ def _ready(sa: StreamingAnalyzer, p: str) -> bool:
     return ok
 
 
-def head_debt(sa: StreamingAnalyzer, p: str) -> float:
+def head_debt(sa: LiveState, p: str) -> float:
     """Debt of ``p`` with the earliest queued request admitted now (the target pushing back on
     what it cannot hold itself); -inf when not computable."""
     if not _ready(sa, p):
@@ -50,7 +50,7 @@ def head_debt(sa: StreamingAnalyzer, p: str) -> float:
     return sa._need[p] + head_p - sa._state[p][1] - short
 
 
-def _slots_fraction(sa: StreamingAnalyzer, waiting: int) -> float:
+def _slots_fraction(sa: LiveState, waiting: int) -> float:
     """Share of the ``waiting`` requests the target has request slots for (1 when unknown)."""
     slots = sa._configs[_T]["index_slots"] - 1
     if waiting == 0:
@@ -60,7 +60,7 @@ def _slots_fraction(sa: StreamingAnalyzer, waiting: int) -> float:
     return min(1.0, max(slots - sa._live_target, 0) / waiting)
 
 
-def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
+def queue_now_debt(sa: LiveState, p: str) -> float:
     """Debt of ``p`` with every queued request the target has request slots for admitted now."""
     if not _ready(sa, p):
         return -math.inf
@@ -71,7 +71,7 @@ def queue_now_debt(sa: StreamingAnalyzer, p: str) -> float:
     return sa._need[p] + frac * sa.queued_blocks(p) - sa._state[p][1] - short
 
 
-def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
+def arrival_debt(sa: LiveState, p: str) -> tuple[float, float]:
     """(median, max) debt of ``p`` with one more request like each recent first admission."""
     if not _ready(sa, p) or not sa._recent_admissions:
         return -math.inf, -math.inf
@@ -91,7 +91,7 @@ def arrival_debt(sa: StreamingAnalyzer, p: str) -> tuple[float, float]:
     return float(statistics.median(out)), float(max(out))
 
 
-def arrival_debt_bound(sa: StreamingAnalyzer, p: str) -> float:
+def arrival_debt_bound(sa: LiveState, p: str) -> float:
     """An upper bound of :func:`arrival_debt`'s max without its per-admission terms (the target's
     shortfall only lowers each one); -inf when not computable. Read first, so the projection is
     computed only when it could matter."""
@@ -118,13 +118,13 @@ def _free_window(span: float, cfg: DetectorConfig) -> int:
     return lo if math.isnan(span) else hi if math.isinf(span) else min(max(math.ceil(span), lo), hi)
 
 
-def _target_gate(sa: StreamingAnalyzer, util_t: float) -> bool:
+def _target_gate(sa: LiveState, util_t: float) -> bool:
     ct = sa._configs[_T]
     early = int(ct.get("resumes_before_budget", -1)) == 1
     return early or (not math.isnan(util_t) and util_t <= ct["max_util_for_resume"] - sa.cfg.risk_margin_fraction)
 
 
-def _below_ceiling(sa: StreamingAnalyzer, p: str, c: dict, ct: dict
+def _below_ceiling(sa: LiveState, p: str, c: dict, ct: dict
                    ) -> tuple[float, float, float, float, float, float, float, float, int, float, float]:
     """What both ceiling rules start from: ``p``'s and the target's (capacity, available), the
     target's need, the room below ``p``'s resume ceiling, what the admitted requests will still
@@ -143,7 +143,7 @@ def _below_ceiling(sa: StreamingAnalyzer, p: str, c: dict, ct: dict
     return cap, avail, cap_t, avail_t, need_t, headroom, admitted, q_t, waiting, fits, fits * sa.queued_blocks(p)
 
 
-def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:
+def gate_risk(sa: LiveState, p: str, certain: bool, alloc_it: float, free_it: float) -> tuple[bool, bool]:
     """(at risk, gate open) of ``p`` on a build whose scheduler admits the unpaired mirror: the
     running-state form of :func:`kvscope.analysis.ceiling.admit_gate_at_risk` (same formulas);
     (False, True) for any other build or a paired pool."""
@@ -163,7 +163,7 @@ def gate_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, fre
     return risk, gate_open
 
 
-def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tuple[float, float]]:
+def _arrival_finals(sa: LiveState, p: str, c: dict, ct: dict) -> list[tuple[float, float]]:
     """(blocks in ``p``, blocks in the target) each recent admission would need: they change only
     with the admissions and the configs (the analyzer drops the cache then), not per iteration."""
     cache = sa._arrival_finals
@@ -178,7 +178,7 @@ def _arrival_finals(sa: StreamingAnalyzer, p: str, c: dict, ct: dict) -> list[tu
     return got
 
 
-def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, freed: Sequence[float], burst: float
+def resume_risk(sa: LiveState, p: str, certain: bool, alloc_it: float, freed: Sequence[float], burst: float
                 ) -> tuple[bool, float, float, bool, float, float, float]:
     """(at risk, blocks past the ceiling, room below it, at risk from one pass, blocks one pass
     takes it past, blocks counted as freed while the queue comes in, over how many iterations) of
@@ -237,7 +237,7 @@ def resume_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, f
 
 
 def _past_ceiling(admitted: float, headroom: float, q_gross: float, q_gross_t: float, counted: float, need_t: float,
-                  avail_t: float, cap_t: float, margin: float, victim: bool, sa: StreamingAnalyzer
+                  avail_t: float, cap_t: float, margin: float, victim: bool, sa: LiveState
                   ) -> tuple[bool, float, bool]:
     """:func:`kvscope.analysis.ceiling._past_ceiling` on one point: (at risk, blocks past the
     ceiling, the target can admit) with ``counted`` blocks offsetting the queue (NaN: none)."""
@@ -253,7 +253,7 @@ def _past_ceiling(admitted: float, headroom: float, q_gross: float, q_gross_t: f
     return past > margin and victim and target_ok, past, target_ok
 
 
-def sure_frees(sa: StreamingAnalyzer, p: str, horizon: float) -> tuple[float, float]:
+def sure_frees(sa: LiveState, p: str, horizon: float) -> tuple[float, float]:
     """(prefill, decoding): pages of ``p`` that requests certain to finish within ``horizon``
     iterations free -- :meth:`kvscope.analysis.finishes.CertainFinishes.sure_frees` on the running
     state (same definitions; a test compares them)."""
@@ -274,7 +274,7 @@ def sure_frees(sa: StreamingAnalyzer, p: str, horizon: float) -> tuple[float, fl
     return pre, dec
 
 
-def ceiling_risk(sa: StreamingAnalyzer, p: str, certain: bool, alloc_it: float, free_it: float, burst: float,
+def ceiling_risk(sa: LiveState, p: str, certain: bool, alloc_it: float, free_it: float, burst: float,
                  freed: Sequence[float]) -> tuple[bool, float, float, bool, float, float, float, bool, bool]:
     """:func:`resume_risk` and :func:`gate_risk` of ``p`` (the draft pool's resume ceiling as the
     build meets it: a refused resume, or the mirror's admission gate)."""
