@@ -59,6 +59,7 @@ from pathlib import Path
 from kvscope.app.remediation_setting import parse_remediation_setting
 from kvscope.arguments import OneLineParser
 from kvscope.engines.live import DEFAULT_ZMQ_ENDPOINT
+from remediation.sizing import BudgetSplit
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 DEFAULT_OUTPUT_DIR = "kvscope-events"
@@ -107,20 +108,18 @@ def check_env(env: dict[str, str]) -> list[str]:
 
 def sizing_problem(value: str) -> str | None:
     """Why a ``KVSCOPE_SIZING`` value is not a plan an engine can apply at start (None: fine or unset).
-    The forms are ``remediation.sizing.BudgetSplit.parse``'s (tests/unit/remediation/test_policies.py
-    checks that both refuse the same values); the message names the forms for a launcher's user."""
+    The plan is read by ``remediation.sizing.BudgetSplit.parse``, as every worker reads it; the
+    message names the forms for a launcher's user."""
     text = value.strip().lower()
     if not text:
         return None
     try:
-        number = float(text[:-1] if text.endswith("x") else text)
+        BudgetSplit.parse(text)
     except ValueError:
-        number = -1.0
-    if text.endswith("x") and number > 0 or not text.endswith("x") and 0.0 < number < 1.0:
-        return None
-    return (f"expected a draft byte share in (0, 1) (e.g. 0.09) or a draft token ratio (e.g. 4x), got {value!r}"
-            + ("; auto needs a recorded run (kvscope replay --sizing auto --sizing-from EVENTS)"
-               if text == "auto" else ""))
+        return (f"expected a draft byte share in (0, 1) (e.g. 0.09) or a draft token ratio (e.g. 4x), got {value!r}"
+                + ("; auto needs a recorded run (kvscope replay --sizing auto --sizing-from EVENTS)"
+                   if text == "auto" else ""))
+    return None
 
 
 def remediation_problem(env: Mapping[str, str]) -> str | None:
