@@ -1,4 +1,4 @@
-"""Event files in, for commands: refuse what cannot be analyzed, say what is partial.
+"""Event files in, for the commands and the notebook layer: refuse what cannot be analyzed, say what is partial.
 
 Policy (the same for every command that reads event files):
 
