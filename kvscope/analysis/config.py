@@ -123,6 +123,10 @@ class DetectorConfig:
             raise ValueError(f"max_named_requests must be >= 1, got {self.max_named_requests}")
 
 
+BASIS_NAMES = np.array(["", "trend", "queue", "debt", "arrival", "resume", "pass"], dtype=object)
+"""A time-to-exhaustion basis by its code (``exhaustion_arrays``' ``basis_code``)."""
+
+
 def runs(mask: np.ndarray, it: np.ndarray, merge_gap: int) -> list[tuple[int, int]]:
     """(first, last) index pairs of True runs, merged when the iteration gap is <= merge_gap."""
     if not len(mask) or not mask.any():

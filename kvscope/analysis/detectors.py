@@ -14,100 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kvscope.analysis.ceiling import admit_gate_at_risk, debt_cover, resume_at_risk
+from kvscope.analysis.ceiling import admit_gate_at_risk, resume_at_risk
 from kvscope.analysis.columns import EventColumns, as_columns
-from kvscope.analysis.config import DetectorConfig, held, runs
-from kvscope.analysis.debt import DebtResult, eval_points, owing_at
-from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.config import BASIS_NAMES as _BASIS
+from kvscope.analysis.config import DetectorConfig, held
+from kvscope.analysis.debt import DebtResult
 from kvscope.analysis.frame import K, kind_in
-from kvscope.analysis.wording import (
-    critical_from_text,
-    episode_end_text,
-    gap_text,
-    risk_text,
-    tte_summary,
-)
 from kvscope.events import EventKind
-
-
-def _t(ts: np.ndarray, i: int) -> float:
-    return float(ts[i]) / 1e9
-
-
-def find_admission_gaps(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
-    exhaustion: dict[str, dict[str, np.ndarray]] | None = None,
-) -> list[Finding]:
-    """Admission gaps: runs where a pool outside admission has positive debt.
-
-    The debt is read at :func:`~kvscope.analysis.debt.eval_points` (consistent states). The
-    finding starts at the first such point in debt (its iteration holds the admission that made
-    the debt positive),
-    names the requests admitted while in debt (``evidence["admitted_into_debt"]``) and those still
-    owed pages when it started (``evidence["owing_at_start"]``).
-
-    Args:
-        exhaustion: :func:`exhaustion_arrays` of the same inputs, when already computed (its
-            ``freed_blocks`` is reused).
-    """
-    ev = as_columns(events)
-    ts, it, rid = ev.ts_ns, ev.iteration, ev.request_id
-    adm_pos = ev.positions(EventKind.ADMITTED)
-    ev_pos = eval_points(ev)
-    out = []
-    for role, f in debt.full.items():
-        if role not in configs.index or bool(configs.loc[role, "in_admission"]):
-            continue
-        qi = debt.index_of(ev_pos)
-        d_ev = f["debt"][qi]
-        # What the pool freed over the window that ended with the previous iteration (the state a
-        # consistent point of this iteration follows).
-        prev_end = np.searchsorted(f["run_ends"], ev_pos, side="left") - 1
-        freed = (exhaustion[role]["freed_blocks"] if exhaustion and role in exhaustion
-                 else window_freed(debt, f, cfg.rate_window_iterations))
-        freed_ev = np.where(prev_end >= 0, freed[np.maximum(prev_end, 0)], 0.0)
-        mask = np.nan_to_num(d_ev, nan=-np.inf) > cfg.min_debt_blocks
-        for es, ee in runs(mask, it[ev_pos], cfg.merge_gap_iterations):
-            at = int(qi[es])
-            fs = {k: f[k][at] for k in ("debt", "need", "available", "shortfall", "capacity")}
-            s, e = int(ev_pos[es]), int(ev_pos[ee])
-            inside = adm_pos[(it[adm_pos] >= it[s]) & (adm_pos <= e)]
-            admitted = list(dict.fromkeys(int(x) for x in rid[inside]))
-            adm_it = {}
-            for x in inside:
-                adm_it.setdefault(int(rid[x]), int(it[x]))
-            owing = owing_at(debt, role, s)
-            first_adm = admitted[0] if admitted else -1
-            named = list(dict.fromkeys(admitted + owing))
-            peak = float(np.nanmax(d_ev[es : ee + 1]))
-            cap = float(fs["capacity"])
-            cover = debt_cover(float(cfg.margin_blocks(cap)), freed_ev[es : ee + 1])
-            over = np.flatnonzero(d_ev[es : ee + 1] > cover)
-            crit = bool(len(over))
-            # when the episode turned critical: a gap that opens close (covered by what finishing
-            # requests free) and deepens later is not critical from its start
-            crit_pos = int(ev_pos[es + int(over[0])]) if crit else None
-            out.append(Finding(
-                kind=FindingKind.ADMISSION_GAP,
-                severity=Severity.CRITICAL if crit else Severity.WARNING,
-                t_start_s=_t(ts, s), t_end_s=_t(ts, e), iteration_start=it[s], iteration_end=it[e],
-                pools=(role,), request_ids=tuple(named[: cfg.max_named_requests]),
-                summary=gap_text(role, float(fs["debt"]), float(fs["need"]), float(fs["available"]), first_adm, peak,
-                                 cap, crit, cfg.rate_window_iterations, cfg.risk_margin_fraction),
-                evidence={
-                    "debt_blocks": fs["debt"], "peak_debt_blocks": peak, "need_blocks": fs["need"],
-                    "available_blocks": fs["available"], "target_shortfall_blocks": fs["shortfall"],
-                    "capacity_blocks": cap, "tokens_per_block": f["tpb"],
-                    "debt_tokens": fs["debt"] * f["tpb"], "first_admission_request": first_adm,
-                    "admitted_into_debt": admitted[: cfg.max_named_requests],
-                    "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: cfg.max_named_requests],
-                    "paired": bool(configs.loc[role, "paired"]),
-                    "named_at": [[r, max(adm_it.get(r, int(it[s])), int(it[s]))] for r in named[: cfg.max_named_requests]],
-                    "critical_at_iteration": None if crit_pos is None else int(it[crit_pos]),
-                    "critical_at_s": None if crit_pos is None else _t(ts, crit_pos),
-                },
-            ))
-    return out
 
 
 def window_freed(debt: DebtResult, f: dict, window: int) -> np.ndarray:
@@ -121,7 +34,6 @@ def window_freed(debt: DebtResult, f: dict, window: int) -> np.ndarray:
     return (cs - cs[back]) - (used - used[back])  # type: ignore[no-any-return]
 
 
-_BASIS = np.array(["", "trend", "queue", "debt", "arrival", "resume", "pass"], dtype=object)
 """Basis codes of :func:`exhaustion_arrays` -> the ``basis`` strings of :func:`exhaustion_frame`."""
 
 
@@ -313,192 +225,12 @@ def _arrays_of_frame(ex: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def estimate_time_to_exhaustion(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, configs: pd.DataFrame, cfg: DetectorConfig,
-    exhaustion: pd.DataFrame | dict | None = None, timeline: pd.DataFrame | None = None,
-) -> list[Finding]:
-    """Time-to-exhaustion findings for pools outside admission, one per episode.
-
-    Critical when certain (debt > 0: the pool runs out once ``available`` more blocks are taken,
-    at the current allocation rate), when the queue admitted now would put the pool in debt while
-    the target has room to admit all of it (nothing holds the queue back), when a new mirror's
-    first resume will be refused (basis ``resume``), or when one pass like the largest recent one
-    would take the pool past its resume ceiling and its net growth, that pass left out, reaches the
-    ceiling within ``rate_window_iterations`` anyway (basis ``pass``, ``evidence["ceiling_closing"]``); warning
-    when at risk: the queue admitted now would put the pool in debt (basis ``queue``), the pass
-    hazard alone (basis ``pass``), or net usage growth empties it within ``risk_horizon_s`` while
-    it is at least ``risk_min_utilization`` full and it is the binding pool (basis ``trend``).
-    The finding names every request queued for or owed pages in the pool during the episode,
-    with the iteration it was first named (``evidence["named_at"]``: ``[request_id, iteration]``).
-
-    Args:
-        exhaustion: :func:`exhaustion_frame` or :func:`exhaustion_arrays` (computed when None).
-    """
-    if exhaustion is None:
-        ex = exhaustion_arrays(events, debt, cfg)
-    elif isinstance(exhaustion, pd.DataFrame):
-        ex = _arrays_of_frame(exhaustion) if not exhaustion.empty else {}
-    else:
-        ex = exhaustion
-    if not ex:
-        return []
-    if timeline is None:
-        from kvscope.analysis.frame import request_timeline
-
-        timeline = request_timeline(events)
-    out = []
-    namer = _Namer(timeline)
-    for role, g in ex.items():
-        if role not in configs.index or bool(configs.loc[role, "in_admission"]):
-            continue
-        basis = g["basis_code"]
-        # Debt is certain, but a small one that finishing requests keep covering is not critical
-        # (DetectorConfig.margin_blocks).
-        in_debt = basis == 3
-        cover = debt_cover(cfg.margin_blocks(np.nan_to_num(g["capacity_blocks"], nan=0.0)), g["freed_blocks"])
-        certain = in_debt & (np.nan_to_num(g["debt_blocks"], nan=-np.inf) > cover)
-        admits = g["target_admits_queue"].astype(bool)
-        resume = basis == 5
-        closing = np.isfinite(g["pass_closing_iterations"])
-        with np.errstate(invalid="ignore"):
-            # Under an enforcing admission policy every admitted request's growth is reserved, so
-            # growth fills the pool up to what is backed: the trend is no risk then, only debt is.
-            risk = (basis == 2) | (basis == 4) | resume | (basis == 6) | ((basis == 1) & (g["eta_s"] <= cfg.risk_horizon_s)
-                                                           & (g["utilization"] >= cfg.risk_min_utilization)
-                                                           & g["is_binding"] & ~g["guarded"])
-        ceiling = float(configs.loc[role, "max_util_for_resume"])
-        it = g["iteration"]
-        for s, e in runs(in_debt | risk, it, cfg.merge_gap_iterations):
-            row = {k: v[s] for k, v in g.items()}
-            # The episode starts where the risk is first seen; the estimate comes from its first
-            # iteration with a defined consumption rate (an episode opening on the first iteration
-            # of a stream has no trailing window yet).
-            defined = np.flatnonzero(np.isfinite(g["eta_s"][s : e + 1]))
-            est = {k: v[s + int(defined[0])] for k, v in g.items()} if len(defined) else row
-            b = _BASIS[row["basis_code"]]
-            t_end, it_end = g["t_s"][e], g["iteration"][e]
-            named = namer.during(int(row["iteration"]), int(it_end))
-            num_named = len(named)
-            named = named[: cfg.max_named_requests]
-            is_certain = bool(certain[s : e + 1].any())
-            admissible = bool(admits[s : e + 1].any())
-            resumes = np.flatnonzero(resume[s : e + 1])
-            closes = bool(closing[s : e + 1].any())
-            crit = np.flatnonzero((certain | admits | resume | closing)[s : e + 1])
-            crit_i = s + int(crit[0]) if len(crit) else None
-            eta = float(est["eta_s"])
-            at_risk = np.flatnonzero((in_debt | risk)[s : e + 1]) + s
-            peak = _nanmax(g["utilization"][at_risk])
-            summary = tte_summary(role, b, eta, float(est["eta_iterations"]), int(est["iteration"]),
-                                  float(row["utilization"]), float(row["available_blocks"]), _what_at(g, s, cover, admits, ceiling, cfg))
-            if crit_i is not None and crit_i != s:
-                summary += critical_from_text(int(g["iteration"][crit_i]), float(g["utilization"][crit_i]),
-                                              _what_at(g, crit_i, cover, admits, ceiling, cfg))
-            if e > s:
-                summary += episode_end_text(int(it_end - row["iteration"]), float(t_end - row["t_s"]), int(it_end),
-                                            peak, float(g["utilization"][e]), float(g["available_blocks"][e]),
-                                            _what_at(g, e, cover, admits, ceiling, cfg))
-            out.append(Finding(
-                kind=FindingKind.TIME_TO_EXHAUSTION,
-                severity=Severity.CRITICAL if is_certain or admissible or len(resumes) or closes else Severity.WARNING,
-                t_start_s=row["t_s"], t_end_s=t_end,
-                iteration_start=row["iteration"], iteration_end=it_end,
-                pools=(role,), request_ids=tuple(r for r, _ in named),
-                summary=summary,
-                evidence={
-                    "eta_s": eta, "eta_iterations": float(est["eta_iterations"]),
-                    "estimated_at_iteration": int(est["iteration"]),
-                    "predicted_exhaustion_s": float(est["t_s"]) + eta,
-                    "basis": b, "certain": is_certain, "target_admits_queue": admissible,
-                    "resume_ceiling": bool(len(resumes)),
-                    "past_ceiling_blocks": (float(np.max(g["past_ceiling_blocks"][s + resumes])) if len(resumes)
-                                            else None),
-                    "ceiling_closing": closes,
-                    # when the episode turned critical (its start may be an earlier at-risk warning)
-                    "critical_at_iteration": None if crit_i is None else int(g["iteration"][crit_i]),
-                    "critical_at_s": None if crit_i is None else float(g["t_s"][crit_i]),
-                    "min_eta_s": _nanmin(g["eta_s"][s : e + 1]),
-                    "available_blocks": row["available_blocks"], "capacity_blocks": row["capacity_blocks"],
-                    "utilization": row["utilization"], "debt_blocks": row["debt_blocks"],
-                    # what the opening summary quotes: the largest of the three projections (the
-                    # streaming analyzer's value too)
-                    "projected_debt_blocks": float(max(row["projected_debt_blocks"], row["projected_now_debt_blocks"],
-                                                       row["projected_queue_now_debt_blocks"])),
-                    # the most the pool owed during the episode ("certain" is true when it ever owed)
-                    "peak_debt_blocks": _nanmax(g["debt_blocks"][s : e + 1]),
-                    "alloc_rate_blocks_s": row["alloc_rate_blocks_s"], "net_rate_blocks_s": row["net_rate_blocks_s"],
-                    "named_at": [[r, i] for r, i in named],
-                    "num_requests": num_named,  # queued or in prefill during it (request_ids: the first)
-                    # the pool at the episode's last at-risk iteration, and its fullest then
-                    "end_basis": _BASIS[g["basis_code"][e]], "end_utilization": float(g["utilization"][e]),
-                    "end_available_blocks": float(g["available_blocks"][e]), "peak_utilization": peak,
-                },
-            ))
-    return out
-
-
-def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.ndarray, ceiling: float,
-             cfg: DetectorConfig) -> str:
-    """:func:`~kvscope.analysis.wording.risk_text` of one pool's exhaustion arrays at index ``i``."""
-    b = int(g["basis_code"][i])
-    return risk_text(
-        _BASIS[b], debt=float(g["debt_blocks"][i]), cover=float(cover[i]), rate_window=cfg.rate_window_iterations,
-        projected=float(max(g["projected_debt_blocks"][i], g["projected_now_debt_blocks"][i],
-                            g["projected_queue_now_debt_blocks"][i])),
-        admits=bool(admits[i]), arrival_max=float(g["arrival_max_debt_blocks"][i]),
-        arrival_typical=float(g["arrival_debt_blocks"][i]), min_debt=cfg.min_debt_blocks,
-        past=float(g["pass_past_ceiling_blocks"][i] if b == 6 else g["past_ceiling_blocks"][i]),
-        ceiling=ceiling, pass_blocks=float(g["pass_blocks"][i]), burst_window=cfg.burst_window_iterations,
-        closing_iterations=float(g["pass_closing_iterations"][i]) if b == 6 else np.inf,
-        freed=float(g["ceiling_freed_blocks"][i]), span=float(g["ceiling_span_iterations"][i]))
-
-
 def rolling_max(values: np.ndarray, window: int) -> np.ndarray:
     """Max of each element and the ``window - 1`` before it (fewer at the start)."""
     if len(values) == 0:
         return np.zeros(0)
     padded = np.concatenate([np.full(window - 1, -np.inf), values.astype(np.float64)])
     return np.lib.stride_tricks.sliding_window_view(padded, window).max(axis=1)
-
-
-def _nanmax(values: np.ndarray) -> float:
-    """Largest non-NaN value (NaN when there is none)."""
-    ok = values[~np.isnan(values)]
-    return float(ok.max()) if len(ok) else float("nan")
-
-
-def _nanmin(values: np.ndarray) -> float:
-    """Smallest non-NaN value (NaN when there is none), as pandas' ``Series.min`` gives."""
-    ok = values[~np.isnan(values)]
-    return float(ok.min()) if len(ok) else float("nan")
-
-
-class _Namer:
-    """Requests queued or still in prefill during an episode (numpy over the timeline once).
-
-    By iteration, as the streaming analyzer sees them at its iteration ends: a request is named
-    when it arrived by the episode's last iteration and its prefill (or the request) had not ended
-    by the end of the episode's first one. Times would tie: a chunk scheduled in the next
-    iteration can carry the previous iteration's last timestamp."""
-
-    def __init__(self, timeline: pd.DataFrame) -> None:
-        never = np.iinfo(np.int64).max
-        end = timeline["end_iteration"].to_numpy(np.int64)
-        end = np.where(end < 0, never, end)
-        done = timeline["context_done_iteration"].to_numpy(np.int64)
-        self.stop = np.minimum(np.where(done < 0, end, done), end)
-        arr = timeline["arrival_iteration"].to_numpy(np.int64)
-        adm = timeline["admitted_iteration"].to_numpy(np.int64)
-        self.arrival_it = np.where(arr < 0, np.where(adm < 0, never, adm), arr)
-        self.ids = timeline.index.to_numpy(np.int64)
-
-    def during(self, it0: int, it1: int) -> list[tuple[int, int]]:
-        """(request id, iteration first named) for requests queued or in prefill in iterations
-        [it0, it1]; named at ``it0`` or the request's arrival if later."""
-        m = np.flatnonzero((self.arrival_it <= it1) & (self.stop > it0))
-        named_it = np.maximum(self.arrival_it[m], it0)
-        order = np.lexsort((self.ids[m], named_it))
-        return [(int(self.ids[m][i]), int(named_it[i])) for i in order]
 
 
 def queued_at(events: pd.DataFrame | EventColumns, pos: int) -> list[int]:

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
+from kvscope.analysis.rules.admission_gap import gap_text
 from kvscope.analysis.rules.engine_fatal import fatal_text
 from kvscope.analysis.rules.never_fitting import never_fitting_text
-from kvscope.analysis.wording import (
+from kvscope.analysis.rules.time_to_exhaustion import (
     critical_from_text,
     episode_end_text,
-    gap_text,
     risk_text,
     tte_summary,
 )

@@ -101,7 +101,7 @@ def test_a_crash_after_a_lump_of_frees_stays_critical_ten_iterations_ahead_in_bo
 
 
 def test_a_resume_reading_says_what_it_counted_as_freed_and_over_what_span():
-    from kvscope.analysis.wording import resume_text
+    from kvscope.analysis.rules.time_to_exhaustion import resume_text
 
     said = resume_text(418.4, 0.95, 3115.2, 44.6)
     assert ("take it 418 blocks past the resume ceiling (95% of capacity), counting 3115 blocks freed over the "

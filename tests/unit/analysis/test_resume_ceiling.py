@@ -155,7 +155,7 @@ def test_a_pass_alone_is_a_warning_that_names_the_pass():
     and the 2,500-request replay of it is healthy): the ``pass`` basis alone never makes an episode
     critical. The seed-5 curves with every other basis cleared give warnings only, in words."""
     from kvscope.analysis.config import DetectorConfig
-    from kvscope.analysis.detectors import estimate_time_to_exhaustion
+    from kvscope.analysis.rules.time_to_exhaustion import estimate_time_to_exhaustion
 
     a = analyze_files(DATA / "glm5-dsa-rc27-seed5.parquet")
     arrays = {role: dict(v) for role, v in a.exhaustion_arrays.items()}
@@ -178,7 +178,7 @@ def test_a_pass_hazard_is_critical_from_where_the_pool_drifts_to_the_ceiling_any
     episode is critical from that iteration, says so in its evidence and in words; the iterations
     before it stay the warning they were."""
     from kvscope.analysis.config import DetectorConfig
-    from kvscope.analysis.detectors import estimate_time_to_exhaustion
+    from kvscope.analysis.rules.time_to_exhaustion import estimate_time_to_exhaustion
 
     a = analyze_files(DATA / "glm5-dsa-rc27-seed5.parquet")
     arrays = {role: dict(v) for role, v in a.exhaustion_arrays.items()}
