@@ -71,6 +71,7 @@ def _masked(lines: list[str]) -> list[str]:
     return [_NUMBER.sub("N", line.rstrip()) for line in lines]
 
 
+@pytest.mark.slow
 def test_demo_block_is_what_kvscope_demo_prints_when_run(tmp_path):
     proc = _kvscope("demo", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -143,6 +144,28 @@ def test_every_command_line_shown_uses_options_the_command_has_when_checked():
     assert checked >= 30
     assert {"demo", "replay", "analyze", "export", "check", "selfcheck", "remediation set",
             "remediation status", "kvscope-instrument", "kvscope"} <= set(helps)
+
+
+def _help(*args: str) -> str:
+    proc = subprocess.run([sys.executable, *args, "--help"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"{' '.join(args)} --help: {proc.stderr[-500:]}"
+    return proc.stdout
+
+
+def test_the_cli_reference_names_every_command_and_option_the_program_has_when_compared():
+    doc = (DOCS / "cli.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^    (\w[\w-]*)\s", _help("-m", "kvscope"), flags=re.M)
+    assert {"demo", "replay", "analyze", "export", "remediation", "check", "selfcheck"} <= set(commands)
+    helps = {"kvscope-instrument": _help("-m", _instrument_module())}
+    for command in commands:
+        for words in ([command, "set"], [command, "status"]) if command == "remediation" else ([command],):
+            helps["kvscope " + " ".join(words)] = _help("-m", "kvscope", *words)
+    for name, text in helps.items():
+        assert f"`{name} " in doc or f"`{name}`" in doc, f"docs/cli.md does not show {name}"
+        options = set(re.findall(r"(?:^|\s|\[)(--[a-z][\w-]*)", text)) - {"--help"}
+        missing = sorted(o for o in options if not re.search(re.escape(o) + r"(?![\w-])", doc))
+        assert missing == [], f"docs/cli.md does not name {name}'s {missing}"
 
 
 def test_every_scenario_is_described_in_the_docs_and_by_list_scenarios_when_listed():
