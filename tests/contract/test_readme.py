@@ -1,8 +1,9 @@
 """The README, the docs and the program cannot drift apart: the README's demo output is what
 ``kvscope demo`` prints (numbers masked, since they move with the engine model); every ``kvscope``
-command line the README and docs/ show names options the command has; every scenario is described
-in docs/scenarios.md; every Python example runs; every relative link resolves; the README stays
-short and the docs describe the tool, not the history of the work on it.
+command line the README and docs/ show names options the command has, and docs/cli.md names every
+command and option there is; every scenario is described in docs/scenarios.md; every Python
+example runs; every relative link and every repository path named resolves; the README stays short
+and the docs describe the tool, not the history of the work on it.
 
 ``KVSCOPE_UPDATE_README=1`` makes the demo test rewrite the README's block with the real output.
 """
