@@ -2,7 +2,11 @@
 #   make demo   creates .venv, installs kvscope, runs the main job on the built-in engine model
 #   make test   creates .venv, installs the test extras, runs tests/setup.d/* (Debian packages and
 #               services the tests need), lints (ruff, import-linter, mypy --strict on the seams,
-#               Python 3.10 compile), runs pytest
+#               notebooks stored without outputs), runs the whole pytest suite; this is CI (.ci/run)
+# The inner loop, once .venv exists (it is created if not; no setup.d):
+#   make check  ruff, import-linter, mypy, then the unit and contract tests and tests/test_*.py except
+#               those marked slow (under 3 minutes on two cores); `make test` runs those too
+# Each check runs once per target: import-linter and mypy run in `make lint`, not again as tests.
 # Long runs stay out of `make test`: `make bench`, `make soak`.
 
 PYTHON ?= python3
@@ -11,7 +15,7 @@ BIN    := $(VENV)/bin
 export KVSCOPE_VENV := $(abspath $(VENV))
 export KVSCOPE_ROOT := $(abspath .)
 
-.PHONY: demo test lint setup-test bench soak clean
+.PHONY: demo test check lint setup-test bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +48,17 @@ lint: $(VENV)/.test-installed
 
 test: setup-test lint
 	$(BIN)/pytest -q -p no:cacheprovider --durations=25
+
+# What `make check` leaves out: the integration, e2e, notebook and reliability folders (real
+# collectors, browsers, Jupyter, fault injection) and the tests marked slow (seconds each: full
+# replays, demo runs, engine subprocesses).
+CHECK_TESTS := tests/unit tests/contract tests/test_architecture.py tests/test_checkout_state.py
+
+check: $(VENV)/.test-installed
+	$(BIN)/ruff check kvscope remediation tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --durations=10 $(CHECK_TESTS)
 
 # Every benchmark runs; one that misses a target is named at the end and fails the target.
 bench: $(VENV)/.test-installed

@@ -64,6 +64,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, list
     return out
 
 
+@pytest.mark.slow
 def test_replays_through_the_installed_classes_when_both_are_installed(runs):
     summary, _ = runs["both"]
     installed = summary["installed"]
@@ -75,6 +76,7 @@ def test_replays_through_the_installed_classes_when_both_are_installed(runs):
     assert summary["iterations_fast_forwarded"] == 0  # the model's shortcut resizes model caches only
 
 
+@pytest.mark.slow
 def test_same_outcome_as_the_model_when_both_are_installed(runs):
     model, _ = runs["model"]
     both, _ = runs["both"]
@@ -82,6 +84,7 @@ def test_same_outcome_as_the_model_when_both_are_installed(runs):
     assert {k: both[k] for k in OUTCOME} == {k: model[k] for k in OUTCOME}
 
 
+@pytest.mark.slow
 def test_same_events_as_the_model_when_both_are_installed(runs):
     """The binding hooked the installed classes through its seams: every event the model's replay
     records is recorded, in the same order, for the same request, pool and iteration. The pool-state
@@ -97,6 +100,7 @@ def test_same_events_as_the_model_when_both_are_installed(runs):
     assert snapshots and all(r["capacity_blocks"] > 0 for r in snapshots)
 
 
+@pytest.mark.slow
 def test_scheduler_alone_gives_the_model_event_file_row_for_row(runs):
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "pid"} for r in rows]
@@ -108,6 +112,7 @@ def test_scheduler_alone_gives_the_model_event_file_row_for_row(runs):
     assert strip(sched_rows) == strip(model_rows)
 
 
+@pytest.mark.slow
 def test_analyzer_reads_the_installed_replay_as_the_model_replay(runs):
     model, both, sched = runs["verdicts"]
     for verdict in (both, sched):
@@ -115,6 +120,7 @@ def test_analyzer_reads_the_installed_replay_as_the_model_replay(runs):
             model["status"], model["request_id"], model["pool"], model["iteration"])
 
 
+@pytest.mark.slow
 def test_remediation_runs_on_the_installed_classes_with_the_model_outcome(tmp_path):
     def replay(*extra):
         done = _kvscope("replay", "--scenario", SCENARIO, "--set", BUILD, "--json", "--remediation", "on", *extra)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from analysis_script import crash_script
 
 from kvscope.recording import BatchPump, ParquetSink
@@ -103,6 +104,7 @@ def test_compare_text_gives_every_run_its_verdict_line_then_its_findings():
     assert heads[1] > heads[0] + 2  # the first run's findings in between
 
 
+@pytest.mark.slow
 def test_a_healthy_auto_run_says_which_finding_switched_remediation_on(tmp_path):
     events = tmp_path / "auto.parquet"
     # The twelve warm-ups sent at once (warmup_concurrency=0): a finding comes early enough for auto
@@ -141,6 +143,7 @@ def test_verdict_line_json_and_html_header_say_unknown_build_when_the_header_nam
     assert "engine unknown, unknown build · " in (tmp_path / "r.html").read_text()
 
 
+@pytest.mark.slow
 def test_compare_labels_runs_by_scenario_build_and_the_knobs_that_differ(tmp_path):
     runs = {"rc25": ["engine_version=1.3.0rc25"], "main": ["engine_version=main", "enable_block_reuse=false"]}
     for name, knobs in runs.items():

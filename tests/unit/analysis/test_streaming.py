@@ -306,6 +306,7 @@ def test_live_alarm_level_is_the_batch_analyzers_at_every_batch(name):
     assert max(levels) == 2 or name == "glm5-dsa-reuse-off"  # the crashes go critical before the end
 
 
+@pytest.mark.slow
 def test_a_healthy_engines_back_pressure_raises_no_live_alarm_whatever_the_batches(tmp_path):
     """A healthy reuse-off run whose requests wait for the target pool (stall incidents, all info in
     the end: no wait reaches ``stall_warn_s``). Live, a wait still under way reads as a warning of

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -17,6 +19,7 @@ def _kvscope(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_errors_speak_of_the_file_not_of_python_objects_when_a_file_is_damaged(tmp_path):
     good = tmp_path / "events.jsonl"
     proc = _kvscope("replay", "--scenario", "oversize", "--events", str(good), "--json")

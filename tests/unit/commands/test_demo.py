@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_path):
     # Sessions 1.19 s apart (session_start_interval_s=-1): the failing request is admitted and
     # queued a while before the draft pool refuses it. On the default 10 s ramp the failing request
@@ -40,6 +43,7 @@ def test_demo_reproduces_crash_warns_early_and_shows_fixes_survive_when_run(tmp_
     assert (tmp_path / "report-remediated.html").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_a_bad_knob_is_refused_before_any_run_and_given_knobs_are_said_with_every_run(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "kvscope", "demo", "--set", "bogus=1", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)

@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 LIMIT_BYTES = 1 << 20
 
 
@@ -24,6 +26,7 @@ def _small_files_only():
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_BYTES, LIMIT_BYTES))
 
 
+@pytest.mark.slow
 def test_failed_report_write_keeps_the_old_reports_and_still_prints_the_runs(tmp_path):
     old = "<html><body>yesterday's good report</body></html>\n"
     for name in ("report.html", "report-remediated.html"):

@@ -20,6 +20,7 @@ def test_fixture_covers_every_case_when_loaded():
     assert sorted(FIXTURE) == sorted(name for name, _, _ in CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "scenario", "overrides"), CASES, ids=[c[0] for c in CASES])
 def test_replay_decisions_match_the_fixture_when_replayed_again(name, scenario, overrides):
     assert digest(scenario, overrides) == FIXTURE[name]
@@ -32,6 +33,7 @@ FULL_RUN_CASES = [c for c in CASES if c[0] in ("glm5-dsa-64-reuse-off", "glm5-ds
                                                  "shared-prefix-reuse-off", "near-miss")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "scenario", "overrides"), FULL_RUN_CASES, ids=[c[0] for c in FULL_RUN_CASES])
 def test_fast_forward_changes_no_decision_when_compared_with_a_run_of_every_iteration(name, scenario, overrides):
     full_rows, full_summary = decision_rows(scenario, overrides, fast_forward=False)

@@ -21,6 +21,7 @@ def test_shared_prefix_survives_on_main_when_the_scheduler_defers_a_refused_mirr
     assert deferred.peak_utilization["draft"] > 0.99
 
 
+@pytest.mark.slow
 def test_qwen_hybrid_survives_its_generation_growth_when_deferred():
     summary = replay.run("qwen-hybrid-mtp", [MAIN, "defer_draft_resize=true"])
     assert not summary.engine_fatal and summary.requests_completed == 24

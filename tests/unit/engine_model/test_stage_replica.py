@@ -54,6 +54,7 @@ def _outcome(overrides):
     return summary.fatal_message, summary.fatal_ranks, summary.requests_completed
 
 
+@pytest.mark.slow
 def test_a_stage_that_never_runs_short_of_host_tier_decides_like_rank_0():
     # 9,000 host blocks on the last stage instead of 19,807: never short in this replay, so the
     # stage's pass agrees with rank 0's and the replay ends exactly as with one set of managers.
@@ -68,12 +69,14 @@ def test_a_stage_that_never_runs_short_of_host_tier_decides_like_rank_0():
     # went on; its next pass finds no cache for the request's next chunk.
     ("main-00746ef", "KV cache missing for non-first context chunk, request 22", 20),
 ])
+@pytest.mark.slow
 def test_a_last_stage_without_host_tier_fails_alone_and_not_on_the_history_check(version, message, completed):
     fatal_message, fatal_ranks, done = _outcome({"engine_version": version, "last_stage_num_host_blocks": 0})
     assert (fatal_message, fatal_ranks, done) == (message, [4, 5, 6, 7], completed)
     assert "History length" not in fatal_message
 
 
+@pytest.mark.slow
 def test_an_agreeing_stage_holds_the_same_caches_as_rank_0_after_frees():
     config = GLM5_DSA.with_overrides({**SIBLING, "last_stage_num_host_blocks": 9000, "max_sim_seconds": 60.0})
     parts = build_engine(config)

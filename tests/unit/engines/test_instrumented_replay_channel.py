@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kvscope.events import EventKind
 from kvscope.recording import read_frame
 from remediation import ControlRecord, FileControlChannel
@@ -23,6 +25,7 @@ def _instrumented_replay(tmp_path, *replay_args: str, channel=None):
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_replay_follows_the_control_channel_of_the_instrumentation_when_no_events_flag_is_given(tmp_path):
     channel = tmp_path / "control.json"
     FileControlChannel(channel).publish(ControlRecord(1, "on", None, at_iteration=6))
@@ -38,6 +41,7 @@ def test_replay_follows_the_control_channel_of_the_instrumentation_when_no_event
     assert list(changes["reason"].str.split().str[0]) == ["mode=off", "mode=on"]
 
 
+@pytest.mark.slow
 def test_replay_refuses_its_own_recording_or_remediation_in_one_line_when_instrumented(tmp_path):
     channel = tmp_path / "control.json"
     events = _instrumented_replay(tmp_path, "--events", str(tmp_path / "mine.parquet"), channel=channel)

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from kvscope.app.autoload import rank_from_env
 from kvscope.app.launcher import BOOTSTRAP_DIR, build_env
 from kvscope.events import EventKind
@@ -171,6 +173,7 @@ def test_forked_child_writes_its_own_file_when_the_parent_was_instrumented(tmp_p
     assert [int((f["kind"] == EventKind.REQUEST_FINISHED.value).sum()) for f in frames] == [3, 3]
 
 
+@pytest.mark.slow
 def test_kvscope_remediation_in_the_environment_attaches_remediation_at_start_in_every_rank(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     (tmp_path / "parent.py").write_text(PARENT)

@@ -246,6 +246,7 @@ def _tasks_and_children(pid: int) -> list[int]:
     return tids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sched", [None, "normal"], ids=["default_idle", "normal"])
 def test_follow_runs_at_sched_idle_by_default_every_thread_and_the_analyzer_child(sched):
     """By default (Linux) the kernel runs the follower only on a core no ordinary task wants, so a
@@ -308,6 +309,7 @@ def test_a_sandbox_that_forbids_sched_idle_gets_one_line_and_the_follow_goes_on(
     assert "cannot run at SCHED_IDLE (Operation not permitted): following at the normal policy" in err
 
 
+@pytest.mark.slow
 def test_a_follower_that_falls_behind_reports_the_lost_events_exits_1_and_says_what_sched_normal_does():
     """Stopped (SIGSTOP: a follower that gets no CPU) while the engine publishes, it loses batches
     at the publisher's high-water mark: counted, exit code 1, and at the default SCHED_IDLE the
