@@ -22,9 +22,10 @@ max(0, need_target - available_target)`` converted to P's blocks: what the targe
 allocate yet is held back by admission (backpressure), so the pool outside admission is not asked
 for it. A positive debt in a pool outside admission is a certain raise unless requests leave first.
 
-Size: :func:`compute_debt` is one vectorized pass whose per-pool tracks, evaluation points and
-projections share intermediate arrays; split further it would pass a dozen arrays between modules
-(the projections that need only the results live in :mod:`kvscope.analysis.projections`).
+Size: :func:`compute_debt` is one vectorized pass (the status rows and evaluation points, then
+:func:`_one_pool` per pool, then :func:`_pool_projections`) whose steps share intermediate arrays;
+split across modules they would pass a dozen arrays between them (the projections that need only
+the results live in :mod:`kvscope.analysis.projections`).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def compute_debt(
     if configs is None:
         configs = pool_configs(ev)
     n = len(ev)
-    kind, pool, rid, ntok = ev.kind, ev.pool, ev.request_id, ev.num_tokens
+    pool, rid, ntok = ev.pool, ev.request_id, ev.num_tokens
     pools = [r for r in KV_POOLS if r.value in configs.index]
 
     # Status rows (shared by every pool): ADMITTED switches counting on, an end or the target's
@@ -242,84 +243,11 @@ def compute_debt(
         own_kinds.append((x, pool[x]))
     prompt_table(ev)  # a shared cache: filled before the pools run side by side
     status_rid = rid[status_pos]
-    status_g = request_index(ev, status_rid)
-    status_tok = ntok[status_pos]
+    rows = _SharedRows(own_kinds=own_kinds, q_pos=q_pos, q_below=q_below, nq=nq, ends=ends, run_after_q=run_after_q,
+                       status=(status_pos, status_type, status_rid, request_index(ev, status_rid), ntok[status_pos]))
 
     def one_pool(role: PoolRole) -> tuple[dict, tuple, dict]:
-        cfg = configs.loc[role.value]
-        tpb = int(cfg["tokens_per_block"])
-        pc = P[role]
-        parts = [x[p == pc] for x, p in own_kinds]
-        own_cat = np.concatenate(parts)
-        own_type = np.repeat(np.array([ROW_ALLOC, ROW_FREED, ROW_SUSP, ROW_REUSE], dtype=np.int8), [len(x) for x in parts])
-        own_type[own_type == ROW_SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, ROW_SUSP, ROW_RESUME)
-        pos = np.concatenate([own_cat, status_pos])
-        typ = np.concatenate([own_type, status_type])
-        # Rows grouped by request, in position order within a request; at the same position (the
-        # target's free is also a status row) the pool's own row first. One sort of a unique key.
-        # Gather before sorting: the positions are in kind order, so these reads are sequential.
-        r = np.concatenate([rid[own_cat], status_rid])
-        g = np.concatenate([request_index(ev, r[: len(own_cat)]), status_g]).astype(np.int64)
-        key = (g * (n + 1) + pos) * 2
-        key[len(own_cat):] += 1
-        order = np.argsort(key)
-        pos, typ, r = pos[order], typ[order], r[order]
-        tok = np.concatenate([ntok[own_cat], status_tok])[order].astype(np.float64)
-        start = np.ones(len(r), dtype=bool)
-        start[1:] = r[1:] != r[:-1]
-        # Each state is the value of the request's latest row of the kinds that set it.
-        last = LastOfType(typ, start)
-        cap = last.value(CAP_SETTERS, ROW_ALLOC, tok)
-        susp = last.flag(SUSP_SETTERS, ROW_SUSP)
-        reused = last.value(REUSE_SETTERS, ROW_REUSE, tok)
-        counted = last.flag(ON_SETTERS, ROW_ON)
-        done = last.flag(DONE_SETTERS, ROW_DONE)
-        if role == PoolRole.TARGET or bool(cfg["paired"]):
-            reused = np.maximum(reused, last.value(TGT_SETTERS, ROW_ON, tok))  # paired mirrors get the target's reuse
-        # A suspended cache keeps its pages HELD on the GPU unless a host tier can take them (then
-        # they count as evictable, i.e. available, and the resume must take them back).
-        held_tokens = np.maximum(cap, reused)
-        if int(cfg["num_host_blocks"]) > 0:
-            held_tokens = np.where(susp, 0.0, held_tokens)
-        held = np.ceil(held_tokens / tpb)
-        group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
-        prompt = prompts_of(ev, r[start]) if len(r) else np.zeros(0)
-        final_r = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
-        # unknown prompt: assume nothing more is needed
-        final = np.where(np.isnan(prompt)[group_id], held, final_r[group_id]) if len(r) else np.zeros(0)
-        rem = np.where(counted, np.maximum(final - held, 0.0), 0.0)
-        bucket = q_below[pos]
-        need = sum_upto(bucket, group_step(rem, start), nq)
-        decoding = np.where(counted & done, held, 0.0)
-        decode_held = sum_upto(bucket, group_step(decoding, start), nq)
-        grew = np.maximum(group_step(held, start), 0.0)
-        grew[susp] = 0.0
-        alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
-        # What a request took on its first row holding pages here: a new unpaired mirror takes its
-        # whole prompt at once (the target only what it does not reuse), so a scheduler pass can
-        # add far more than a chunk (see kvscope.analysis.ceiling.resume_at_risk).
-        has = held > 0
-        seen = np.cumsum(has)
-        first = has & (seen - (seen - has)[start][group_id] == 1)  # the request's first such row
-        new_alloc = np.bincount(run_after_q[bucket[first]], weights=grew[first], minlength=len(ends))[: len(ends)]
-        nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
-        nxt[:-1] = np.where(start[1:], nxt[:-1], pos[1:])
-        pos_rem = rem > 0
-        owing_p = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
-        track = {"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
-                 "final_blocks": final, "remaining_blocks": rem, "is_counted": counted, "is_done": done}
-        sp = _last_state(ev, pc)[q_pos]  # the pool's last state at or before each query
-        ok = sp >= 0
-        sp = np.maximum(sp, 0)
-        has_state = bool(ok.any()) if len(ok) else False
-        avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
-        return track, owing_p, {
-            "pos": q_pos, "need": need, "decode_held": decode_held,
-            "available": np.where(ok, avail_s, np.nan) if has_state else np.full(len(q_pos), np.nan),
-            "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if has_state
-                         else np.full(len(q_pos), np.nan)),
-            "alloc_by_run": alloc, "new_by_run": new_alloc, "run_ends": ends, "tpb": tpb,
-        }
+        return _one_pool(ev, configs, role, rows)
 
     # The pools are independent and numpy releases the GIL in its loops: on a large stream
     # they run side by side (same results; a small stream is not worth a thread).
@@ -345,67 +273,174 @@ def compute_debt(
     guarded = policy_enforcing(ev, q_pos)
     head_prompt, head_reuse = queue_head(ev, q_pos) if tgt is not None else (None, None)
     for role in pools:
-        f = full[role.value]
-        if role == PoolRole.TARGET or tgt is None:
-            shortfall = projected_shortfall = now_shortfall = np.zeros(len(q_pos))
-        else:
-            avail_t = np.nan_to_num(tgt["available"], nan=np.inf)
-            shortfall = np.floor(np.maximum(tgt["need"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"])
-            projected_shortfall = np.floor(np.maximum(
-                tgt["need"] + tgt["queued"] - avail_t - tgt["decode_held"], 0.0) * tgt["tpb"] / f["tpb"])
-            ct = configs.loc[PoolRole.TARGET.value]
-            head_t = np.ceil(np.where(head_prompt > 0, np.maximum(
-                head_prompt + ct["max_draft_len"] + ct["num_extra_kv_tokens"] - head_reuse, 0), 0) / tgt["tpb"])
-            cf = configs.loc[role.value]
-            own = head_reuse if bool(cf["paired"]) else 0.0
-            head_f = np.ceil(np.where(head_prompt > 0, np.maximum(
-                head_prompt + cf["max_draft_len"] + cf["num_extra_kv_tokens"] - own, 0), 0) / f["tpb"])
-            now_shortfall = np.maximum(tgt["need"] + head_t - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
-        f["shortfall"] = shortfall
-        f["debt"] = f["need"] - f["available"] - shortfall
-        # An enforcing admission policy (remediation) defers what this pool cannot back: the target
-        # then no longer admits into it on its own, so projections of what it admits are not critical.
-        f["guarded"] = guarded
-        # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
-        # queue is admitted, so only a queue that cannot fit even then is flagged.
-        f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
-        f["projected_shortfall"] = projected_shortfall
-        # The scheduler does not wait for decoding requests to finish: when the target can hold
-        # the head of the queue now it admits it. The debt then, with the target pushing back on
-        # what it cannot hold itself: the admission gap one step early.
-        if role == PoolRole.TARGET or tgt is None:
-            f["projected_now"] = f["projected_queue_now"] = np.full(len(q_pos), -np.inf)
-        else:
-            f["projected_now"] = f["need"] + head_f - f["available"] - now_shortfall
-            # Every queued request the target has room and request slots for, admitted at once: an
-            # upper bound (admission also waits for the token budget while others finish).
-            fr = admissible_fraction(ev, configs, q_pos, q_below)
-            sh = np.maximum(tgt["need"] + fr * tgt["queued"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
-            f["projected_queue_now"] = f["need"] + fr * f["queued"] - f["available"] - sh
-        if role != PoolRole.TARGET and tgt is not None:
-            f["arrival_median"], f["arrival_max"], f["arrival_samples"] = arrival_debt(
-                ev, configs, role, f, tgt, q_pos, hit_window)
-        else:
-            f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
-            f["arrival_samples"] = np.zeros(len(q_pos), dtype=np.int64)
-        # A mirror born suspended meets the resume ceiling before the pool is full (builds whose
-        # scheduler does not admit it); a build whose scheduler admits it defers new requests at the
-        # same ceiling and lets in what the pool may not back ("gate"). Unknown builds keep the
-        # capacity rules alone.
-        cf = configs.loc[role.value]
-        if (role != PoolRole.TARGET and tgt is not None and not bool(cf["paired"])
-                and int(cf["admits_mirror"]) in (0, 1)):
-            ct = configs.loc[PoolRole.TARGET.value]
-            key = "resume" if int(cf["admits_mirror"]) == 0 else "gate"
-            budget = token_budget(ev, q_pos)
-            f[key] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr, head_t), "waiting": queued_count(ev, q_below, nq),
-                      "budget_tokens": budget, "target_tpb": float(tgt["tpb"]),
-                      "max_chunk": largest_chunk(ev, q_pos),
-                      "target_max_util": float(ct["max_util_for_resume"]),
-                      "target_resumes_early": int(ct["resumes_before_budget"]) == 1,
-                      "finishes": CertainFinishes(ev, tracks[pools.index(role)], q_pos)}
+        _pool_projections(ev, configs, role, full, tgt, tracks[pools.index(role)], q_pos, q_below, nq, hit_window,
+                          guarded, head_prompt, head_reuse)
     return DebtResult(track_arrays=tracks, full=full, owing=owing, points=points, ts_ns=ev.ts_ns,
                       iteration=ev.iteration, q_below=q_below)
+
+
+@dataclass(frozen=True, slots=True)
+class _SharedRows:
+    """What every pool's pass reads (:func:`_one_pool`): computed once per stream."""
+
+    own_kinds: list[tuple[np.ndarray, np.ndarray]]
+    """(positions, pool codes) of the allocation, free, suspend/resume and reuse rows."""
+    q_pos: np.ndarray
+    q_below: np.ndarray
+    nq: int
+    ends: np.ndarray
+    run_after_q: np.ndarray
+    status: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """(position, row type, request id, request index, tokens) of the status rows."""
+
+
+def _one_pool(ev: EventColumns, configs: pd.DataFrame, role: PoolRole, rows: _SharedRows) -> tuple[dict, tuple, dict]:
+    """One pool's held, needed and decoding blocks per request row, summed at the query points,
+    and its state there (:func:`compute_debt`'s per-pool pass; the pools run side by side)."""
+    n, kind, rid, ntok = len(ev), ev.kind, ev.request_id, ev.num_tokens
+    own_kinds, q_pos, q_below, nq = rows.own_kinds, rows.q_pos, rows.q_below, rows.nq
+    ends, run_after_q = rows.ends, rows.run_after_q
+    status_pos, status_type, status_rid, status_g, status_tok = rows.status
+    cfg = configs.loc[role.value]
+    tpb = int(cfg["tokens_per_block"])
+    pc = P[role]
+    parts = [x[p == pc] for x, p in own_kinds]
+    own_cat = np.concatenate(parts)
+    own_type = np.repeat(np.array([ROW_ALLOC, ROW_FREED, ROW_SUSP, ROW_REUSE], dtype=np.int8), [len(x) for x in parts])
+    own_type[own_type == ROW_SUSP] = np.where(kind[parts[2]] == _K_SUSPENDED, ROW_SUSP, ROW_RESUME)
+    pos = np.concatenate([own_cat, status_pos])
+    typ = np.concatenate([own_type, status_type])
+    # Rows grouped by request, in position order within a request; at the same position (the
+    # target's free is also a status row) the pool's own row first. One sort of a unique key.
+    # Gather before sorting: the positions are in kind order, so these reads are sequential.
+    r = np.concatenate([rid[own_cat], status_rid])
+    g = np.concatenate([request_index(ev, r[: len(own_cat)]), status_g]).astype(np.int64)
+    key = (g * (n + 1) + pos) * 2
+    key[len(own_cat):] += 1
+    order = np.argsort(key)
+    pos, typ, r = pos[order], typ[order], r[order]
+    tok = np.concatenate([ntok[own_cat], status_tok])[order].astype(np.float64)
+    start = np.ones(len(r), dtype=bool)
+    start[1:] = r[1:] != r[:-1]
+    # Each state is the value of the request's latest row of the kinds that set it.
+    last = LastOfType(typ, start)
+    cap = last.value(CAP_SETTERS, ROW_ALLOC, tok)
+    susp = last.flag(SUSP_SETTERS, ROW_SUSP)
+    reused = last.value(REUSE_SETTERS, ROW_REUSE, tok)
+    counted = last.flag(ON_SETTERS, ROW_ON)
+    done = last.flag(DONE_SETTERS, ROW_DONE)
+    if role == PoolRole.TARGET or bool(cfg["paired"]):
+        reused = np.maximum(reused, last.value(TGT_SETTERS, ROW_ON, tok))  # paired mirrors get the target's reuse
+    # A suspended cache keeps its pages HELD on the GPU unless a host tier can take them (then
+    # they count as evictable, i.e. available, and the resume must take them back).
+    held_tokens = np.maximum(cap, reused)
+    if int(cfg["num_host_blocks"]) > 0:
+        held_tokens = np.where(susp, 0.0, held_tokens)
+    held = np.ceil(held_tokens / tpb)
+    group_id = np.cumsum(start) - 1  # rows are grouped by request: one lookup per request
+    prompt = prompts_of(ev, r[start]) if len(r) else np.zeros(0)
+    final_r = np.ceil((np.nan_to_num(prompt, nan=0.0) + cfg["max_draft_len"] + cfg["num_extra_kv_tokens"]) / tpb)
+    # unknown prompt: assume nothing more is needed
+    final = np.where(np.isnan(prompt)[group_id], held, final_r[group_id]) if len(r) else np.zeros(0)
+    rem = np.where(counted, np.maximum(final - held, 0.0), 0.0)
+    bucket = q_below[pos]
+    need = sum_upto(bucket, group_step(rem, start), nq)
+    decoding = np.where(counted & done, held, 0.0)
+    decode_held = sum_upto(bucket, group_step(decoding, start), nq)
+    grew = np.maximum(group_step(held, start), 0.0)
+    grew[susp] = 0.0
+    alloc = np.bincount(run_after_q[bucket], weights=grew, minlength=len(ends))[: len(ends)]
+    # What a request took on its first row holding pages here: a new unpaired mirror takes its
+    # whole prompt at once (the target only what it does not reuse), so a scheduler pass can
+    # add far more than a chunk (see kvscope.analysis.ceiling.resume_at_risk).
+    has = held > 0
+    seen = np.cumsum(has)
+    first = has & (seen - (seen - has)[start][group_id] == 1)  # the request's first such row
+    new_alloc = np.bincount(run_after_q[bucket[first]], weights=grew[first], minlength=len(ends))[: len(ends)]
+    nxt = np.full(len(pos), np.iinfo(np.int64).max, dtype=np.int64)  # the request's next row
+    nxt[:-1] = np.where(start[1:], nxt[:-1], pos[1:])
+    pos_rem = rem > 0
+    owing_p = (pos[pos_rem], nxt[pos_rem], r[pos_rem])
+    track = {"pos": pos, "request_id": r, "pool": role.value, "held_blocks": held,
+             "final_blocks": final, "remaining_blocks": rem, "is_counted": counted, "is_done": done}
+    sp = _last_state(ev, pc)[q_pos]  # the pool's last state at or before each query
+    ok = sp >= 0
+    sp = np.maximum(sp, 0)
+    has_state = bool(ok.any()) if len(ok) else False
+    avail_s = (np.maximum(ev.free_blocks[sp], 0) + np.maximum(ev.evictable_blocks[sp], 0)).astype(np.float64)
+    return track, owing_p, {
+        "pos": q_pos, "need": need, "decode_held": decode_held,
+        "available": np.where(ok, avail_s, np.nan) if has_state else np.full(len(q_pos), np.nan),
+        "capacity": (np.where(ok, ev.capacity_blocks[sp].astype(np.float64), np.nan) if has_state
+                     else np.full(len(q_pos), np.nan)),
+        "alloc_by_run": alloc, "new_by_run": new_alloc, "run_ends": ends, "tpb": tpb,
+    }
+
+
+def _pool_projections(ev: EventColumns, configs: pd.DataFrame, role: PoolRole, full: dict, tgt: dict | None,
+                      track: dict, q_pos: np.ndarray, q_below: np.ndarray, nq: int, hit_window: int,
+                      guarded: np.ndarray, head_prompt: np.ndarray | None, head_reuse: np.ndarray | None) -> None:
+    """One pool's debt and at-risk projections at the query points, added to ``full[role]``
+    (:func:`compute_debt`, once every pool's need is known: the target's shortfall reads them)."""
+    f = full[role.value]
+    if role == PoolRole.TARGET or tgt is None:
+        shortfall = projected_shortfall = now_shortfall = np.zeros(len(q_pos))
+    else:
+        avail_t = np.nan_to_num(tgt["available"], nan=np.inf)
+        shortfall = np.floor(np.maximum(tgt["need"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"])
+        projected_shortfall = np.floor(np.maximum(
+            tgt["need"] + tgt["queued"] - avail_t - tgt["decode_held"], 0.0) * tgt["tpb"] / f["tpb"])
+        ct = configs.loc[PoolRole.TARGET.value]
+        head_t = np.ceil(np.where(head_prompt > 0, np.maximum(
+            head_prompt + ct["max_draft_len"] + ct["num_extra_kv_tokens"] - head_reuse, 0), 0) / tgt["tpb"])
+        cf = configs.loc[role.value]
+        own = head_reuse if bool(cf["paired"]) else 0.0
+        head_f = np.ceil(np.where(head_prompt > 0, np.maximum(
+            head_prompt + cf["max_draft_len"] + cf["num_extra_kv_tokens"] - own, 0), 0) / f["tpb"])
+        now_shortfall = np.maximum(tgt["need"] + head_t - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
+    f["shortfall"] = shortfall
+    f["debt"] = f["need"] - f["available"] - shortfall
+    # An enforcing admission policy (remediation) defers what this pool cannot back: the target
+    # then no longer admits into it on its own, so projections of what it admits are not critical.
+    f["guarded"] = guarded
+    # Optimistic on purpose: decoding requests are assumed to finish (and free) before the
+    # queue is admitted, so only a queue that cannot fit even then is flagged.
+    f["projected"] = f["need"] + f["queued"] - f["available"] - f["decode_held"] - projected_shortfall
+    f["projected_shortfall"] = projected_shortfall
+    # The scheduler does not wait for decoding requests to finish: when the target can hold
+    # the head of the queue now it admits it. The debt then, with the target pushing back on
+    # what it cannot hold itself: the admission gap one step early.
+    if role == PoolRole.TARGET or tgt is None:
+        f["projected_now"] = f["projected_queue_now"] = np.full(len(q_pos), -np.inf)
+    else:
+        f["projected_now"] = f["need"] + head_f - f["available"] - now_shortfall
+        # Every queued request the target has room and request slots for, admitted at once: an
+        # upper bound (admission also waits for the token budget while others finish).
+        fr = admissible_fraction(ev, configs, q_pos, q_below)
+        sh = np.maximum(tgt["need"] + fr * tgt["queued"] - avail_t, 0.0) * tgt["tpb"] / f["tpb"]
+        f["projected_queue_now"] = f["need"] + fr * f["queued"] - f["available"] - sh
+    if role != PoolRole.TARGET and tgt is not None:
+        f["arrival_median"], f["arrival_max"], f["arrival_samples"] = arrival_debt(
+            ev, configs, role, f, tgt, q_pos, hit_window)
+    else:
+        f["arrival_median"] = f["arrival_max"] = np.full(len(q_pos), -np.inf)
+        f["arrival_samples"] = np.zeros(len(q_pos), dtype=np.int64)
+    # A mirror born suspended meets the resume ceiling before the pool is full (builds whose
+    # scheduler does not admit it); a build whose scheduler admits it defers new requests at the
+    # same ceiling and lets in what the pool may not back ("gate"). Unknown builds keep the
+    # capacity rules alone.
+    cf = configs.loc[role.value]
+    if (role != PoolRole.TARGET and tgt is not None and not bool(cf["paired"])
+            and int(cf["admits_mirror"]) in (0, 1)):
+        ct = configs.loc[PoolRole.TARGET.value]
+        key = "resume" if int(cf["admits_mirror"]) == 0 else "gate"
+        budget = token_budget(ev, q_pos)
+        f[key] = {**resume_ceiling(f, tgt, cf, ct, head_f, fr, head_t), "waiting": queued_count(ev, q_below, nq),
+                  "budget_tokens": budget, "target_tpb": float(tgt["tpb"]),
+                  "max_chunk": largest_chunk(ev, q_pos),
+                  "target_max_util": float(ct["max_util_for_resume"]),
+                  "target_resumes_early": int(ct["resumes_before_budget"]) == 1,
+                  "finishes": CertainFinishes(ev, track, q_pos)}
 
 
 def token_budget(ev: EventColumns, q_pos: np.ndarray) -> np.ndarray:
