@@ -34,8 +34,10 @@ The readable summary's first line names the engine build (``engine_version`` and
 commit); ``--json`` always carries ``engine_version``, ``remediation``, ``sizing``,
 ``reservations_leaked``, ``requests_contained``, ``rejected_by_reason`` and ``deferrals``.
 
-Size: one command whose flags are checked together before anything runs (each refusal names the
-flags that clash), with its knob listing and readable summary; just over 400 lines.
+The listings (``--list-scenarios``, ``--list-knobs``, ``--list-policies``, ``--describe-build``) are
+:mod:`kvscope.commands._replay_listings`'s; the readable summary is
+:mod:`kvscope.commands._replay_text`'s. This module checks the flags together before anything runs
+(each refusal names the flags that clash) and composes the replay.
 """
 
 from __future__ import annotations
@@ -44,14 +46,15 @@ import argparse
 import json
 import os
 import sys
-import textwrap
 from typing import Any
 
 from kvscope import replay as replay_mod
 from kvscope.app import hosted, remedy, sizing
 from kvscope.app.remediation_setting import parse_remediation_setting
 from kvscope.app.session import instrument_replay
+from kvscope.commands import _replay_listings as listings
 from kvscope.commands._progress import ProgressLine
+from kvscope.commands._replay_text import build_label, print_summary
 from kvscope.engine_model.config import EngineConfig
 from kvscope.replay.scenarios import SCENARIOS, get_scenario
 
@@ -64,7 +67,7 @@ def register(subparsers: Any) -> None:
         "replay", help="replay a scenario or trace on the CPU engine model",
         description="Replay a built-in scenario or a trace on the CPU model of TensorRT-LLM's KV cache "
                     "manager V2, scheduler and executor loop.",
-        epilog=_scenarios_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=listings.scenarios_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--scenario", choices=sorted(SCENARIOS), help="built-in scenario (see below)")
     source.add_argument("--trace", metavar="PATH",
@@ -98,58 +101,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _scenarios_text() -> str:
-    lines = ["built-in scenarios (what each is, and what it shows):"]
-    for name in sorted(SCENARIOS):
-        scenario = SCENARIOS[name]
-        lines.append(f"  {name}")
-        for text in (scenario.description, "shows: " + scenario.shows if scenario.shows else ""):
-            lines.extend(textwrap.wrap(text, width=96, initial_indent="      ", subsequent_indent="      "))
-    return "\n".join(lines)
-
-
-def _print_scenarios(*, as_json: bool) -> None:
-    if as_json:
-        table = {name: {"description": s.description, "shows": s.shows} for name, s in SCENARIOS.items()}
-        sys.stdout.write(json.dumps(table, sort_keys=True) + "\n")
-        return
-    print(_scenarios_text())
-
-
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "list_scenarios", False):
-        _print_scenarios(as_json=args.json)
+    if _print_listing(args):
         return 0
-    if getattr(args, "describe_build", False):
-        _describe_build(args, as_json=args.json)
-        return 0
-    if args.list_knobs:
-        # --engine names a scenario's engine (with --trace): its knobs are that scenario's.
-        _print_knobs(args.scenario or getattr(args, "engine", None), as_json=args.json)
-        return 0
-    if getattr(args, "list_policies", False):
-        _print_policies(as_json=args.json)
-        return 0
-    if not args.scenario and not args.trace:
-        raise ValueError("give --scenario NAME or --trace PATH (see --help)")
-    if getattr(args, "engine", None) and not args.trace:
-        # A scenario brings its own engine configuration; an --engine beside it would be dropped.
-        raise ValueError("--engine applies to --trace only (a --scenario replays on its own engine "
-                         "configuration; change it with --set)")
+    _check_flags(args)
     engine = getattr(args, "engine", None) or TRACE_ENGINE
     source = args.scenario or args.trace
-    if getattr(args, "sizing_from", None) and (getattr(args, "sizing", None) or "").strip().lower() != "auto":
-        # Read only to size from a recording: given with another plan (or none) it would be ignored.
-        raise ValueError("--sizing-from EVENTS is read only with --sizing auto")
-    if args.events:
-        inputs = ([("--trace", args.trace)] if args.trace else []) + [
-            ("--sizing-from", p) for p in getattr(args, "sizing_from", None) or []]
-        _check_events_path(args.events, inputs)
-    if args.trace and not os.path.isfile(args.trace):
-        why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
-        raise ValueError(f"{args.trace}: {why}")
-    if args.trace:
-        replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
     # A trace says nothing about the engine: it replays on a named scenario's configuration.
     engine_config = get_scenario(engine).config if args.trace else None
     try:
@@ -158,50 +115,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--remediation: {e}") from None
     # Checked before anything runs: a build without kvscope's seams is refused in one line.
     installed_build = _installed_build(args)
-    overrides = list(args.overrides)
-    plan = None
-    if getattr(args, "sizing", None):
-        base = engine_config or replay_mod.resolve(source)[0]
-        config = base.with_overrides(overrides)
-        observed = None
-        if args.sizing.strip().lower() == "auto":
-            if getattr(args, "sizing_from", None):
-                from kvscope.recording import read_frame
-
-                recorded = read_frame(args.sizing_from)  # read once: its header, then its snapshots
-                _warn_if_other_traffic(recorded, args.sizing_from[0], source)
-                observed = sizing.observed_from_events(recorded)
-            else:
-                observed = sizing.observe_for_sizing(source, overrides)
-        _, plan = sizing.sized_config(config, args.sizing, observed=observed)
-        overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
-    session: Any = None
-    channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
-    is_hosted, hosted_ctl = hosted.hosted_controller()
-    if is_hosted:
-        # Under kvscope-instrument the instrumentation records this engine and owns its remediation
-        # (it read KVSCOPE_REMEDIATION and KVSCOPE_REMEDIATION_CHANNEL at start): a second session
-        # here would instrument the model twice.
-        if args.events:
-            raise ValueError("the engine model is already instrumented in this process (kvscope-instrument); "
-                             "its events go to that instrumentation's files, so --events cannot be honoured")
-        if mode != "off":
-            raise ValueError("under kvscope-instrument remediation is attached by the instrumentation: set "
-                             "KVSCOPE_REMEDIATION=MODE[:POLICY] (and KVSCOPE_REMEDIATION_CHANNEL) instead of "
-                             "--remediation")
-        session = hosted.HostedRemediation(hosted_ctl)
-        mode, policy = session.mode, session.policy
-        instrument: Any = session
-    elif mode != "off" or channel_path:
-        # With a control channel (several ranks replaying alike) remediation stays attached while off,
-        # so a change published there applies at its iteration.
-        channel = remedy.FileControlChannel(channel_path) if channel_path else None
-        rank = int(os.environ.get("KVSCOPE_RANK", "0") or 0)
-        session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source,
-                                           channel=channel, rank=rank)
-        instrument = session
-    else:
-        instrument = instrument_replay(args.events, label=source) if args.events else None
+    overrides, plan = _sized_overrides(args, engine_config, source)
+    session, instrument, mode, policy = _instrumentation(args, source, mode, policy)
     swap = None
     if installed_build is not None:
         from kvscope.engines.trtllm.swap import InstalledSwap
@@ -221,18 +136,7 @@ def run(args: argparse.Namespace) -> int:
     data.update(remedy.summary_keys(stats, summary, sizing=plan, mode=mode, policy=policy))
     if swap is not None:
         data["installed"] = {**swap.build.describe(), "model_knobs_not_passed": swap.not_passed}
-    status = 0
-    recording = _recording_facts(instrument, args.events)
-    if recording is not None:
-        data["events"] = recording
-        if recording["dropped"] or recording["sink_errors"]:
-            status = 1
-            # A Parquet recording that could not close is still its .partial stream: name that file.
-            partial = _partial_path(args.events)
-            kept = str(partial) if partial is not None and partial.exists() else args.events
-            print(f"kvscope replay: warning: event file {kept}: {recording['dropped']} event(s) dropped, "
-                  f"{recording['sink_errors']} sink error(s) ({recording['why']}); what was written before "
-                  "stays readable", file=sys.stderr)
+    status = _add_recording(data, instrument, args.events)
     if args.json:
         # Strict JSON: a NaN would be refused by strict parsers, so it is an error here, not output.
         sys.stdout.write(json.dumps(data, sort_keys=True, allow_nan=False) + "\n")
@@ -242,8 +146,129 @@ def run(args: argparse.Namespace) -> int:
             # empty or malformed one is refused there, and a refused replay prints nothing on stdout.
             print(f"replayed {args.trace} on the {engine} engine configuration (--engine to choose), "
                   f"engine {build_label(data['engine_version'])}")
-        _print_summary(data)
+        print_summary(data)
     return status
+
+
+def _print_listing(args: argparse.Namespace) -> bool:
+    """Print what ``--list-scenarios``, ``--describe-build``, ``--list-knobs`` or ``--list-policies``
+    asks for (the first given, in that order); False when none is given."""
+    if getattr(args, "list_scenarios", False):
+        listings.print_scenarios(as_json=args.json)
+    elif getattr(args, "describe_build", False):
+        source = args.scenario or getattr(args, "engine", None) or TRACE_ENGINE
+        listings.describe_build(source, args.overrides, as_json=args.json)
+    elif args.list_knobs:
+        # --engine names a scenario's engine (with --trace): its knobs are that scenario's.
+        listings.print_knobs(args.scenario or getattr(args, "engine", None), as_json=args.json)
+    elif getattr(args, "list_policies", False):
+        listings.print_policies(as_json=args.json)
+    else:
+        return False
+    return True
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that clash or inputs that cannot be read, before anything runs.
+
+    Raises:
+        ValueError: one line naming the flags (or the path) at fault.
+    """
+    if not args.scenario and not args.trace:
+        raise ValueError("give --scenario NAME or --trace PATH (see --help)")
+    if getattr(args, "engine", None) and not args.trace:
+        # A scenario brings its own engine configuration; an --engine beside it would be dropped.
+        raise ValueError("--engine applies to --trace only (a --scenario replays on its own engine "
+                         "configuration; change it with --set)")
+    if getattr(args, "sizing_from", None) and (getattr(args, "sizing", None) or "").strip().lower() != "auto":
+        # Read only to size from a recording: given with another plan (or none) it would be ignored.
+        raise ValueError("--sizing-from EVENTS is read only with --sizing auto")
+    if args.events:
+        inputs = ([("--trace", args.trace)] if args.trace else []) + [
+            ("--sizing-from", p) for p in getattr(args, "sizing_from", None) or []]
+        _check_events_path(args.events, inputs)
+    if args.trace and not os.path.isfile(args.trace):
+        why = "is a directory, not a trace file" if os.path.isdir(args.trace) else "no such trace file"
+        raise ValueError(f"{args.trace}: {why}")
+    if args.trace:
+        replay_mod.resolve(args.trace)  # an unknown trace format is refused before anything is printed
+
+
+def _sized_overrides(args: argparse.Namespace, engine_config: EngineConfig | None,
+                     source: str) -> tuple[list[str], Any]:
+    """``--set`` overrides, plus the pool sizes ``--sizing`` plans (and that plan; None without it)."""
+    overrides = list(args.overrides)
+    if not getattr(args, "sizing", None):
+        return overrides, None
+    base = engine_config or replay_mod.resolve(source)[0]
+    config = base.with_overrides(overrides)
+    observed = None
+    if args.sizing.strip().lower() == "auto":
+        if getattr(args, "sizing_from", None):
+            from kvscope.recording import read_frame
+
+            recorded = read_frame(args.sizing_from)  # read once: its header, then its snapshots
+            _warn_if_other_traffic(recorded, args.sizing_from[0], source)
+            observed = sizing.observed_from_events(recorded)
+        else:
+            observed = sizing.observe_for_sizing(source, overrides)
+    _, plan = sizing.sized_config(config, args.sizing, observed=observed)
+    overrides += [f"num_target_blocks={plan.target_blocks}", f"num_draft_blocks={plan.draft_blocks}"]
+    return overrides, plan
+
+
+def _instrumentation(args: argparse.Namespace, source: str, mode: str,
+                     policy: str) -> tuple[Any, Any, str, str]:
+    """``(session, instrument, mode, policy)``: the remediation session (None without one), the
+    callable ``replay.run`` receives as ``instrument=``, and the remediation in force (under
+    ``kvscope-instrument``, the instrumentation's).
+
+    Raises:
+        ValueError: ``--events`` or ``--remediation`` under ``kvscope-instrument``.
+    """
+    session: Any = None
+    channel_path = os.environ.get("KVSCOPE_REMEDIATION_CHANNEL", "").strip()
+    is_hosted, hosted_ctl = hosted.hosted_controller()
+    if is_hosted:
+        # Under kvscope-instrument the instrumentation records this engine and owns its remediation
+        # (it read KVSCOPE_REMEDIATION and KVSCOPE_REMEDIATION_CHANNEL at start): a second session
+        # here would instrument the model twice.
+        if args.events:
+            raise ValueError("the engine model is already instrumented in this process (kvscope-instrument); "
+                             "its events go to that instrumentation's files, so --events cannot be honoured")
+        if mode != "off":
+            raise ValueError("under kvscope-instrument remediation is attached by the instrumentation: set "
+                             "KVSCOPE_REMEDIATION=MODE[:POLICY] (and KVSCOPE_REMEDIATION_CHANNEL) instead of "
+                             "--remediation")
+        session = hosted.HostedRemediation(hosted_ctl)
+        return session, session, session.mode, session.policy
+    if mode != "off" or channel_path:
+        # With a control channel (several ranks replaying alike) remediation stays attached while off,
+        # so a change published there applies at its iteration.
+        channel = remedy.FileControlChannel(channel_path) if channel_path else None
+        rank = int(os.environ.get("KVSCOPE_RANK", "0") or 0)
+        session = remedy.RemediatedSession(mode=mode, policy=policy, events_path=args.events, label=source,
+                                           channel=channel, rank=rank)
+        return session, session, mode, policy
+    return None, instrument_replay(args.events, label=source) if args.events else None, mode, policy
+
+
+def _add_recording(data: dict[str, Any], instrument: Any, events_path: str | None) -> int:
+    """Add the ``events`` key (what the recording wrote and lost) to ``data``; the exit status: 1
+    when events were dropped or a sink failed (one warning line on stderr), else 0."""
+    recording = _recording_facts(instrument, events_path)
+    if recording is None:
+        return 0
+    data["events"] = recording
+    if not (recording["dropped"] or recording["sink_errors"]):
+        return 0
+    # A Parquet recording that could not close is still its .partial stream: name that file.
+    partial = _partial_path(events_path)
+    kept = str(partial) if partial is not None and partial.exists() else events_path
+    print(f"kvscope replay: warning: event file {kept}: {recording['dropped']} event(s) dropped, "
+          f"{recording['sink_errors']} sink error(s) ({recording['why']}); what was written before "
+          "stays readable", file=sys.stderr)
+    return 1
 
 
 def _installed_build(args: argparse.Namespace) -> Any:
@@ -304,131 +329,3 @@ def _partial_path(path: str) -> Any:
     from kvscope.recording import sink_for_path
 
     return getattr(sink_for_path(path), "partial_path", None)
-
-
-def _print_policies(*, as_json: bool) -> None:
-    from remediation import DEFAULT_POLICY, list_policies
-
-    policies = list_policies()
-    if as_json:
-        sys.stdout.write(json.dumps({"default": DEFAULT_POLICY, "policies": policies}, sort_keys=True) + "\n")
-        return
-    width = max(len(n) for n in policies)
-    for name, text in policies.items():
-        print(f"{name:<{width}}  {text}")
-
-
-def _describe_build(args: argparse.Namespace, *, as_json: bool) -> None:
-    """The build a replay with these arguments would run, feature by feature, with its provenance."""
-    source = args.scenario or getattr(args, "engine", None) or TRACE_ENGINE
-    build = get_scenario(source).config.with_overrides(list(args.overrides)).engine_build
-    features = build.features()
-    if as_json:
-        sys.stdout.write(json.dumps({
-            "engine_version": build.version, "build": build.build, "scheduler_source": build.scheduler_source,
-            "kv_manager_source": build.kv_manager_source,
-            "features": [{"name": n, "value": v if isinstance(v, (bool, int, str)) else str(v), "provenance": p}
-                         for n, v, p in features]}) + "\n")
-        return
-    inferred = sum(1 for _, _, p in features if p != "read")
-    print(f"engine {build.label}: {len(features) - inferred} behaviours read at its code, {inferred} inferred")
-    print(f"  scheduler: {build.scheduler_source}")
-    print(f"  manager:   {build.kv_manager_source}")
-    width = max(len(n) for n, _, _ in features)
-    for name, value, provenance in features:
-        shown = value.value if hasattr(value, "value") else value
-        print(f"  {name:<{width}}  {shown!s:<8}  {provenance}")
-
-
-def _print_knobs(scenario: str | None, *, as_json: bool) -> None:
-    names = [scenario] if scenario else sorted(SCENARIOS)
-    table = {name: get_scenario(name).config.to_dict() for name in names}
-    if as_json:
-        sys.stdout.write(json.dumps(table, sort_keys=True) + "\n")
-        return
-    descriptions = EngineConfig.describe_knobs()
-    width = max(len(n) for n, _, _ in descriptions)
-    # Each column as wide as its widest cell, header included: a fixed width let a long scenario
-    # name (mooncake-conversation) push its header, and every header after it, off its values.
-    widths = {s: max([len(s)] + [len(_fmt(table[s][n])) for n, _, _ in descriptions]) for s in names}
-    ranges = {n: _range_text(n) for n, _, _ in descriptions}
-    range_width = max(len("range"), *(len(r) for r in ranges.values()))
-    header = "  ".join(f"{s:>{widths[s]}}" for s in names)
-    print(f"{'knob':<{width}}  {header}  {'range':>{range_width}}  description")
-    for name, help_text, is_real in descriptions:
-        values = "  ".join(f"{_fmt(table[s][name]):>{widths[s]}}" for s in names)
-        marker = "" if is_real else " [model]"
-        print(f"{name:<{width}}  {values}  {ranges[name]:>{range_width}}  {help_text}{marker}")
-
-
-def _range_text(name: str) -> str:
-    """What ``--set name=...`` accepts: the numeric range, or ``-`` (a flag, a name or an enum: its
-    description says the values)."""
-    bounds = EngineConfig.knob_range(name)
-    return bounds.text() if bounds is not None else "-"
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def build_label(version: str) -> str:
-    """``1.3.0rc25 (v1.3.0rc25 785c948)``: an ``engine_version`` and the release or commit it is."""
-    from kvscope.engine_model.versions import get_engine_build
-
-    return get_engine_build(version).label if version else "unknown build"
-
-
-def _text(key: str, value: Any) -> str:
-    """A summary value as text (``--json`` has the values themselves): shares as percentages, other
-    fractional numbers rounded, mappings as ``name value`` pairs, nothing as ``-``."""
-    if value is None:
-        return "-"
-    if isinstance(value, dict):
-        if not value:
-            return "-"
-        if key == "peak_utilization":
-            return ", ".join(f"{k} {v:.1%}" for k, v in value.items())
-        return ", ".join(f"{k}: {_text(k, v)}" for k, v in value.items())
-    if isinstance(value, float):
-        return f"{value:.1%}" if key == "prefix_hit_rate" else _rounded(value)
-    return str(value)
-
-
-def _rounded(value: float) -> str:
-    """Three or four significant figures: ``284.1``, ``6.84``, ``0.0492`` (not ``6.840530000000001``)."""
-    if abs(value) >= 100:
-        return f"{value:.1f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
-
-
-def _print_summary(data: dict[str, Any]) -> None:
-    status = ("FATAL: " + str(data["fatal_message"]) if data["engine_fatal"]
-              else "STALLED: " + str(data["stall_message"]) if data.get("engine_stalled") else "healthy")
-    if status == "healthy" and data.get("requests_errored"):
-        # The engine served on, but not every request: say so where the verdict is read.
-        status += f" (the engine served on; {data['requests_errored']} requests ended with an error response)"
-    # The build leads: scenarios default to their report's build, the demo runs the newest one.
-    print(f"replay {data['source']} on engine {build_label(data['engine_version'])}: {status}")
-    for key in ("requests_total", "requests_completed", "requests_failed", "requests_errored", "requests_rejected",
-                "sim_seconds", "wall_seconds", "peak_utilization", "prefix_hit_rate",
-                "goodput_tokens_per_s", "mean_running_requests", "queue_wait_p50_s", "queue_wait_p99_s",
-                "remediation", "sizing", "reservations_leaked", "requests_contained", "rejected_by_reason",
-                "deferrals"):
-        value = data[key]
-        if key == "remediation" and isinstance(value, dict) and (
-                value.get("started_mode"), value.get("started_policy")) == (value.get("mode"), value.get("policy")):
-            # Where it started is news only when a switch during the run changed it.
-            value = {k: v for k, v in value.items() if k not in ("started_mode", "started_policy")}
-        print(f"  {key:<22} {_text(key, value)}")
-        if key == "requests_rejected" and data.get("requests_cancelled"):
-            print(f"  {'requests_cancelled':<22} {data['requests_cancelled']}")
-        if key == "requests_rejected" and data.get("requests_unfinished"):
-            # A replay cut short (max_sim_seconds, a stall) leaves requests in the engine; without
-            # this row the counts above would not add up to requests_total and read as all served.
-            print(f"  {'requests_unfinished':<22} {data['requests_unfinished']} "
-                  "(still running or queued when the replay stopped)")

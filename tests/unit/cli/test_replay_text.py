@@ -9,7 +9,7 @@ import pytest
 
 from kvscope import replay
 from kvscope.cli import main
-from kvscope.commands.replay import _text
+from kvscope.commands._replay_text import value_text
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -17,8 +17,8 @@ from kvscope.commands.replay import _text
     (0.0, "0"), (12345.678, "12345.7"),
 ])
 def test_a_fractional_number_reads_rounded(value, text):
-    assert _text("sim_seconds", value) == text
-    assert _text("trigger", {"lead_s": value}) == f"lead_s: {text}"  # nested ones too
+    assert value_text("sim_seconds", value) == text
+    assert value_text("trigger", {"lead_s": value}) == f"lead_s: {text}"  # nested ones too
 
 
 def test_the_summary_prints_rounded_numbers_and_json_keeps_them_whole(capsys):
