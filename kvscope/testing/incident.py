@@ -70,40 +70,59 @@ def record_incident(
     rec: Recorder, clock: FakeClock, shape: IncidentShape = IncidentShape()
 ) -> None:
     """Record the story above into ``rec`` (advancing ``clock``)."""
-    cap = {PoolRole.TARGET: TARGET_BLOCKS, PoolRole.DRAFT: DRAFT_BLOCKS}
-    free = dict(cap)
-    for role in (PoolRole.TARGET, PoolRole.DRAFT):
-        rec.record(
-            EventKind.POOL_CONFIGURED,
-            pool=role,
-            capacity_blocks=cap[role],
-            free_blocks=cap[role],
-            evictable_blocks=0,
-            reserved_blocks=0,
-            num_tokens=TOKENS_PER_BLOCK,
-            reason=format_kv(pool_meta(role)),
-        )
+    story = _IncidentStory(rec, clock, shape)
+    story.configure_pools()
+    for i in range(shape.num_requests):
+        rid = 100 + i
+        new_target = story.admit(rid, is_first=i == 0)
+        if i == shape.num_requests - 1 and shape.fail:
+            story.fail(rid)
+            return
+        story.finish(rid, new_target)
 
-    def state(role: PoolRole) -> dict[str, int]:
+
+class _IncidentStory:
+    """The pools' free counts as the story runs, and its steps, each recorded into ``rec``."""
+
+    def __init__(self, rec: Recorder, clock: FakeClock, shape: IncidentShape) -> None:
+        self.rec, self.clock, self.shape = rec, clock, shape
+        self.cap = {PoolRole.TARGET: TARGET_BLOCKS, PoolRole.DRAFT: DRAFT_BLOCKS}
+        self.free = dict(self.cap)
+        self.prompt_blocks = shape.prompt_tokens // TOKENS_PER_BLOCK
+        self.prefix_blocks = shape.prefix_tokens // TOKENS_PER_BLOCK
+
+    def configure_pools(self) -> None:
+        for role in (PoolRole.TARGET, PoolRole.DRAFT):
+            self.rec.record(
+                EventKind.POOL_CONFIGURED,
+                pool=role,
+                capacity_blocks=self.cap[role],
+                free_blocks=self.cap[role],
+                evictable_blocks=0,
+                reserved_blocks=0,
+                num_tokens=TOKENS_PER_BLOCK,
+                reason=format_kv(pool_meta(role)),
+            )
+
+    def state(self, role: PoolRole) -> dict[str, int]:
         return {
-            "capacity_blocks": cap[role],
-            "free_blocks": free[role],
+            "capacity_blocks": self.cap[role],
+            "free_blocks": self.free[role],
             "evictable_blocks": 0,
             "reserved_blocks": 0,
         }
 
-    def step() -> None:
-        clock.advance(shape.step_ns)
-        rec.iteration += 1
+    def step(self) -> None:
+        """One scheduler iteration: the clock advances and both pools are snapshot."""
+        self.clock.advance(self.shape.step_ns)
+        self.rec.iteration += 1
         for role in (PoolRole.TARGET, PoolRole.DRAFT):
-            rec.record(EventKind.POOL_SNAPSHOT, pool=role, num_requests=1, **state(role))
+            self.rec.record(EventKind.POOL_SNAPSHOT, pool=role, num_requests=1, **self.state(role))
 
-    prompt_blocks = shape.prompt_tokens // TOKENS_PER_BLOCK
-    prefix_blocks = shape.prefix_tokens // TOKENS_PER_BLOCK
-    chunk = shape.prompt_tokens // shape.num_chunks
-    for i in range(shape.num_requests):
-        rid = 100 + i
-        last = i == shape.num_requests - 1
+    def admit(self, rid: int, *, is_first: bool) -> int:
+        """Arrival, deferrals, admission, reuse and allocation, then the context chunks; returns
+        the target blocks newly allocated."""
+        rec, shape = self.rec, self.shape
         rec.record(
             EventKind.REQUEST_ARRIVED,
             rid,
@@ -111,91 +130,98 @@ def record_incident(
             num_blocks=shape.output_tokens,
         )
         for _ in range(shape.num_deferrals):
-            step()
+            self.step()
             rec.record(
                 EventKind.ADMISSION_DEFERRED,
                 rid,
                 PoolRole.DRAFT,
                 num_blocks=8,
-                **state(PoolRole.DRAFT),
+                **self.state(PoolRole.DRAFT),
             )
-        step()
-        reused = shape.prefix_tokens if i > 0 else 0
+        self.step()
+        reused = shape.prefix_tokens if not is_first else 0
         rec.record(EventKind.ADMITTED, rid, num_tokens=reused)
-        if i > 0:
+        if not is_first:
             rec.record(
                 EventKind.BLOCKS_REUSED,
                 rid,
                 PoolRole.TARGET,
-                num_blocks=prefix_blocks,
+                num_blocks=self.prefix_blocks,
                 num_tokens=shape.prefix_tokens,
-                **state(PoolRole.TARGET),
+                **self.state(PoolRole.TARGET),
             )
-        new_target = prompt_blocks - (prefix_blocks if i > 0 else 0)
-        free[PoolRole.TARGET] -= new_target
+        new_target = self.prompt_blocks - (self.prefix_blocks if not is_first else 0)
+        self.free[PoolRole.TARGET] -= new_target
         rec.record(
             EventKind.BLOCKS_ALLOCATED,
             rid,
             PoolRole.TARGET,
             num_blocks=new_target,
             num_tokens=shape.prompt_tokens,
-            **state(PoolRole.TARGET),
+            **self.state(PoolRole.TARGET),
         )
-        free[PoolRole.DRAFT] -= prompt_blocks
+        self.free[PoolRole.DRAFT] -= self.prompt_blocks
         rec.record(
             EventKind.BLOCKS_ALLOCATED,
             rid,
             PoolRole.DRAFT,
-            num_blocks=prompt_blocks,
+            num_blocks=self.prompt_blocks,
             num_tokens=shape.prompt_tokens,
-            **state(PoolRole.DRAFT),
+            **self.state(PoolRole.DRAFT),
         )
+        chunk = shape.prompt_tokens // shape.num_chunks
         for c in range(shape.num_chunks):
             rec.record(
                 EventKind.CONTEXT_CHUNK_SCHEDULED, rid, num_tokens=chunk, num_blocks=c * chunk
             )
-            step()
-        if last and shape.fail:
-            asked = shape.prompt_tokens + 4
-            msg = (
-                f"Draft KV cache context resize failed for request {rid}: "
-                f"could not resize to {asked} tokens"
-            )
-            rec.record(
-                EventKind.RESIZE_FAILED,
-                rid,
-                PoolRole.DRAFT,
-                num_tokens=asked,
-                num_blocks=1,
-                reason=msg,
-                **state(PoolRole.DRAFT),
-            )
-            rec.record(EventKind.ENGINE_FAILED, rid, PoolRole.DRAFT, num_tokens=asked, reason=msg)
-            rec.record(EventKind.REQUEST_FAILED, rid, reason=msg)
-            return
+            self.step()
+        return new_target
+
+    def fail(self, rid: int) -> None:
+        """The draft resize fails and the engine aborts."""
+        asked = self.shape.prompt_tokens + 4
+        msg = (
+            f"Draft KV cache context resize failed for request {rid}: "
+            f"could not resize to {asked} tokens"
+        )
+        self.rec.record(
+            EventKind.RESIZE_FAILED,
+            rid,
+            PoolRole.DRAFT,
+            num_tokens=asked,
+            num_blocks=1,
+            reason=msg,
+            **self.state(PoolRole.DRAFT),
+        )
+        self.rec.record(EventKind.ENGINE_FAILED, rid, PoolRole.DRAFT, num_tokens=asked, reason=msg)
+        self.rec.record(EventKind.REQUEST_FAILED, rid, reason=msg)
+
+    def finish(self, rid: int, new_target: int) -> None:
+        """The draft resize succeeds, the request finishes and frees its blocks."""
+        rec, shape = self.rec, self.shape
         rec.record(
             EventKind.RESIZED,
             rid,
             PoolRole.DRAFT,
             num_tokens=shape.prompt_tokens + 4,
             num_blocks=1,
-            **state(PoolRole.DRAFT),
+            **self.state(PoolRole.DRAFT),
         )
-        step()
+        self.step()
         rec.record(EventKind.REQUEST_FINISHED, rid, num_tokens=shape.output_tokens)
-        free[PoolRole.TARGET] += new_target
-        free[PoolRole.DRAFT] += prompt_blocks
+        self.free[PoolRole.TARGET] += new_target
+        self.free[PoolRole.DRAFT] += self.prompt_blocks
         rec.record(
             EventKind.BLOCKS_FREED,
             rid,
             PoolRole.DRAFT,
-            num_blocks=prompt_blocks,
-            **state(PoolRole.DRAFT),
+            num_blocks=self.prompt_blocks,
+            **self.state(PoolRole.DRAFT),
         )
         rec.record(
             EventKind.BLOCKS_FREED,
             rid,
             PoolRole.TARGET,
             num_blocks=new_target,
-            **state(PoolRole.TARGET),
+            **self.state(PoolRole.TARGET),
         )
