@@ -214,6 +214,12 @@ class KVCacheV2SchedulerModel(EvictionLadderMixin):
         return True
 
     def _schedule_loop(self, active_requests, inflight_request_ids) -> ScheduleLoopResult:
+        """One scheduling pass: Phase 1 (generation requests, in list order), Phase 2 (pending context
+        requests), then deadlock detection; returns what was scheduled, suspended and paused.
+
+        Kept as one method over 100 lines: upstream's ``_schedule_loop`` runs both phases inline, and this
+        model mirrors scheduler_v2.py method by method, so a phase split out would be a method it lacks.
+        """
         scheduled_ctx: list[LlmRequestModel] = []
         scheduled_gen: list[LlmRequestModel] = []
         has_chunking = False
