@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from kvscope.analysis.findings import FindingKind
 from kvscope.app.remediation_setting import parse_remediation_setting
 from kvscope.app.session import EventFileSession
 from kvscope.engines.binding import Binding
@@ -40,7 +41,7 @@ from remediation.sizing import SizingPlan
 
 __all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach_to_parts"]
 
-AUTO_TRIGGER_KINDS = ("admission_gap", "time_to_exhaustion", "resume_near_miss")
+AUTO_TRIGGER_KINDS = (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION, FindingKind.RESUME_NEAR_MISS)
 """Streaming-analyzer finding kinds that switch ``auto`` on. A resume near miss is one: on the
 builds where the mirror is resumed in the draft manager it is the only warning before a pool at its
 resume ceiling refuses one (bench/SCOREBOARD.md, the silent family), and reserving below that ceiling
@@ -107,8 +108,8 @@ class _FindingTrigger:
             if ctl.mode != "auto" or ctl.enforcing:
                 continue
             for finding in self.analyzer.feed(rows):
-                kind = getattr(finding.kind, "value", str(finding.kind))
-                if kind in AUTO_TRIGGER_KINDS:
+                if finding.kind in AUTO_TRIGGER_KINDS:
+                    kind = finding.kind.value
                     self.first_finding = kind
                     ctl.trigger(f"{kind} finding")
                     break

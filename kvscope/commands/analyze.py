@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvscope.analysis import DetectorConfig, analyze
+from kvscope.analysis import DetectorConfig, FindingKind, analyze
 from kvscope.analysis.analyzer import one_rank_per_pool, rank_note, wall_clock_offset_of
 from kvscope.analysis.frame import pool_series
 from kvscope.analysis.incidents import counts
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         from kvscope.ui import figures  # composition root: the analyzer itself never imports the UI
 
         f = analysis.findings_frame()
-        fatal = [r for f_ in analysis.findings if f_.kind.value == "engine_fatal" for r in f_.request_ids]
+        fatal = [r for f_ in analysis.findings if f_.kind == FindingKind.ENGINE_FATAL for r in f_.request_ids]
         if analysis.ranks:  # the figures read the same rank per pool as the rules
             events = one_rank_per_pool(events)[0]
         figs = [

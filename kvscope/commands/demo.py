@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscope import replay as replay_mod
-from kvscope.analysis import analyze_files
+from kvscope.analysis import FindingKind, analyze_files
 from kvscope.analysis.report import lead_times, render_html
 from kvscope.app.remedy import RemediatedSession
 from kvscope.app.session import instrument_replay
@@ -71,14 +71,14 @@ def _replay(label: str, overrides: list[str], path: Path) -> dict[str, Any]:
     leads = lead_times(analysis.findings)
     first_warning = None
     for i, f in enumerate(analysis.findings):
-        if f.kind.value in ("admission_gap", "time_to_exhaustion") and leads.get(i, {}).get("lead_iterations"):
+        if f.kind in (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION) and leads.get(i, {}).get("lead_iterations"):
             first_warning = {"kind": f.kind.value, "iteration": f.iteration_start,
                              "lead_iterations": leads[i]["lead_iterations"], "request_ids": f.request_ids[:8]}
             break
     # The fatal finding says how early a warning first named the request that then failed.
     named = None
     for f in analysis.findings:
-        if f.kind.value == "engine_fatal" and f.evidence.get("lead_iterations"):
+        if f.kind == FindingKind.ENGINE_FATAL and f.evidence.get("lead_iterations"):
             named = {"request_id": summary.fatal_request_id, "kind": f.evidence.get("lead_kind"),
                      "lead_iterations": f.evidence["lead_iterations"]}
     return {
