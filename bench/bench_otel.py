@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvscope.commands.export import export_files
+from kvscope.app.file_export import export_files
 from kvscope.otel import OtlpConfig
 from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path
 from kvscope.testing import FakeClock

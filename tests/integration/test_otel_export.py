@@ -12,7 +12,7 @@ import uuid
 import pytest
 from otel_stack import poll
 
-from kvscope.commands.export import export_files
+from kvscope.app.file_export import export_files
 from kvscope.otel import OtelSink, OtlpConfig
 from kvscope.otel import names as n
 from kvscope.recording import BatchPump, Recorder, read_file, sink_for_path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 
+from kvscope.app import file_export
 from kvscope.cli import main
 from kvscope.commands import export
 
@@ -28,9 +29,9 @@ def test_a_collector_that_dies_mid_export_is_a_warning_and_exit_1_not_the_nothin
             time.sleep(1.0)  # the first batch's spans, logs and metric points reach the collector
             collector.kill_collector()
 
-    monkeypatch.setattr(export, "BATCH_ROWS", 200)  # several batches from a small recording
+    monkeypatch.setattr(file_export, "BATCH_ROWS", 200)  # several batches from a small recording
     monkeypatch.setattr(export, "export_files",
-                        functools.partial(export.export_files, on_progress=kill_after_first_batch))
+                        functools.partial(file_export.export_files, on_progress=kill_after_first_batch))
     code = main(["export", str(events), "--otlp-endpoint", collector.http_endpoint, "--protocol", "http/protobuf",
                  "--timeout", "0.5", "--json"])
     out, err = capsys.readouterr()
