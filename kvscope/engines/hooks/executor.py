@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from kvscope.engines import gate
+from kvscope.engines import budget_split, gate
 from kvscope.engines.binding import Binding
 from kvscope.engines.hooks.base import Method, report_fatal
 from kvscope.events import EventKind, PoolRole
@@ -206,7 +206,7 @@ def split_kv_cache_budget_for_draft(b: Binding, original: Method) -> Method:
         if plan is None or budget_attr != "max_gpu_total_bytes":
             return result
         try:
-            return gate.apply_budget_split(b, self, plan, budget_attr, args, kwargs, result)
+            return budget_split.apply_budget_split(b, self, plan, budget_attr, args, kwargs, result)
         except Exception as exc:  # noqa: BLE001 - sizing is best effort, the stock split stands
             try:
                 b.hook_failed()
