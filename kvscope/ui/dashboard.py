@@ -13,10 +13,10 @@ but not reading: the view stays bounded and findings keep arriving while paused.
 
 Every widget carries a ``kvscope-*`` CSS class (``add_class``) so tests and custom CSS find it.
 
-Size: one widget class, past 400 lines since the remediation switch follows the run's end (a toggle
-that reaches the live controller, is relabelled for the next run, or is disabled). Its handlers
-share the widget state the refresh task touches on the kernel's thread, so they stay in the class;
-the figures and the feeds live in their own modules.
+Size: one widget class over 400 lines: its remediation switch follows the run's end (a toggle that
+reaches the live controller, is relabelled for the next run, or is disabled), and its handlers share
+the widget state the refresh task touches on the kernel's thread, so they stay in the class; the
+figures and the feeds live in their own modules.
 """
 
 from __future__ import annotations
