@@ -71,8 +71,8 @@ def print_knobs(scenario: str | None, *, as_json: bool) -> None:
         return
     descriptions = EngineConfig.describe_knobs()
     width = max(len(n) for n, _, _ in descriptions)
-    # Each column as wide as its widest cell, header included: a fixed width let a long scenario
-    # name (mooncake-conversation) push its header, and every header after it, off its values.
+    # Each column as wide as its widest cell, header included: at a fixed width a long scenario name
+    # (mooncake-conversation) would push its header, and every header after it, off its values.
     widths = {s: max([len(s)] + [len(_fmt(table[s][n])) for n, _, _ in descriptions]) for s in names}
     ranges = {n: _range_text(n) for n, _, _ in descriptions}
     range_width = max(len("range"), *(len(r) for r in ranges.values()))
