@@ -161,11 +161,8 @@ class StreamingAnalyzer(LiveFindings):
         self._init_stalls()
         self._live = LiveContext(configs=self._configs)  # what the rules' trackers read of the pools
         self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
-        hooks: dict[str, list[Tracker]] = {}
-        for tracker in self._trackers:
-            for k in tracker.row_kinds:
-                hooks.setdefault(k, []).append(tracker)
-        self._hooks = {k: tuple(v) for k, v in hooks.items()}  # row kind -> the trackers that read it
+        self._hooks: dict[str, tuple] = {}  # row kind -> the on_row of the trackers that read it now
+        self._subscribe()
         self._stalls_raised: list[Finding] = []  # findings the trackers raised in the current feed
         self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
@@ -307,11 +304,12 @@ class StreamingAnalyzer(LiveFindings):
             self._configured()
         hooks = self._hooks.get(kind)
         if hooks is not None:  # the rules with trackers of their own (kvscope.analysis.rules)
-            avail = max(free, 0) + max(evict, 0)
-            for tracker in hooks:
-                f = tracker.on_row(kind, pool, rid, t, it, nb, nt, _nr, cap, avail, reason, self._live)
+            for on_row in hooks:
+                f = on_row(kind, pool, rid, t, it, nb, nt, _nr, cap, free, evict, reason, self._live)
                 if f is not None:
                     self._stalls_raised.append(f)
+            if kind == _CONFIGURED:
+                self._subscribe()
         if cap >= 0 and pool != _NONE:
             self._state[pool] = (float(cap), float(max(free, 0) + max(evict, 0)))
         if kind == _SNAPSHOT:
@@ -335,6 +333,14 @@ class StreamingAnalyzer(LiveFindings):
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
             if kind == _ADMITTED:
                 self._iter_admitted.append(rid)
+
+    def _subscribe(self) -> None:
+        """Route each row kind to the trackers that read it now (:attr:`Tracker.row_kinds`)."""
+        hooks: dict[str, list] = {}
+        for tracker in self._trackers:
+            for k in tracker.row_kinds:
+                hooks.setdefault(k, []).append(tracker.on_row)
+        self._hooks = {k: tuple(v) for k, v in hooks.items()}
 
     def _configured(self) -> None:
         """A pool was configured: refresh what the per-event paths precompute from the configs."""

@@ -54,11 +54,16 @@ class Tracker(Protocol):
     """A rule's incremental path: fed the rows of ``row_kinds`` in recording order, O(1) per row,
     never raising on well-formed rows. ``findings`` holds every finding so far, open ones as they stand."""
 
-    row_kinds: frozenset[str]
+    @property
+    def row_kinds(self) -> frozenset[str]:
+        """The row kinds it reads now; read again after every POOL_CONFIGURED row it is fed (a rule
+        may watch more rows once a pool it watches is configured, and none it does not need before)."""
+        ...
 
     def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               available: int, reason: str, live: LiveContext) -> Finding | None:
-        """One row (``available`` = free + evictable); returns a finding when the row raises one."""
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        """One row (the pool state fields as recorded: -1 not recorded); returns a finding when the
+        row raises one."""
         ...
 
     @property

@@ -83,7 +83,7 @@ class EngineStallTracker:
         return self._ended + [self._current(ongoing=not self._failed)] if self._raised else list(self._ended)
 
     def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               available: int, reason: str, live: LiveContext) -> Finding | None:
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
         """Feed one row of a tracked kind (``nr``: the requests an iteration scheduled); returns a
         stall's finding when it is first raised."""
         if kind == _ITER:

@@ -53,6 +53,8 @@ resume (the draft manager resumes, then resizes)."""
 _CONFIGURED, _MODE = EventKind.POOL_CONFIGURED.value, EventKind.REMEDIATION_MODE_CHANGED.value
 _FAILED, _ADMITTED, _RESUMED = EventKind.ENGINE_FAILED.value, EventKind.ADMITTED.value, EventKind.RESUMED.value
 _ROLES = frozenset(r.value for r in PoolRole)
+_CONFIG_ROWS = frozenset({_CONFIGURED, _MODE, _FAILED})
+_WATCHING_ROWS = _CONFIG_ROWS | {_ADMITTED, _RESUMED, *GROWTH_KINDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +116,10 @@ class NearMissTracker:
     """The rule, fed one resume at a time (single consumer; O(1) per row). ``findings`` holds every
     stretch so far, the open ones as they stand."""
 
-    row_kinds = frozenset({_CONFIGURED, _MODE, _FAILED, _ADMITTED, _RESUMED, *GROWTH_KINDS})
-    """The rows :meth:`on_row` reads."""
+    @property
+    def row_kinds(self) -> frozenset[str]:
+        """The rows :meth:`on_row` reads: resumes, admissions and growths only while a pool is watched."""
+        return _WATCHING_ROWS if self.watching else _CONFIG_ROWS
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -151,7 +155,7 @@ class NearMissTracker:
                 s.t1, s.it1 = t, it
 
     def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               available: int, reason: str, live: LiveContext) -> Finding | None:
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
         """The streaming analyzer's row (a kind of ``row_kinds``); returns the finding of a stretch it opens."""
         if kind == _CONFIGURED:
             self.configure(pool, resume_pool(live.configs[pool]))
@@ -164,9 +168,9 @@ class NearMissTracker:
         elif kind == _ADMITTED:
             self.admitted(rid, it)
         elif kind == _RESUMED:
-            return self.resumed(pool, rid, t, it, cap, available, nb, live.budget_tokens)
+            return self.resumed(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, live.budget_tokens)
         elif it == self.admitted_iteration:  # a growth: only one in its request's admission iteration reads
-            return self.growth(pool, rid, t, it, cap, available, nb, live.budget_tokens)
+            return self.growth(pool, rid, t, it, cap, max(free, 0) + max(evict, 0), nb, live.budget_tokens)
         return None
 
     def admitted(self, rid: int, it: int) -> None:
