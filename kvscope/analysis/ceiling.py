@@ -5,7 +5,7 @@ defers new requests past the ceiling and lets in, below it, what the pool may no
 (:func:`admit_gate_at_risk`). Vectorized over the iteration ends, on the pieces
 :func:`kvscope.analysis.projections.resume_ceiling` computes; the streaming analyzer's running-state
 form is in :mod:`kvscope.analysis.live_projections`, and both word a finding with
-:mod:`kvscope.analysis.wording`. numpy only (the streaming analyzer imports this module without pandas).
+:mod:`kvscope.analysis.rules.time_to_exhaustion`'s texts. numpy only (the streaming analyzer imports this module without pandas).
 """
 
 from __future__ import annotations

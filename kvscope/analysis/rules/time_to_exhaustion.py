@@ -262,7 +262,7 @@ def _episode(role: str, g: dict[str, np.ndarray], s: int, e: int, masks: tuple[n
 
 def _what_at(g: dict[str, np.ndarray], i: int, cover: np.ndarray, admits: np.ndarray, ceiling: float,
              cfg: DetectorConfig) -> str:
-    """:func:`~kvscope.analysis.wording.risk_text` of one pool's exhaustion arrays at index ``i``."""
+    """:func:`risk_text` of one pool's exhaustion arrays at index ``i``."""
     b = int(g["basis_code"][i])
     return risk_text(
         _BASIS[b], debt=float(g["debt_blocks"][i]), cover=float(cover[i]), rate_window=cfg.rate_window_iterations,

@@ -170,7 +170,7 @@ def test_streaming_and_batch_agree_on_replay_files_findings_and_curves(name):
     # A time-to-exhaustion finding reads the same in both: its opening estimate, how long the
     # episode stayed open and the pool at its end.
     _assert_tte_read_alike(sa.findings, batch.findings)
-    # Every finding reads the same (one set of text builders, kvscope.analysis.wording), and an
+    # Every finding reads the same (one set of text builders per rule, kvscope.analysis.rules), and an
     # engine failure credits the same earlier finding with the same lead.
     live, want = ({key(f): f for f in fs} for fs in (sa.findings, batch.findings))
     assert {k: f.summary for k, f in live.items()} == {k: f.summary for k, f in want.items()}
