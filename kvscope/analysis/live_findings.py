@@ -16,17 +16,17 @@ from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import best_lead, fatal_leads, group_stalls, open_alarm
+from kvscope.analysis.incidents import group_stalls
 from kvscope.analysis.rules.admission_gap import gap_text
-from kvscope.analysis.rules.engine_fatal import fatal_text
-from kvscope.analysis.rules.never_fitting import never_fitting_text
+from kvscope.analysis.rules.engine_fatal import live_fatal_finding
+from kvscope.analysis.rules.never_fitting import arrival_finding
 from kvscope.analysis.rules.time_to_exhaustion import (
     critical_from_text,
     episode_end_text,
     risk_text,
     tte_summary,
 )
-from kvscope.events import EventKind, PoolRole, blocks_needed
+from kvscope.events import EventKind, PoolRole
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 _D = PoolRole.DRAFT.value
@@ -401,41 +401,16 @@ class LiveFindings:
             if p not in _KV or c["capacity_blocks"] <= 0 or p in req.fit_checked:
                 continue
             req.fit_checked.add(p)
-            tpb = c["tokens_per_block"]
-            need_tok = req.prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
-            need = blocks_needed(req.prompt, tpb, max_draft_len=c["max_draft_len"],
-                                 num_extra_kv_tokens=c["num_extra_kv_tokens"])
-            if need <= c["capacity_blocks"]:
+            f = arrival_finding(rid, req.prompt, p, c, t, req.arrival_it, self._last_it)
+            if f is None:
                 continue
-            f = Finding(
-                kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
-                t_start_s=t, t_end_s=t, iteration_start=req.arrival_it, iteration_end=self._last_it, pools=(p,),
-                request_ids=(rid,),
-                summary=never_fitting_text(rid, need, need_tok, p, c["capacity_blocks"], False, bool(c["in_admission"])),
-                evidence={"need_blocks": need, "need_tokens": need_tok, "capacity_blocks": c["capacity_blocks"],
-                          "tokens_per_block": tpb, "prompt_tokens": req.prompt, "outcome": "running",
-                          "in_admission": bool(c["in_admission"])},
-            )
             req.never_fitting.append(self._add(f))
 
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
         self._failed = True
         self._incidents_cache = None
         prior = self._findings + self._incidents()
-        leads = fatal_leads(prior, rid, t, it)
-        best = best_lead(leads)
-        opened = open_alarm(prior, pool, t, it, self.cfg.merge_gap_iterations)
-        self._add(Finding(
-            kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
-            iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
-            summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
-                               best["kind"] if best else None, opened),
-            evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
-                      "pool_state": {k: (v if v >= 0 else None) for k, v in zip(
-                          ("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)},
-                      "lead_iterations": best["named_lead_iterations"] if best else None,
-                      "lead_kind": best["kind"] if best else None, "open_alarm": opened},
-        ))
+        self._add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
 
     def _start_lost(self, rid: int, req: _Req, t: float) -> None:
         d = _D

@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import replace
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.findings import Finding, Severity, order_findings
+from kvscope.analysis.findings import Finding, order_findings
 from kvscope.analysis.incidents import (
     EXHAUSTION_KINDS,
     alarm_intervals,
@@ -45,7 +44,7 @@ from kvscope.analysis.live_projections import (
 from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.rules import RULES
 from kvscope.analysis.rules.context import LiveContext, Tracker
-from kvscope.analysis.rules.never_fitting import never_fitting_text
+from kvscope.analysis.rules.never_fitting import ended_finding
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -439,13 +438,7 @@ class StreamingAnalyzer(LiveFindings):
             for i in req.never_fitting:
                 f = self._findings[i] if 0 <= i < len(self._findings) else None
                 if f is not None:
-                    sev = Severity.INFO if kind == _REJECTED else f.severity
-                    ev = dict(f.evidence, outcome=_END[kind])
-                    summary = f.summary if kind != _REJECTED else never_fitting_text(
-                        rid, ev["need_blocks"], ev["need_tokens"], f.pools[0], ev["capacity_blocks"], True,
-                        ev["in_admission"])
-                    self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=sev,
-                                                evidence=ev, summary=summary)
+                    self._findings[i] = ended_finding(f, _END[kind], t, it)
             self._update_rem(rid, req, t)
             del self._reqs[rid]
             self._end_lost(rid, t)

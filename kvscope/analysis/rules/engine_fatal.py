@@ -5,8 +5,9 @@ It reads the other rules' findings (the leads), so it comes last in the rule tab
 ``DetectorConfig.merge_gap_iterations`` (how far back an alarm still counts as open).
 
 Two drivers: :func:`find_engine_fatal` over a whole event file (numpy, the column view imported
-when it runs) and the streaming analyzer at the ENGINE_FAILED row; both word the finding with
-:func:`fatal_text`.
+when it runs, with the debt's state of the pool) and :func:`live_fatal_finding`, which the
+streaming analyzer calls at the ENGINE_FAILED row with the findings it holds; both word the finding
+with :func:`fatal_text`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.incidents import best_lead, fatal_leads, open_alarm
 from kvscope.analysis.rules.rule import Rule
 from kvscope.analysis.wording import alarm_open_text
-from kvscope.events import EventKind
+from kvscope.events import EventKind, PoolRole
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +44,27 @@ def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, 
     if open_alarm is not None and (named_lead is None or open_alarm["lead_iterations"] > named_lead):
         text += f"; the {pool} pool had a {alarm_open_text(open_alarm, 'earlier', False)}"
     return text + "."
+
+
+def live_fatal_finding(rid: int, pool: str, nt: int, state: tuple[int, int, int, int], reason: str, t: float,
+                       it: int, prior: list[Finding], within: int) -> Finding:
+    """The finding of one ENGINE_FAILED row as the streaming analyzer reads it: ``state`` is the
+    row's (capacity, free, evictable, reserved) blocks (-1: not recorded), ``prior`` the findings
+    raised before it, ``within`` the merge gap an open alarm may end before the failure."""
+    leads = fatal_leads(prior, rid, t, it)
+    best = best_lead(leads)
+    opened = open_alarm(prior, pool, t, it, within)
+    return Finding(
+        kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
+        iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
+        summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
+                           best["kind"] if best else None, opened),
+        evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
+                  "pool_state": {k: (v if v >= 0 else None) for k, v in zip(
+                      ("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)},
+                  "lead_iterations": best["named_lead_iterations"] if best else None,
+                  "lead_kind": best["kind"] if best else None, "open_alarm": opened},
+    )
 
 
 _REQ_RE = re.compile(r"request (\d+)")

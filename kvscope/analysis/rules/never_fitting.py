@@ -6,21 +6,24 @@ admission (the request would wait forever), info when the request was rejected a
 thresholds: the pool's capacity is the rule.
 
 Two drivers: :func:`find_never_fitting` over a whole event file (pandas, imported when it runs)
-and the streaming analyzer, which checks each arrival against the configured pools as it reads it
-(its request table is shared by several rules) and words its findings with
-:func:`never_fitting_text`.
+and the streaming analyzer, which checks each arrival against each configured pool with
+:func:`arrival_finding` and closes the finding at the request's end with :func:`ended_finding`
+(its request table, shared by several rules, says which findings are the request's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.rules.rule import Rule
-from kvscope.events import PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole, blocks_needed
+
+_REJECTED = REQUEST_OUTCOMES[EventKind.ADMISSION_REJECTED]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +39,38 @@ def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: s
     return (f"request {request} needs {need_blocks} blocks ({need_tokens} tokens) in the {pool} pool, which has "
             f"{capacity}" + (" (rejected at arrival)." if rejected else
                              "; it can never fit" + ("." if in_admission else " and its resize there will raise.")))
+
+
+def arrival_finding(rid: int, prompt: int, pool: str, c: dict, t: float, arrival_it: int,
+                    it: int) -> Finding | None:
+    """The streaming analyzer's check of one arrival (``prompt`` tokens) against one pool's config
+    row ``c``: its finding, open while the request runs, or None when it fits."""
+    tpb = c["tokens_per_block"]
+    need_tok = prompt + c["max_draft_len"] + c["num_extra_kv_tokens"]
+    need = blocks_needed(prompt, tpb, max_draft_len=c["max_draft_len"], num_extra_kv_tokens=c["num_extra_kv_tokens"])
+    if need <= c["capacity_blocks"]:
+        return None
+    return Finding(
+        kind=FindingKind.NEVER_FITTING, severity=Severity.WARNING if c["in_admission"] else Severity.CRITICAL,
+        t_start_s=t, t_end_s=t, iteration_start=arrival_it, iteration_end=it, pools=(pool,),
+        request_ids=(rid,),
+        summary=never_fitting_text(rid, need, need_tok, pool, c["capacity_blocks"], False, bool(c["in_admission"])),
+        evidence={"need_blocks": need, "need_tokens": need_tok, "capacity_blocks": c["capacity_blocks"],
+                  "tokens_per_block": tpb, "prompt_tokens": prompt, "outcome": "running",
+                  "in_admission": bool(c["in_admission"])},
+    )
+
+
+def ended_finding(f: Finding, outcome: str, t: float, it: int) -> Finding:
+    """:func:`arrival_finding`'s finding at its request's end (``outcome``: a value of
+    ``REQUEST_OUTCOMES``); a request rejected at arrival is info, as the batch rule says."""
+    rejected = outcome == _REJECTED
+    ev = dict(f.evidence, outcome=outcome)
+    summary = f.summary if not rejected else never_fitting_text(
+        f.request_ids[0], ev["need_blocks"], ev["need_tokens"], f.pools[0], ev["capacity_blocks"], True,
+        ev["in_admission"])
+    return replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=Severity.INFO if rejected else f.severity,
+                   evidence=ev, summary=summary)
 
 
 def find_never_fitting(
