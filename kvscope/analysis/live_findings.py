@@ -2,9 +2,11 @@
 arrive, and the bounded list that holds them. A mixin of :class:`StreamingAnalyzer` (split out to
 keep modules small); it reads the analyzer's state and never touches events itself.
 
-Size: one builder per finding kind (admission gap, time to exhaustion, stalls, reuse loss, engine
-fatal), all on the same episode bookkeeping (``_Episode``, ``_add``); split per kind, each module
-would carry a copy of it.
+The findings themselves are built by the rule modules (:mod:`kvscope.analysis.rules`); what stays
+here is the episode bookkeeping of the rules that read the analyzer's shared state (admission gap,
+time to exhaustion, stalls) and the bounded list.
+
+Size: the episode bookkeeping (``_Episode``, ``_add``) the gap, exhaustion and stall episodes share.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from kvscope.analysis.rules.time_to_exhaustion import (
 from kvscope.events import EventKind, PoolRole
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
-_D = PoolRole.DRAFT.value
 
 
 @dataclass(slots=True)
@@ -411,67 +412,6 @@ class LiveFindings:
         self._incidents_cache = None
         prior = self._findings + self._incidents()
         self._add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
-
-    def _start_lost(self, rid: int, req: _Req, t: float) -> None:
-        d = _D
-        c = self._configs.get(d)
-        if c is None or c["paired"]:
-            return
-        lost = max(req.target_reuse - req.reused.get(d, 0.0), 0.0)
-        if lost <= 0:
-            return
-        blocks = float(-(-int(lost) // c["tokens_per_block"]))
-        self._lost[rid] = (lost, blocks)
-        tot = self._lost_total
-        tot[0] += lost
-        tot[1] += blocks
-        tot[3] += 1
-        self._lost_live += blocks  # whole blocks: the running sum is exact
-        self._lost_open = True  # the peak is read once the instant is over (_settle_lost)
-        self._lost_top[rid] = lost
-        if len(self._lost_top) > self.cfg.max_named_requests:
-            worst = min(self._lost_top, key=lambda r: (self._lost_top[r], -r))
-            del self._lost_top[worst]
-        if t < self._lost_first[0]:
-            self._lost_first = (t, req.admitted_it)
-
-    def _settle_lost(self) -> None:
-        """The duplicated blocks held at once, read at the end of an instant that admitted a
-        request: a request admitted and ended in the same instant (the engine died in that
-        iteration, before its mirror held anything) never held them (the batch rule orders an
-        instant's ends before its admissions)."""
-        tot = self._lost_total
-        tot[2] = max(tot[2], self._lost_live)
-        self._lost_open = False
-
-    def _end_lost(self, rid: int, t: float) -> None:
-        lost = self._lost.pop(rid, None)
-        if lost is not None:
-            self._lost_live -= lost[1]
-            self._lost_last_end = max(self._lost_last_end, t)
-
-    def _reuse_summary(self) -> None:
-        if self._lost_open:
-            self._settle_lost()
-        d = PoolRole.DRAFT.value
-        tokens, blocks, peak, nreq = self._lost_total
-        if nreq == 0 or d not in self._configs:
-            return
-        cap = max(self._configs[d]["capacity_blocks"], 1)
-        frac = peak / cap
-        self._add(Finding(
-            kind=FindingKind.REUSE_LOSS,
-            severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
-            # to the end of the last request that lost reuse (the end of the events while one lives)
-            t_start_s=self._lost_first[0],
-            t_end_s=max(self._last_t if self._lost else min(self._lost_last_end, self._last_t), self._lost_first[0]),
-            iteration_start=self._lost_first[1], iteration_end=self._last_it, pools=(PoolRole.TARGET.value, d),
-            request_ids=tuple(sorted(self._lost_top, key=lambda r: (-self._lost_top[r], r))),
-            summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "
-                    f"at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {d} pool.",
-            evidence={"lost_tokens": int(tokens), "lost_blocks": int(blocks), "peak_concurrent_lost_blocks": peak,
-                      "peak_fraction_of_pool": frac, "num_requests": nreq, "capacity_blocks": cap},
-        ))
 
     # ---- bounded findings list ---------------------------------------------------------------
     def _add(self, f: Finding) -> int:

@@ -45,6 +45,7 @@ from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.rules import RULES
 from kvscope.analysis.rules.context import LiveContext, Tracker
 from kvscope.analysis.rules.never_fitting import ended_finding
+from kvscope.analysis.rules.reuse_loss import ReuseLossTracker
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -127,12 +128,8 @@ class StreamingAnalyzer(LiveFindings):
         self._iteration: int | None = None
         self._last_t = 0.0
         self._last_it = -1
-        self._lost: dict[int, tuple[float, float]] = {}  # rid -> (lost tokens, lost blocks) live
-        self._lost_total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
-        self._lost_first = (math.inf, -1)
-        self._lost_last_end = -math.inf  # when the last request that lost reuse ended
+        self._reuse = ReuseLossTracker(self.cfg)  # fed from the request table (kvscope.analysis.rules.reuse_loss)
         self._iter_admitted: list[int] = []  # admissions of the current iteration
-        self._lost_top: dict[int, float] = {}  # the max_named_requests largest losses
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
         self._incidents_cache: list[Finding] | None = None
@@ -155,8 +152,6 @@ class StreamingAnalyzer(LiveFindings):
         self._queue: dict[int, _Req] = {}  # the queued requests
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
-        self._lost_live = 0.0  # sum of the live requests' lost blocks
-        self._lost_open = False  # an admission raised it in the current instant (see _settle_lost)
         self._init_stalls()
         self._live = LiveContext(configs=self._configs)  # what the rules' trackers read of the pools
         self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
@@ -275,7 +270,9 @@ class StreamingAnalyzer(LiveFindings):
                 self._stall_resolved(req, t, it)
             for i in req.never_fitting:
                 self._set_end(i, t, it)
-        self._reuse_summary()
+        f = self._reuse.summary(self._configs.get(_DRAFT), self._last_t, self._last_it)
+        if f is not None:
+            self._add(f)
         return self._findings[raised_before:] + self._turned_critical(raised_before) + self._new_incidents()
 
     # ---- per event --------------------------------------------------------------------------
@@ -289,8 +286,8 @@ class StreamingAnalyzer(LiveFindings):
         if pool.__class__ is not str:
             pool = getattr(pool, "_value_", pool)
         t = ts / 1e9
-        if self._lost_open and t != self._last_t:
-            self._settle_lost()
+        if self._reuse.is_open and t != self._last_t:
+            self._reuse.settle()
         if it != self._iteration and self._iteration is not None:
             self._end_iteration()
             self._iter_admitted = []
@@ -441,7 +438,7 @@ class StreamingAnalyzer(LiveFindings):
                     self._findings[i] = ended_finding(f, _END[kind], t, it)
             self._update_rem(rid, req, t)
             del self._reqs[rid]
-            self._end_lost(rid, t)
+            self._reuse.ended(rid, t)
             if len(self._ended) == self._ended.maxlen:
                 self._ended_set.discard(self._ended[0])
             self._ended.append(rid)
@@ -491,8 +488,10 @@ class StreamingAnalyzer(LiveFindings):
                     req.grown += (p,)
                     self._new_iter[p] += held - prev_held
             req.held[p] = held
-        if counted and rid not in self._lost:
-            self._start_lost(rid, req, t)
+        if counted and rid not in self._reuse.lost:
+            c = self._configs.get(_DRAFT)
+            if c is not None:
+                self._reuse.started(rid, req.target_reuse, req.reused.get(_DRAFT, 0.0), req.admitted_it, t, c)
 
     def _set_queued(self, req: _Req, target_reuse_est: float, *, known: bool = False) -> None:
         req.queued_reuse, req.reuse_known = target_reuse_est, known

@@ -5,12 +5,13 @@ the draft pool; a warning from ``DetectorConfig.reuse_loss_warn_fraction`` of th
 below. At most ``max_named_requests`` requests are named (the largest losses).
 
 Two drivers: :func:`find_reuse_loss` over a whole event file (pandas, imported when it runs) and
-the streaming analyzer, which counts each admitted request's loss while it lives (on its shared
-request table) and reports the summary at ``close()``.
+:class:`ReuseLossTracker`, which the streaming analyzer feeds from its request table (an admitted
+request's reuse, its end) and asks for the summary at ``close()``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,86 @@ if TYPE_CHECKING:
 
     from kvscope.analysis.columns import EventColumns
     from kvscope.analysis.rules.context import RunContext
+
+
+class ReuseLossTracker:
+    """The rule on the streaming analyzer's request table (single consumer; O(1) per request, the
+    named requests bounded by ``max_named_requests``)."""
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.lost: dict[int, tuple[float, float]] = {}
+        """Live requests that lost reuse -> (lost tokens, lost blocks)."""
+        self.is_open = False
+        """A request started losing in the current instant: :meth:`settle` once it is over."""
+        self._total = [0.0, 0.0, 0.0, 0]  # tokens, blocks, peak concurrent blocks, requests
+        self._first = (math.inf, -1)  # (time, iteration) of the first loss
+        self._last_end = -math.inf  # when the last request that lost reuse ended
+        self._top: dict[int, float] = {}  # the max_named_requests largest losses
+        self._live = 0.0  # sum of the live requests' lost blocks
+
+    def started(self, rid: int, target_reuse: float, draft_reused: float, admitted_it: int, t: float,
+                draft: dict) -> None:
+        """A request counted in the pools: what the target reused that the (unpaired) draft did not."""
+        if draft["paired"]:
+            return
+        lost = max(target_reuse - draft_reused, 0.0)
+        if lost <= 0:
+            return
+        blocks = float(-(-int(lost) // draft["tokens_per_block"]))
+        self.lost[rid] = (lost, blocks)
+        tot = self._total
+        tot[0] += lost
+        tot[1] += blocks
+        tot[3] += 1
+        self._live += blocks  # whole blocks: the running sum is exact
+        self.is_open = True  # the peak is read once the instant is over (settle)
+        self._top[rid] = lost
+        if len(self._top) > self.cfg.max_named_requests:
+            worst = min(self._top, key=lambda r: (self._top[r], -r))
+            del self._top[worst]
+        if t < self._first[0]:
+            self._first = (t, admitted_it)
+
+    def settle(self) -> None:
+        """The duplicated blocks held at once, read at the end of an instant that admitted a
+        request: a request admitted and ended in the same instant (the engine died in that
+        iteration, before its mirror held anything) never held them (the batch rule orders an
+        instant's ends before its admissions)."""
+        tot = self._total
+        tot[2] = max(tot[2], self._live)
+        self.is_open = False
+
+    def ended(self, rid: int, t: float) -> None:
+        lost = self.lost.pop(rid, None)
+        if lost is not None:
+            self._live -= lost[1]
+            self._last_end = max(self._last_end, t)
+
+    def summary(self, draft: dict | None, t: float, it: int) -> Finding | None:
+        """The summary at the end of the stream (``t``, ``it``: its last event); None when no request
+        lost reuse or the draft pool was never configured."""
+        if self.is_open:
+            self.settle()
+        d = PoolRole.DRAFT.value
+        tokens, blocks, peak, nreq = self._total
+        if nreq == 0 or draft is None:
+            return None
+        cap = max(draft["capacity_blocks"], 1)
+        frac = peak / cap
+        return Finding(
+            kind=FindingKind.REUSE_LOSS,
+            severity=Severity.WARNING if frac >= self.cfg.reuse_loss_warn_fraction else Severity.INFO,
+            # to the end of the last request that lost reuse (the end of the events while one lives)
+            t_start_s=self._first[0],
+            t_end_s=max(t if self.lost else min(self._last_end, t), self._first[0]),
+            iteration_start=self._first[1], iteration_end=it, pools=(PoolRole.TARGET.value, d),
+            request_ids=tuple(sorted(self._top, key=lambda r: (-self._top[r], r))),
+            summary=f"the unpaired {d} mirrors held {int(tokens)} prefix tokens the target reused ({nreq} requests); "
+                    f"at peak {peak:.0f} duplicated blocks, {frac:.0%} of the {d} pool.",
+            evidence={"lost_tokens": int(tokens), "lost_blocks": int(blocks), "peak_concurrent_lost_blocks": peak,
+                      "peak_fraction_of_pool": frac, "num_requests": nreq, "capacity_blocks": cap},
+        )
 
 
 def find_reuse_loss(
