@@ -126,9 +126,9 @@ class OtelStack:
             ],
         )
         self.start_collector()
-        _wait(lambda: requests.get(f"{self.vm_url}/health", timeout=1).ok, "victoriametrics", 30)
-        _wait(lambda: requests.get(f"{self.prom_url}/-/ready", timeout=1).ok, "prometheus", 30)
-        _wait(lambda: requests.get(f"{self.phoenix_url}/healthz", timeout=1).ok, "phoenix", 90)
+        _wait(lambda: requests.get(f"{self.vm_url}/health", timeout=1).ok, "victoriametrics", 120)
+        _wait(lambda: requests.get(f"{self.prom_url}/-/ready", timeout=1).ok, "prometheus", 120)
+        _wait(lambda: requests.get(f"{self.phoenix_url}/healthz", timeout=1).ok, "phoenix", 240)
         _wait(lambda: _tcp_open(p["phoenix_grpc"]), "phoenix grpc", 30)
 
     def start_collector(self) -> None:
@@ -162,7 +162,7 @@ class OtelStack:
             ],
             env,
         )
-        _wait(lambda: _tcp_open(p["grpc"]) and _tcp_open(p["http"]), "rotel", 20)
+        _wait(lambda: _tcp_open(p["grpc"]) and _tcp_open(p["http"]), "rotel", 60)
 
     def kill_collector(self) -> None:
         proc = self.procs.pop("rotel")
@@ -196,13 +196,13 @@ class OtelStack:
 
     def phoenix_spans(self, project: str = "default", limit: int = 1000) -> list[dict]:
         url = f"{self.phoenix_url}/v1/projects/{project}/spans"
-        r = requests.get(url, params={"limit": limit}, timeout=5)
+        r = requests.get(url, params={"limit": limit}, timeout=30)
         if r.status_code == 404:  # the project appears with its first span
             return []
         r.raise_for_status()
         return r.json()["data"]
 
-    def phoenix_request_spans(self, project: str, expected: int, timeout_s: float = 20.0) -> dict[int, dict]:
+    def phoenix_request_spans(self, project: str, expected: int, timeout_s: float = 60.0) -> dict[int, dict]:
         """``project``'s request spans by request id, polled until ``expected`` of them are in (what
         is there on timeout). Phoenix ingests asynchronously: counting every span would stop early,
         with child spans in and request spans still on their way."""
@@ -219,11 +219,11 @@ class OtelStack:
         return poll(complete, timeout_s) or request_spans()
 
     def vm_query(self, query: str, at_s: float | None = None) -> list[dict]:
-        requests.get(f"{self.vm_url}/internal/force_flush", timeout=5)
+        requests.get(f"{self.vm_url}/internal/force_flush", timeout=30)
         params = {"query": query}
         if at_s is not None:
             params["time"] = f"{at_s:.3f}"
-        r = requests.get(f"{self.vm_url}/api/v1/query", params=params, timeout=5)
+        r = requests.get(f"{self.vm_url}/api/v1/query", params=params, timeout=30)
         r.raise_for_status()
         return r.json()["data"]["result"]
 
@@ -238,21 +238,21 @@ class OtelStack:
         """Raw samples (values with their own timestamps) of every series matching ``match``."""
         import json
 
-        requests.get(f"{self.vm_url}/internal/force_flush", timeout=5)
+        requests.get(f"{self.vm_url}/internal/force_flush", timeout=30)
         params = {"match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
-        r = requests.get(f"{self.vm_url}/api/v1/export", params=params, timeout=5)
+        r = requests.get(f"{self.vm_url}/api/v1/export", params=params, timeout=30)
         r.raise_for_status()
         return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
     def prom_query(self, query: str) -> list[dict]:
-        r = requests.get(f"{self.prom_url}/api/v1/query", params={"query": query}, timeout=5)
+        r = requests.get(f"{self.prom_url}/api/v1/query", params={"query": query}, timeout=30)
         r.raise_for_status()
         return r.json()["data"]["result"]
 
     def diagnose(self) -> str:
         """What the backends hold and the collector's last words (for assertion messages)."""
         try:
-            projects = requests.get(f"{self.phoenix_url}/v1/projects", timeout=5).json()
+            projects = requests.get(f"{self.phoenix_url}/v1/projects", timeout=30).json()
         except (requests.RequestException, ValueError) as e:
             projects = repr(e)
         tail = self.rotel_log_text()[-1500:]
@@ -262,7 +262,7 @@ class OtelStack:
         return self.rotel_log.read_text(errors="replace") if self.rotel_log.exists() else ""
 
 
-def poll(fn, timeout_s: float = 20.0, interval_s: float = 0.2):
+def poll(fn, timeout_s: float = 60.0, interval_s: float = 0.2):
     """Call ``fn`` until it returns something truthy; return that (or the last value on timeout)."""
     t0 = time.monotonic()
     last = None

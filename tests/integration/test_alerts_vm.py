@@ -145,14 +145,19 @@ def test_the_live_export_raises_the_draft_alarm_before_the_failure_as_the_file_e
     failed_s = int(df[df["kind"] == "engine_failed"]["epoch_ns"].iloc[0]) / 1e9
     # until the series is in (the collector batches; an early read sees part of it)
     level = poll(lambda: (s := _samples(otel_stack, "kvscope_analysis_alarm_level", live, df))
-                 and s[-1][0] >= failed_s - 1 and _critical_before(s, failed_s) and s, timeout_s=30)
+                 and s[-1][0] >= failed_s - 1 and _critical_before(s, failed_s) and s, timeout_s=120)
     assert level, otel_stack.diagnose()
     critical = [t for t, v in level if v >= 2]
     assert critical and critical[0] < failed_s, (level, failed_s)  # KVScopePoolCritical fires live too
-    res = otel_stack.vm_query(f'kvscope_analysis_alarm_level{{service_name="{live}"}} >= 2', at_s=failed_s - 0.01)
-    assert [r["metric"]["kvscope_pool"] for r in res] == ["draft"]
-    # the file export of the same recording: its first critical sample within a metric interval or
-    # two of the live one (the live gauges are set per batch, the file's per interval)
+    # The rule's expression where the live critical was first stored: on a busy machine that can be
+    # the last snapshot before the failure, taken after the batch that ends there (ms before it).
+    res = otel_stack.vm_query(f'kvscope_analysis_alarm_level{{service_name="{live}"}} >= 2', at_s=critical[0])
+    assert [r["metric"]["kvscope_pool"] for r in res] == ["draft"], (level, failed_s)
+    # The file export of the same recording raises the same alarm before the failure. The file's
+    # gauges follow the findings interval by interval of event time; the live ones are set per batch
+    # received, and a batch spans more event time when the machine is busy (5 s was seen). So the
+    # live critical comes no earlier than the file's (a metric interval or two of grid apart at
+    # most) and may come later: the property is that both come before the failure.
     from kvscope.cli import main
 
     path = tmp_path / "crash-live.parquet"
@@ -161,9 +166,13 @@ def test_the_live_export_raises_the_draft_alarm_before_the_failure_as_the_file_e
                  "--service-name", filed, "--metric-interval", "0.5", "--json"]) == 0  # fmt: skip
     capsys.readouterr()
     file_level = poll(lambda: (s := _samples(otel_stack, "kvscope_analysis_alarm_level", filed, df))
-                      and s[-1][0] >= failed_s - 1 and _critical_before(s, failed_s) and s, timeout_s=30)
+                      and s[-1][0] >= failed_s - 1 and _critical_before(s, failed_s) and s, timeout_s=120)
+    assert file_level, otel_stack.diagnose()
     file_crit = [t for t, v in file_level if v >= 2]
-    assert file_crit and abs(file_crit[0] - critical[0]) <= 1.0, (file_crit[:3], critical[:3], failed_s)
+    assert file_crit and file_crit[0] < failed_s, (file_crit[:3], failed_s)
+    assert critical[0] >= file_crit[0] - 1.0, (file_crit[:3], critical[:3], failed_s)
+    res = otel_stack.vm_query(f'kvscope_analysis_alarm_level{{service_name="{filed}"}} >= 2', at_s=failed_s - 0.01)
+    assert [r["metric"]["kvscope_pool"] for r in res] == ["draft"]
     # a time to exhaustion only where a finding says the pool is at risk: the target never is here
     assert _samples(otel_stack, "kvscope_analysis_alarm_level", live, df, "target")
     assert _samples(otel_stack, "kvscope_analysis_time_to_exhaustion_seconds", live, df, "target") == []
