@@ -47,7 +47,7 @@ class Server:
     proc: subprocess.Popen
 
     def api(self, path: str):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}?token={TOKEN}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}?token={TOKEN}", timeout=30) as r:
             return json.load(r)
 
 
@@ -91,7 +91,7 @@ def jupyter_server(mode: str, notebook: Path, run_dir: Path, env: dict[str, str]
         proc = subprocess.Popen(cmd, env=full_env, cwd=nbdir, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240  # generous: a busy machine starts Jupyter slowly
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"{mode} server exited rc={proc.returncode}: {log.read_text()[-2000:]}")
@@ -102,7 +102,7 @@ def jupyter_server(mode: str, notebook: Path, run_dir: Path, env: dict[str, str]
                 break  # any HTTP answer: the server is up
             except OSError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{mode} server not ready after 90 s: {log.read_text()[-2000:]}") from None
+                    raise TimeoutError(f"{mode} server not ready after 240 s: {log.read_text()[-2000:]}") from None
                 time.sleep(0.2)
         yield Server(mode, port, url, log, proc)
     finally:
@@ -136,8 +136,8 @@ def chromium_page(profile_dir: Path, *, width: int = 1280, height: int = 1000):
 
 def run_all_in_lab(page, server: Server) -> None:
     """Wait for the notebook's kernel, then Run > Run All Cells through the menu bar."""
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    deadline = time.monotonic() + 90
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=180_000)
+    deadline = time.monotonic() + 180
     while not any(s["kernel"]["execution_state"] == "idle" for s in server.api("/api/sessions")):
         dialog = page.locator(".jp-Dialog button", has_text="Select")
         if dialog.count():
@@ -145,7 +145,7 @@ def run_all_in_lab(page, server: Server) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("kernel did not start")
         time.sleep(0.2)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
 
