@@ -32,6 +32,21 @@ def memory_pump(recorder: Recorder):
     pump.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _scheduling_left_alone():
+    """A test that leaves the test process niced or at SCHED_IDLE (``kvscope export --follow`` run
+    in-process at its defaults) starves every later test on a busy machine: it fails here instead."""
+    before = _scheduling()
+    yield
+    after = _scheduling()
+    assert after == before, f"the test changed this process's (nice, policy) from {before} to {after}"
+
+
+def _scheduling() -> tuple[int, int | None]:
+    policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+    return os.getpriority(os.PRIO_PROCESS, 0), policy
+
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOL_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", ".import_linter_cache", ".cache",
                ".venv", "kvscope.egg-info", "__pycache__"}

@@ -372,7 +372,8 @@ def test_a_follower_that_joins_a_running_engine_says_it_cannot_analyze_and_expor
 
     def follow_cli():
         box["code"] = main(["export", "--follow", pub.endpoint, "--otlp-endpoint",
-                            f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json", "--analyze-inline"])
+                            f"http://127.0.0.1:{_closed_port()}", "--timeout", "0.2", "--json", "--analyze-inline",
+                            "--nice", "0", "--sched", "normal"])  # in this process: leave its priority alone
 
     t = threading.Thread(target=follow_cli)
     t.start()
@@ -479,7 +480,7 @@ def test_a_long_history_is_caught_up_in_rounds_with_the_live_stream_drained_betw
     box: dict = {}
     t = threading.Thread(target=lambda: box.update(code=main(
         ["export", "--follow", pub.endpoint, "--otlp-endpoint", f"http://127.0.0.1:{_closed_port()}",
-         "--timeout", "0.2", "--json"])))
+         "--timeout", "0.2", "--json", "--nice", "0", "--sched", "normal"])))  # leave this process's priority alone
     t.start()
     _wait_subscribed(pub)
     for i in range(60):  # the engine goes on during the catch-up rounds
