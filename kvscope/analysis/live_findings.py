@@ -4,21 +4,18 @@ keep modules small); it reads the analyzer's state and never touches events itse
 
 The findings themselves are built by the rule modules (:mod:`kvscope.analysis.rules`); what stays
 here is the episode bookkeeping of the rules that read the analyzer's shared state (admission gap,
-time to exhaustion, stalls) and the bounded list.
+time to exhaustion) and the bounded list.
 
-Size: the episode bookkeeping (``_Episode``, ``_add``) the gap, exhaustion and stall episodes share.
+Size: the episode bookkeeping (``_Episode``, ``_add``) the gap and exhaustion episodes share.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import group_stalls
 from kvscope.analysis.rules.admission_gap import gap_text
 from kvscope.analysis.rules.engine_fatal import live_fatal_finding
 from kvscope.analysis.rules.never_fitting import arrival_finding
@@ -28,7 +25,7 @@ from kvscope.analysis.rules.time_to_exhaustion import (
     risk_text,
     tte_summary,
 )
-from kvscope.events import EventKind, PoolRole
+from kvscope.events import PoolRole
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 
@@ -62,9 +59,6 @@ class _Req:
     is checked then)."""
     context_done: bool = False
     dec: dict = field(default_factory=dict)
-    stall: tuple | None = None
-    """(t_s, iteration, kind, pool, num_deferrals, seconds held by the policy, time of the last
-    stall row, whether the policy wrote it, (t_s, iteration) of the policy's first deferral or None)."""
     never_fitting: list = field(default_factory=list)
     seq: int = 0
     """First-seen order among requests (the analyzer's ``_reqs`` order)."""
@@ -72,13 +66,6 @@ class _Req:
     """(config generation, prompt, {pool: blocks needed}): blocks_needed cached per request."""
     grown: tuple = ()
     """Pools where the request has held pages (its first growth there is a new mirror's)."""
-    stall_serial: int = 0
-    """Counts this request's stall episodes (tells a pending episode from a later one)."""
-    stall_it: int | None = None
-    """Iteration in which ``stall`` last changed."""
-    stall_prev: tuple | None = None
-    """``stall`` before its first change in iteration ``stall_it``: its value at the last iteration
-    end while that iteration is open."""
     max_new: int = 0
     """Output token budget (REQUEST_ARRIVED ``num_blocks``)."""
     chunk_end: float = 0.0
@@ -87,16 +74,6 @@ class _Req:
     """Its last context chunk's size (tokens)."""
     chunk_it: int = -1
     """The iteration of its last context chunk."""
-
-
-@dataclass(slots=True)
-class _OpenStall:
-    """A stall episode past both thresholds whose request still waits. Its finding is the one the
-    rule would write at the last iteration end, built when read, not at every iteration end."""
-
-    req: _Req
-    serial: int
-    cached: tuple | None = None  # (iteration end, stall state, finding)
 
 
 @dataclass(slots=True)
@@ -286,116 +263,6 @@ class LiveFindings:
         )
         self._tte[p] = _Episode(self._add(f), it, order, opening, what, util, math.isfinite(eta), num_named=num_named)
 
-    # ---- stalls -------------------------------------------------------------------------------
-    # A stall episode is kept once it passes both thresholds (stall_min_s, stall_min_iterations).
-    # While its request waits, its finding ends at the last iteration end: rather than rebuilding
-    # one finding per waiting request per iteration, the waiting ones are registered once
-    # (_OpenStall) and built from the request's stall state when read. Episodes start in time
-    # order (the engine's clock and iteration counter never go back), so the ones still below the
-    # thresholds wait in a FIFO and each iteration end looks only at its head.
-    def _init_stalls(self) -> None:
-        self._stall_eps: dict[tuple[int, float], Finding | _OpenStall] = {}  # (request, start), bounded
-        self._stall_pending: deque[tuple[_Req, int, float, int]] = deque()  # (req, serial, t0, it0)
-        self._stall_evicted: list[_OpenStall] = []  # waiting episodes dropped from _stall_eps
-        self._end_t, self._end_it = 0.0, -1  # the last iteration end
-
-    def _set_stall(self, req: _Req, st: tuple | None) -> None:
-        if req.stall_it != self._iteration:
-            req.stall_prev, req.stall_it = req.stall, self._iteration
-        req.stall = st
-
-    def _stall_started(self, req: _Req, st: tuple) -> None:
-        req.stall_serial += 1
-        self._stall_pending.append((req, req.stall_serial, st[0], st[1]))
-
-    def _stall_resolved(self, req: _Req, t: float, it: int) -> None:
-        """The request made progress (or the stream ended): its episode ends here."""
-        st = req.stall
-        self._set_stall(req, None)
-        f = self._stall_finding(req.rid, st, t, it, final=True)
-        if f is not None:
-            self._register_stall((req.rid, st[0]), f)
-
-    def _stalls_at_iteration_end(self, t: float, it: int) -> None:
-        self._end_t, self._end_it = t, it
-        cfg = self.cfg
-        todo = []
-        pend = self._stall_pending
-        while pend:
-            req, serial, t0, it0 = pend[0]
-            if req.stall is not None and req.stall_serial == serial:
-                if t - t0 < cfg.stall_min_s or it - it0 < cfg.stall_min_iterations:
-                    break
-                todo.append((req.seq, serial, req))
-            pend.popleft()
-        for o in self._stall_evicted:  # dropped for newer episodes while waiting: kept again
-            if o.req.stall is not None and o.req.stall_serial == o.serial:
-                todo.append((o.req.seq, o.serial, o.req))
-        self._stall_evicted = []
-        if todo:
-            heapq.heapify(todo)  # in first-seen order of the requests, as one pass over them would
-            while todo:
-                seq, serial, req = heapq.heappop(todo)
-                self._register_stall((req.rid, req.stall[0]), _OpenStall(req, serial), seq, todo)
-        if self._stall_eps:
-            self._incidents_cache = None  # the waiting episodes' ends moved
-
-    def _register_stall(self, key: tuple[int, float], ep: Finding | _OpenStall, seq: int = -1,
-                        todo: list | None = None) -> None:
-        if key not in self._stall_eps:
-            self._stall_added = True
-        self._stall_eps[key] = ep
-        while len(self._stall_eps) > self.max_findings:
-            old = self._stall_eps.pop(next(iter(self._stall_eps)))
-            self.dropped_findings += 1
-            if isinstance(old, _OpenStall) and old.req.stall is not None and old.req.stall_serial == old.serial:
-                # Still waiting: back at the next check of its request (later in this pass, or
-                # the next iteration end).
-                if todo is not None and old.req.seq > seq:
-                    heapq.heappush(todo, (old.req.seq, old.serial, old.req))
-                else:
-                    self._stall_evicted.append(old)
-        self._incidents_cache = None
-
-    def _stall_finding(self, rid: int, st: tuple, t: float, it: int, *, final: bool) -> Finding | None:
-        """The request's stall episode at (t, it), or None below the thresholds."""
-        t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy, policy_from = st
-        policy_s += (t - seg_t) if seg_policy else 0.0
-        by_policy = (policy_s > 0 or seg_policy) and 2 * policy_s >= t - t0
-        dur_s, dur_it = t - t0, it - it0
-        if dur_s < self.cfg.stall_min_s or dur_it < self.cfg.stall_min_iterations:
-            return None
-        is_res = kind == EventKind.RESERVATION_MADE.value
-        # As batch: a wait the policy held is its finding from the policy's first deferral.
-        f0, fi0 = policy_from if by_policy and policy_from is not None else (t0, it0)
-        return Finding(
-            kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=f0, t_end_s=t,
-            iteration_start=fi0, iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (),
-            request_ids=(rid,),
-            summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
-                    f"({dur_it} iterations) without progress.",
-            evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
-                      "resolved": final, "blocking_pool": pool, "remediation": bool(by_policy)},
-        )
-
-    def _open_stall_finding(self, o: _OpenStall) -> Finding:
-        req = o.req
-        st = req.stall_prev if req.stall_it == self._iteration else req.stall
-        c = o.cached
-        if c is None or c[0] != self._end_it or c[1] is not st:
-            f = self._stall_finding(req.rid, st, self._end_t, self._end_it, final=False)
-            c = o.cached = (self._end_it, st, f)
-        return c[2]
-
-    def _stall_episodes(self) -> list[Finding]:
-        eps = [self._open_stall_finding(e) if e.__class__ is _OpenStall else e for e in self._stall_eps.values()]
-        return [f for f in eps if f is not None]
-
-    def _incidents(self) -> list[Finding]:
-        if self._incidents_cache is None:
-            self._incidents_cache = group_stalls(self._stall_episodes(), self.cfg, engine_failed=self._failed)
-        return self._incidents_cache
-
     # ---- never fitting, fatal, reuse loss -----------------------------------------------------
     def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
         for p, c in self._configs.items():
@@ -408,16 +275,14 @@ class LiveFindings:
             req.never_fitting.append(self._add(f))
 
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
-        self._failed = True
-        self._incidents_cache = None
-        prior = self._findings + self._incidents()
+        prior = self._findings + [f for tracker in self._fatal_reads for f in tracker.findings]
         self._add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
 
     # ---- bounded findings list ---------------------------------------------------------------
     def _add(self, f: Finding) -> int:
         if len(self._findings) >= self.max_findings:
             self._findings.pop(0)
-            self.dropped_findings += 1
+            self._dropped += 1
             self._shift_indices()
         self._findings.append(f)
         return len(self._findings) - 1

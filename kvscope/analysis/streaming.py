@@ -8,9 +8,10 @@ metrics callbacks or the dashboard. Memory: live requests, one window of iterati
 most ``max_findings`` findings; finished requests are dropped at once.
 
 The rules are the batch analyzer's: both run the table :data:`kvscope.analysis.rules.RULES`. A rule
-with a tracker of its own (``engine_stalled``, ``resume_near_miss``) is built from the table and
-fed the rows it asks for (:class:`~kvscope.analysis.rules.context.Tracker`); the others read the
-per-request and per-pool state this analyzer keeps. A test feeds the same stream to both analyzers
+with a tracker of its own is built from the table and fed through the hooks it has
+(:class:`~kvscope.analysis.rules.context.Tracker`: the rows it asks for, a live request's rows,
+iteration ends, the end of the stream); the others read the per-request and per-pool state this
+analyzer keeps. A test feeds the same stream to both analyzers
 and compares. ``reuse_loss`` is a summary: :meth:`close` returns it.
 
 Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
@@ -30,8 +31,6 @@ from kvscope.analysis.incidents import (
     EXHAUSTION_KINDS,
     alarm_intervals,
     alarm_level,
-    stall_groups,
-    stall_incident,
 )
 from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
 from kvscope.analysis.live_projections import (
@@ -52,15 +51,11 @@ from kvscope.events import (
     KVEvent,
     PoolRole,
     blocks_needed,
-    is_adopted_reason,
-    is_remediation_reason,
     parse_kv,
 )
 
 _KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 _END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
-_PROGRESS = {EventKind.ADMITTED.value, EventKind.CONTEXT_CHUNK_SCHEDULED.value, EventKind.RESUMED.value, *_END}
-_STALL = {EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value}
 # Plain strings: an enum member's ``.value`` is a property call, and these are read per event.
 _TGT, _DRAFT, _NONE = PoolRole.TARGET.value, PoolRole.DRAFT.value, PoolRole.NONE.value
 _ARRIVED, _ADMITTED = EventKind.REQUEST_ARRIVED.value, EventKind.ADMITTED.value
@@ -71,7 +66,11 @@ _FREED, _REUSED = EventKind.BLOCKS_FREED.value, EventKind.BLOCKS_REUSED.value
 _SUSPENDED, _RESUMED = EventKind.SUSPENDED.value, EventKind.RESUMED.value
 _CONFIGURED, _SNAPSHOT = EventKind.POOL_CONFIGURED.value, EventKind.POOL_SNAPSHOT.value
 _MODE, _FAILED = EventKind.REMEDIATION_MODE_CHANGED.value, EventKind.ENGINE_FAILED.value
-_RESERVED = EventKind.RESERVATION_MADE.value
+
+
+def _hooks_of(trackers: list[Tracker], name: str) -> list:
+    """The trackers' bound ``name`` methods, for those that have one (an optional hook)."""
+    return [h for h in (getattr(t, name, None) for t in trackers) if h is not None]
 
 
 def _div(a: float, b: float) -> float:
@@ -98,7 +97,7 @@ class StreamingAnalyzer(LiveFindings):
             raise ValueError(f"max_findings must be >= 1, got {max_findings}")
         self.cfg = config or DetectorConfig()
         self.max_findings = max_findings
-        self.dropped_findings = 0
+        self._dropped = 0  # of _findings (the trackers count their own)
         self._findings: list[Finding] = []
         self._configs: dict[str, dict] = {}
         self._state: dict[str, tuple[float, float]] = {}  # pool -> (capacity, available)
@@ -132,10 +131,6 @@ class StreamingAnalyzer(LiveFindings):
         self._iter_admitted: list[int] = []  # admissions of the current iteration
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
-        self._incidents_cache: list[Finding] | None = None
-        self._failed = False
-        self._raised_incidents: set[tuple] = set()
-        self._stall_added = False
         self._gap_break: dict[str, int] = {}  # pool -> last consistent point without debt
         self._tte_break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
         self._live_target: int | None = None  # live caches at the target's last snapshot
@@ -152,12 +147,23 @@ class StreamingAnalyzer(LiveFindings):
         self._queue: dict[int, _Req] = {}  # the queued requests
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
-        self._init_stalls()
-        self._live = LiveContext(configs=self._configs)  # what the rules' trackers read of the pools
+        # What the rules' trackers read of the pools.
+        self._live = LiveContext(configs=self._configs, max_findings=max_findings)
         self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
         self._hooks: dict[str, tuple] = {}  # row kind -> the on_row of the trackers that read it now
         self._subscribe()
-        self._stalls_raised: list[Finding] = []  # findings the trackers raised in the current feed
+        # The trackers' optional hooks (kvscope.analysis.rules.context.Tracker).
+        req_hooks: dict[str, list] = {}
+        for tracker in self._trackers:
+            for k in getattr(tracker, "request_kinds", ()):
+                req_hooks.setdefault(k, []).append(tracker.on_request)  # type: ignore[attr-defined]
+        self._req_hooks = {k: tuple(v) for k, v in req_hooks.items()}  # row kind -> on_request hooks
+        self._end_hooks = tuple(_hooks_of(self._trackers, "on_iteration_end"))
+        self._close_hooks = tuple(_hooks_of(self._trackers, "close"))
+        self._new_hooks = tuple(_hooks_of(self._trackers, "new_findings"))
+        self._bounded = [t for t in self._trackers if hasattr(t, "dropped")]
+        self._fatal_reads = [t for t in self._trackers if getattr(t, "leads_fatal", False)]
+        self._tracked_raised: list[Finding] = []  # findings the trackers' row hooks raised in the current feed
         self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
@@ -167,9 +173,13 @@ class StreamingAnalyzer(LiveFindings):
     @property
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
-        (:func:`order_findings`); stalls as incidents."""
-        return order_findings(self._findings + self._incidents()
-                              + [f for tracker in self._trackers for f in tracker.findings])
+        (:func:`order_findings`); the trackers' as they keep them (stalls as incidents)."""
+        return order_findings(self._findings + [f for tracker in self._trackers for f in tracker.findings])
+
+    @property
+    def dropped_findings(self) -> int:
+        """Findings dropped for ``max_findings`` (oldest first), the trackers' included."""
+        return self._dropped + sum(t.dropped for t in self._bounded)  # type: ignore[attr-defined]
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
@@ -235,8 +245,8 @@ class StreamingAnalyzer(LiveFindings):
     def _raised(self, before: int) -> list[Finding]:
         raised = len(self._findings) + self.dropped_findings - before
         out = self._findings[len(self._findings) - raised:] if raised > 0 else []
-        stalls, self._stalls_raised = self._stalls_raised, []
-        return out + self._turned_critical(len(self._findings) - raised) + self._new_incidents() + stalls
+        tracked, self._tracked_raised = self._tracked_raised, []
+        return out + self._turned_critical(len(self._findings) - raised) + self._new_findings() + tracked
 
     def _turned_critical(self, first_new: int) -> list[Finding]:
         """Findings raised before index ``first_new`` (by an earlier feed) that this one turned
@@ -244,20 +254,9 @@ class StreamingAnalyzer(LiveFindings):
         turned, self._turned = self._turned, []
         return [self._findings[i] for i in dict.fromkeys(turned) if 0 <= i < first_new]
 
-    def _new_incidents(self) -> list[Finding]:
-        """Stall incidents not returned by an earlier feed (keyed by pool and first request)."""
-        if not self._stall_added:
-            return []  # a new incident needs a new episode
-        self._stall_added = False
-        new = []
-        # Keyed without building every incident: an incident's pools, first request and start are
-        # its first episode's; only the new ones are built.
-        for policy, pools, group in stall_groups(self._stall_episodes(), self.cfg):
-            key = (pools, group[0].request_ids[:1], group[0].t_start_s)
-            if key not in self._raised_incidents:
-                self._raised_incidents.add(key)
-                new.append(stall_incident(pools, group, self.cfg, self._failed, policy))
-        return new
+    def _new_findings(self) -> list[Finding]:
+        """What the trackers raised outside their row hooks since the last feed."""
+        return [f for new in self._new_hooks for f in new()]
 
     def close(self) -> list[Finding]:
         """End of stream: finish the last iteration, close open episodes, add the reuse-loss summary."""
@@ -265,15 +264,15 @@ class StreamingAnalyzer(LiveFindings):
         if self._iteration is not None:
             self._end_iteration()
         t, it = self._last_t, self._last_it
+        for close in self._close_hooks:
+            close(t, it, self._live)
         for req in self._reqs.values():
-            if req.stall is not None:
-                self._stall_resolved(req, t, it)
             for i in req.never_fitting:
                 self._set_end(i, t, it)
         f = self._reuse.summary(self._configs.get(_DRAFT), self._last_t, self._last_it)
         if f is not None:
             self._add(f)
-        return self._findings[raised_before:] + self._turned_critical(raised_before) + self._new_incidents()
+        return self._findings[raised_before:] + self._turned_critical(raised_before) + self._new_findings()
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple, raw: bool = False) -> None:
@@ -303,7 +302,7 @@ class StreamingAnalyzer(LiveFindings):
             for on_row in hooks:
                 f = on_row(kind, pool, rid, t, it, nb, nt, _nr, cap, free, evict, reason, self._live)
                 if f is not None:
-                    self._stalls_raised.append(f)
+                    self._tracked_raised.append(f)
             if kind == _CONFIGURED:
                 self._subscribe()
         if cap >= 0 and pool != _NONE:
@@ -413,22 +412,10 @@ class StreamingAnalyzer(LiveFindings):
                     self._set_queued(req, float(nt), known=True)
         elif kind not in _END:
             scope = ()
-        if kind in _STALL and not (kind == _RESERVED and is_adopted_reason(reason or "")):
-            # An adopted reservation (running when remediation switched on) is no wait: as batch.
-            s = req.stall
-            if s is None:
-                s = (t, it, kind, pool, 0, 0.0, t, False, None)
-                self._stall_started(req, s)
-            # Each stall row naming a blocking pool holds the request until the next such row (one
-            # without a pool only says the pass never tried it): the policy's rows count for it.
-            deferred = kind == _DEFERRED
-            if pool != _NONE:
-                by_policy = deferred and is_remediation_reason(reason or "")
-                s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t, by_policy,
-                     s[8] if s[8] is not None or not by_policy else (t, it))
-            self._set_stall(req, (s[0], s[1], s[2], s[3], s[4] + deferred, *s[5:]))
-        elif kind in _PROGRESS and req.stall is not None:
-            self._stall_resolved(req, t, it)
+        hooks = self._req_hooks.get(kind)
+        if hooks is not None:  # the trackers that read a live request's rows (kvscope.analysis.rules)
+            for on_request in hooks:
+                on_request(req, kind, pool, t, it, reason, self._live)
         if kind in _END:
             req.counted = False
             self._unqueue(req)
@@ -603,7 +590,7 @@ class StreamingAnalyzer(LiveFindings):
         (_t0, c0, u0), (_t1, c1, u1) = win[0], win[-1]
         return (c1 - c0) - (u1 - u0)
 
-    # ---- per iteration: time to exhaustion, stalls --------------------------------------------
+    # ---- per iteration: time to exhaustion, the trackers' iteration ends ----------------------------
     def _end_iteration(self) -> None:
         t, it = self._last_t, self._iteration
         self._check_gap(t, it)
@@ -705,4 +692,5 @@ class StreamingAnalyzer(LiveFindings):
                 if len(ep.names) < self.cfg.max_named_requests:
                     ep.arrivals.extend(self._arrivals_now)
         self._arrivals_now = []
-        self._stalls_at_iteration_end(t, it)
+        for on_end in self._end_hooks:
+            on_end(t, it, self._live)

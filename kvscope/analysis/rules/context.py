@@ -48,11 +48,26 @@ class LiveContext:
     """Pool -> its config row (:func:`~kvscope.analysis.pool_config.config_row`), as configured so far."""
     budget_tokens: float = math.nan
     """The most tokens one iteration has scheduled so far (NaN before the first iteration)."""
+    max_findings: int = 1000
+    """Most findings a tracker keeps (oldest dropped first, counted in its ``dropped``)."""
 
 
 class Tracker(Protocol):
     """A rule's incremental path: fed the rows of ``row_kinds`` in recording order, O(1) per row,
-    never raising on well-formed rows. ``findings`` holds every finding so far, open ones as they stand."""
+    never raising on well-formed rows. ``findings`` holds every finding so far, open ones as they stand.
+
+    Optional members, each used by the streaming analyzer for every tracker that has it:
+
+    - ``request_kinds`` (frozenset of row kinds) and ``on_request(req, kind, pool, t, it, reason,
+      live)``: a row of those kinds for a live request, after the analyzer updated its request
+      record ``req`` (``rid``, ``seq``: first-seen order) and before it drops an ended one;
+    - ``on_iteration_end(t, it, live)``: an iteration ended (after the analyzer's own bookkeeping);
+    - ``close(t, it, live)``: the stream ended at (t, it);
+    - ``new_findings()``: findings raised since its last call that ``on_row`` did not return;
+    - ``dropped`` (int): findings it dropped for its bound;
+    - ``leads_fatal`` (bool): its findings are among the earlier alarms the streaming
+      engine_fatal finding reads.
+    """
 
     @property
     def row_kinds(self) -> frozenset[str]:

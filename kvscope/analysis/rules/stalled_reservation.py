@@ -7,20 +7,23 @@ policy held is a ``remediation_deferral`` (info: the policy at work), any other 
 ``stalled_reservation``.
 
 Two drivers: :func:`find_stalled_requests` over a whole event file (vectorised; the column view
-imported when it runs) and the streaming analyzer, which opens and closes each request's wait on
-its shared request table; both group the waits with the same incident functions.
+imported when it runs) and :class:`StallTracker`, which the streaming analyzer feeds each request's
+stall and progress rows and its iteration ends; both group the waits with the same incident functions.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.incidents import group_stalls
+from kvscope.analysis.incidents import group_stalls, stall_groups, stall_incident
 from kvscope.analysis.rules.rule import Rule
 from kvscope.events import (
     REQUEST_OUTCOMES,
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from kvscope.analysis.columns import EventColumns
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 _STALL_KINDS = (EventKind.ADMISSION_DEFERRED, EventKind.RESERVATION_MADE)
 _PROGRESS_KINDS = (EventKind.ADMITTED, EventKind.CONTEXT_CHUNK_SCHEDULED, EventKind.RESUMED, *REQUEST_OUTCOMES)
@@ -171,4 +174,217 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_stalled_requests(run.ev, run.cfg)
 
 
-RULE = Rule(kinds=(FindingKind.STALLED_RESERVATION, FindingKind.REMEDIATION_DEFERRAL), batch=_batch)
+# Plain strings: the streaming analyzer's rows carry kind values.
+_DEFERRED, _RESERVED = EventKind.ADMISSION_DEFERRED.value, EventKind.RESERVATION_MADE.value
+_FAILED, _NONE = EventKind.ENGINE_FAILED.value, PoolRole.NONE.value
+_STALL = frozenset({_DEFERRED, _RESERVED})
+_PROGRESS = frozenset(k.value for k in _PROGRESS_KINDS)
+
+
+@dataclass(slots=True, eq=False)
+class _Wait:
+    """One request's wait: from its first stall row after progress to its next progress. Once past
+    both thresholds while the request still waits, it stands in the episode list for the finding
+    the rule would write at the last iteration end, built when read."""
+
+    rid: int
+    seq: int
+    """The request's first-seen order (the order one pass over the live requests would take)."""
+    serial: int
+    """Order among waits (ties in the iteration end's heap)."""
+    state: tuple | None = None
+    """(t_s, iteration, kind, pool, num_deferrals, seconds held by the policy, time of the last
+    stall row, whether the policy wrote it, (t_s, iteration) of the policy's first deferral or
+    None); None once the request made progress."""
+    changed_it: int = -1
+    """Iteration in which ``state`` last changed."""
+    prev: tuple | None = None
+    """``state`` before its first change in iteration ``changed_it``: its value at the last
+    iteration end while that iteration is open."""
+    cached: tuple | None = None
+    """(iteration end, state, finding) of the last read."""
+
+
+class StallTracker:
+    """The rule on a live stream (single consumer). Fed by the streaming analyzer: each stall or
+    progress row of a live request (:meth:`on_request`, with the analyzer's request record), each
+    iteration end, the engine's failure and the stream's end. ``findings`` are the incidents of
+    every wait kept so far (at most ``LiveContext.max_findings`` waits, oldest dropped first,
+    counted in ``dropped``)."""
+
+    row_kinds = frozenset({_FAILED})
+    request_kinds = _STALL | _PROGRESS
+    leads_fatal = True
+    """Its incidents are among the earlier alarms the streaming engine_fatal finding reads."""
+
+    # A wait is kept once it passes both thresholds (stall_min_s, stall_min_iterations). While its
+    # request waits, its finding ends at the last iteration end: rather than rebuilding one finding
+    # per waiting request per iteration, the waiting ones are registered once (the _Wait itself)
+    # and built when read. Waits start in time order (the engine's clock and iteration counter
+    # never go back), so the ones still below the thresholds wait in a FIFO and each iteration end
+    # looks only at its head.
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.dropped = 0
+        self._open: dict[int, _Wait] = {}  # request -> its wait in progress
+        self._serial = 0
+        self._eps: dict[tuple[int, float], Finding | _Wait] = {}  # (request, start), bounded
+        self._pending: deque[_Wait] = deque()  # waits still below the thresholds, in start order
+        self._evicted: list[_Wait] = []  # waiting episodes dropped from _eps
+        self._end_t, self._end_it = 0.0, -1  # the last iteration end
+        self._failed = False
+        self._cache: list[Finding] | None = None
+        self._added = False  # an episode was kept since new_findings last ran
+        self._raised: set[tuple] = set()
+
+    @property
+    def findings(self) -> list[Finding]:
+        if self._cache is None:
+            self._cache = group_stalls(self._episodes(), self.cfg, engine_failed=self._failed)
+        return self._cache
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        """ENGINE_FAILED: the incidents say the engine failed."""
+        self._failed = True
+        self._cache = None
+        return None
+
+    def on_request(self, req: Any, kind: str, pool: str, t: float, it: int, reason: str, live: LiveContext) -> None:
+        """A stall or progress row of the live request ``req`` (the analyzer's record: ``rid``, ``seq``)."""
+        w = self._open.get(req.rid)
+        if kind in _STALL:
+            if kind == _RESERVED and is_adopted_reason(reason or ""):
+                return  # an adopted reservation (running when remediation switched on) is no wait: as batch
+            if w is None:
+                self._serial += 1
+                w = self._open[req.rid] = _Wait(req.rid, req.seq, self._serial)
+                s = (t, it, kind, pool, 0, 0.0, t, False, None)
+                self._pending.append(w)
+            else:
+                s = w.state
+            # Each stall row naming a blocking pool holds the request until the next such row (one
+            # without a pool only says the pass never tried it): the policy's rows count for it.
+            deferred = kind == _DEFERRED
+            if pool != _NONE:
+                by_policy = deferred and is_remediation_reason(reason or "")
+                s = (s[0], s[1], s[2], s[3], s[4], s[5] + (t - s[6] if s[7] else 0.0), t, by_policy,
+                     s[8] if s[8] is not None or not by_policy else (t, it))
+            self._set(w, (s[0], s[1], s[2], s[3], s[4] + deferred, *s[5:]), it)
+        elif w is not None:
+            self._resolved(w, t, it, live)
+
+    def on_iteration_end(self, t: float, it: int, live: LiveContext) -> None:
+        self._end_t, self._end_it = t, it
+        cfg = self.cfg
+        todo = []
+        pend = self._pending
+        while pend:
+            w = pend[0]
+            if w.state is not None:
+                if t - w.state[0] < cfg.stall_min_s or it - w.state[1] < cfg.stall_min_iterations:
+                    break
+                todo.append((w.seq, w.serial, w))
+            pend.popleft()
+        for w in self._evicted:  # dropped for newer episodes while waiting: kept again
+            if w.state is not None:
+                todo.append((w.seq, w.serial, w))
+        self._evicted = []
+        if todo:
+            heapq.heapify(todo)  # in first-seen order of the requests, as one pass over them would
+            while todo:
+                seq, _serial, w = heapq.heappop(todo)
+                self._register((w.rid, w.state[0]), w, live, seq, todo)
+        if self._eps:
+            self._cache = None  # the waiting episodes' ends moved
+
+    def close(self, t: float, it: int, live: LiveContext) -> None:
+        """End of stream: every wait still open ends here (in first-seen order of the requests)."""
+        for w in sorted(self._open.values(), key=lambda w: w.seq):
+            self._resolved(w, t, it, live)
+
+    def new_findings(self) -> list[Finding]:
+        """Incidents not returned by an earlier call (keyed by pools, first request and start)."""
+        if not self._added:
+            return []  # a new incident needs a new episode
+        self._added = False
+        new = []
+        # Keyed without building every incident: an incident's pools, first request and start are
+        # its first episode's; only the new ones are built.
+        for policy, pools, group in stall_groups(self._episodes(), self.cfg):
+            key = (pools, group[0].request_ids[:1], group[0].t_start_s)
+            if key not in self._raised:
+                self._raised.add(key)
+                new.append(stall_incident(pools, group, self.cfg, self._failed, policy))
+        return new
+
+    def _set(self, w: _Wait, st: tuple | None, it: int) -> None:
+        if w.changed_it != it:
+            w.prev, w.changed_it = w.state, it
+        w.state = st
+
+    def _resolved(self, w: _Wait, t: float, it: int, live: LiveContext) -> None:
+        """The request made progress (or the stream ended): its wait ends here."""
+        st = w.state
+        self._set(w, None, it)
+        del self._open[w.rid]
+        f = _wait_finding(w.rid, st, t, it, self.cfg, final=True)
+        if f is not None:
+            self._register((w.rid, st[0]), f, live)
+
+    def _register(self, key: tuple[int, float], ep: Finding | _Wait, live: LiveContext, seq: int = -1,
+                  todo: list | None = None) -> None:
+        if key not in self._eps:
+            self._added = True
+        self._eps[key] = ep
+        while len(self._eps) > live.max_findings:
+            old = self._eps.pop(next(iter(self._eps)))
+            self.dropped += 1
+            if old.__class__ is _Wait and old.state is not None:
+                # Still waiting: back at the next check of its request (later in this pass, or
+                # the next iteration end).
+                if todo is not None and old.seq > seq:
+                    heapq.heappush(todo, (old.seq, old.serial, old))
+                else:
+                    self._evicted.append(old)
+        self._cache = None
+
+    def _open_finding(self, w: _Wait) -> Finding | None:
+        # A change after the last iteration end is in the open iteration: the finding stands as
+        # at that end.
+        st = w.prev if w.changed_it > self._end_it else w.state
+        c = w.cached
+        if c is None or c[0] != self._end_it or c[1] is not st:
+            f = _wait_finding(w.rid, st, self._end_t, self._end_it, self.cfg, final=False)
+            c = w.cached = (self._end_it, st, f)
+        return c[2]
+
+    def _episodes(self) -> list[Finding]:
+        eps = [self._open_finding(e) if e.__class__ is _Wait else e for e in self._eps.values()]
+        return [f for f in eps if f is not None]
+
+
+def _wait_finding(rid: int, st: tuple, t: float, it: int, cfg: DetectorConfig, *, final: bool) -> Finding | None:
+    """The request's wait at (t, it) as the streaming analyzer words it, or None below the thresholds."""
+    t0, it0, kind, pool, ndef, policy_s, seg_t, seg_policy, policy_from = st
+    policy_s += (t - seg_t) if seg_policy else 0.0
+    by_policy = (policy_s > 0 or seg_policy) and 2 * policy_s >= t - t0
+    dur_s, dur_it = t - t0, it - it0
+    if dur_s < cfg.stall_min_s or dur_it < cfg.stall_min_iterations:
+        return None
+    is_res = kind == _RESERVED
+    # As batch: a wait the policy held is its finding from the policy's first deferral.
+    f0, fi0 = policy_from if by_policy and policy_from is not None else (t0, it0)
+    return Finding(
+        kind=FindingKind.STALLED_RESERVATION, severity=Severity.WARNING, t_start_s=f0, t_end_s=t,
+        iteration_start=fi0, iteration_end=it, pools=(pool,) if pool != _NONE else (),
+        request_ids=(rid,),
+        summary=f"request {rid} {'held a reservation' if is_res else 'was deferred'} for {dur_s:.1f} s "
+                f"({dur_it} iterations) without progress.",
+        evidence={"wait_s": dur_s, "wait_iterations": dur_it, "num_deferrals": ndef, "reservation": is_res,
+                  "resolved": final, "blocking_pool": pool, "remediation": bool(by_policy)},
+    )
+
+
+RULE = Rule(kinds=(FindingKind.STALLED_RESERVATION, FindingKind.REMEDIATION_DEFERRAL), batch=_batch,
+            tracker=StallTracker)
