@@ -1,14 +1,10 @@
-"""Finding builders of the streaming analyzer: episodes that open, extend and close as events
-arrive, and the bounded list that holds them. A mixin of :class:`StreamingAnalyzer` (split out to
-keep modules small); it reads the analyzer's state and never touches events itself.
+"""Finding builders of the streaming analyzer that read its state directly: time-to-exhaustion
+episodes, never-fitting requests and the engine's failure. A mixin of :class:`StreamingAnalyzer`
+(split out to keep modules small); it never touches events itself.
 
-The findings themselves are built by the rule modules (:mod:`kvscope.analysis.rules`); what stays
-here is the episode bookkeeping of the rules that read the analyzer's shared state (admission gap,
-time to exhaustion) and the bounded list.
-
-Size: the episode bookkeeping (``_Episode``, ``_add``) the gap and exhaustion episodes share.
+The findings' texts are the rule modules' (:mod:`kvscope.analysis.rules`); the findings go into the
+analyzer's :class:`~kvscope.analysis.findings_log.FindingsLog`.
 """
-
 from __future__ import annotations
 
 import math
@@ -16,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.findings import Finding, FindingKind, Severity
-from kvscope.analysis.rules.admission_gap import gap_text
+from kvscope.analysis.findings_log import Episode
 from kvscope.analysis.rules.engine_fatal import live_fatal_finding
 from kvscope.analysis.rules.never_fitting import arrival_finding
 from kvscope.analysis.rules.time_to_exhaustion import (
@@ -76,106 +72,21 @@ class _Req:
     """The iteration of its last context chunk."""
 
 
-@dataclass(slots=True)
-class _Episode:
-    index: int  # position of its finding in self._findings
-    last_it: int
-    names: list
-    opening: str = ""  # a time-to-exhaustion finding's opening sentence (its end text follows)
-    opening_what: str = ""  # the basis in words where it opened
-    peak: float = math.nan  # fullest the pool was at an at-risk iteration of the episode
-    est_finite: bool = False  # the opening already carries a finite estimate
-    arrivals: list = field(default_factory=list)  # (request, iteration) arrived since its last step
-    n_admitted: int = 0  # an admission gap's names: this many admitted into the debt, then the owing
-    num_named: int = 0  # a time-to-exhaustion episode's requests, named or over the cap
-    pending_arrivals: int = 0  # arrivals since its last step (counted in num_named if it goes on)
-    turn: str = ""  # where and why a time-to-exhaustion episode that opened as a warning turned critical
-
-
 class LiveFindings:
     """Mixin: builds and updates findings from :class:`StreamingAnalyzer` state."""
-
-    def _check_gap(self, t: float, it: int) -> None:
-        """Read the debt at a consistent point (ITERATION_SCHEDULED or the iteration's end)."""
-        for p in self._outside():
-            d = self._debt(p)
-            ep = self._gap.get(p)
-            if math.isnan(d) or d <= self.cfg.min_debt_blocks:
-                self._gap_break[p] = it
-                continue
-            # An episode goes on across consecutive consistent points in debt (iterations with no
-            # events, fast-forwarded, are no break) or a break of at most merge_gap_iterations.
-            unbroken = ep is not None and self._gap_break.get(p, -1) < ep.last_it
-            if ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations) and self._alive(ep.index):
-                ep.last_it = it
-                f = self._findings[ep.index]
-                ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
-                if d > debt_cover(self.cfg.margin_blocks(ev["capacity_blocks"]), self._freed(p)):
-                    if f.severity != Severity.CRITICAL:
-                        ev["critical_at_iteration"], ev["critical_at_s"] = it, t
-                        self._turned.append(ep.index)
-                    f = replace(f, severity=Severity.CRITICAL)
-                for rid in self._iter_admitted:
-                    if rid not in ev["admitted_into_debt"]:
-                        ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: self.cfg.max_named_requests]
-                        ev["num_admitted_into_debt"] += 1
-                    if rid not in ep.names:
-                        # the admitted into the debt come first, then those owed pages at the start
-                        # (the batch rule's order); named when admitted (its named_at), so a
-                        # failure's lead counts from there, not from the episode's start
-                        ep.names.insert(ep.n_admitted, rid)
-                        ep.n_admitted += 1
-                        ev["named_at"] = [*ev["named_at"][: ep.n_admitted - 1], [rid, it],
-                                          *ev["named_at"][ep.n_admitted - 1 :]][: self.cfg.max_named_requests]
-                if ev["first_admission_request"] < 0 and ev["admitted_into_debt"]:
-                    ev["first_admission_request"] = ev["admitted_into_debt"][0]
-                self._findings[ep.index] = replace(
-                    f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: self.cfg.max_named_requests]),
-                    evidence=ev, summary=self._gap_summary(p, ev, f.severity == Severity.CRITICAL))
-                continue
-            cap, avail = self._state[p]
-            admitted = list(dict.fromkeys(self._iter_admitted))
-            owing = sorted(r for r, q in self._reqs.items() if q.rem.get(p, 0) > 0)
-            names = list(dict.fromkeys(admitted + owing))
-            first = admitted[0] if admitted else -1
-            need = self._need[p]
-            # A small debt finishing requests keep covering is close, not critical
-            # (DetectorConfig.margin_blocks); a deeper one later in the episode makes it critical.
-            crit = d > debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
-            f = Finding(
-                kind=FindingKind.ADMISSION_GAP,
-                severity=Severity.CRITICAL if crit else Severity.WARNING,
-                t_start_s=t, t_end_s=t,
-                iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[: self.cfg.max_named_requests]),
-                summary="",
-                evidence={"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
-                          "capacity_blocks": cap, "tokens_per_block": self._configs[p]["tokens_per_block"],
-                          "first_admission_request": first, "admitted_into_debt": admitted[: self.cfg.max_named_requests],
-                          "num_admitted_into_debt": len(admitted), "owing_at_start": owing[: self.cfg.max_named_requests],
-                          "named_at": [[r, it] for r in names[: self.cfg.max_named_requests]],
-                          "paired": bool(self._configs[p]["paired"]),
-                          "critical_at_iteration": it if crit else None, "critical_at_s": t if crit else None},
-            )
-            f = replace(f, summary=self._gap_summary(p, f.evidence, crit))
-            self._gap[p] = _Episode(self._add(f), it, names, n_admitted=len(admitted))
-
-    def _gap_summary(self, p: str, ev: dict, critical: bool) -> str:
-        return gap_text(p, ev["debt_blocks"], ev["need_blocks"], ev["available_blocks"], ev["first_admission_request"],
-                        ev["peak_debt_blocks"], ev["capacity_blocks"], critical, self.cfg.rate_window_iterations,
-                        self.cfg.risk_margin_fraction)
 
     def _tte_step(self, p, t, it, eta, eta_it, basis, cap, avail, util, d, proj, rate, net_rate, admits,
                   arr_med=-math.inf, arr_max=-math.inf, past=-math.inf, pass_blocks=0.0, closing=math.inf,
                   freed=math.nan, span=math.nan) -> None:
-        cover = debt_cover(self.cfg.margin_blocks(cap), self._freed(p))
+        cover = debt_cover(self.cfg.margin_blocks(cap), self._live.freed(p))
         certain = basis == "debt" and d > cover
         closes = math.isfinite(closing)
         crit = certain or basis == "resume" or admits or closes
         ep = self._tte.get(p)
         unbroken = ep is not None and self._tte_break.get(p, -1) < ep.last_it
         cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
-                and self._alive(ep.index))
-        start_it = self._findings[ep.index].iteration_start if cont else it
+                and self._log.alive(ep.handle))
+        start_it = self._log.get(ep.handle).iteration_start if cont else it
         named = dict(ep.names) if cont else {}
         if cont:
             # every request that arrived since the last step was queued or in prefill during the
@@ -211,7 +122,7 @@ class LiveFindings:
             ep.num_named, ep.pending_arrivals = num_named, 0
             if math.isnan(ep.peak) or util > ep.peak:
                 ep.peak = util
-            f = self._findings[ep.index]
+            f = self._log.get(ep.handle)
             old = f.evidence["min_eta_s"]
             ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
                       named_at=[[r, i] for r, i in order], num_requests=num_named, end_basis=basis, end_utilization=util,
@@ -234,11 +145,11 @@ class LiveFindings:
             if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
                 ev["critical_at_iteration"], ev["critical_at_s"] = it, t
                 ep.turn = critical_from_text(it, util, what)
-                self._turned.append(ep.index)
+                self._log.turned.append(ep.handle)
             summary = ep.opening + ep.turn + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
                                                     avail, what)
-            self._findings[ep.index] = replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
-                                               request_ids=tuple(r for r, _ in order), summary=summary)
+            self._log.put(ep.handle, replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
+                                             request_ids=tuple(r for r, _ in order), summary=summary))
             return
         opening = tte_summary(p, basis, eta, eta_it, it, util, avail, what)
         f = Finding(
@@ -261,7 +172,7 @@ class LiveFindings:
                       "end_utilization": util,
                       "end_available_blocks": avail, "peak_utilization": util},
         )
-        self._tte[p] = _Episode(self._add(f), it, order, opening, what, util, math.isfinite(eta), num_named=num_named)
+        self._tte[p] = Episode(self._log.add(f), it, order, opening, what, util, math.isfinite(eta), num_named=num_named)
 
     # ---- never fitting, fatal, reuse loss -----------------------------------------------------
     def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
@@ -272,36 +183,8 @@ class LiveFindings:
             f = arrival_finding(rid, req.prompt, p, c, t, req.arrival_it, self._last_it)
             if f is None:
                 continue
-            req.never_fitting.append(self._add(f))
+            req.never_fitting.append(self._log.add(f))
 
     def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
-        prior = self._findings + [f for tracker in self._fatal_reads for f in tracker.findings]
-        self._add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
-
-    # ---- bounded findings list ---------------------------------------------------------------
-    def _add(self, f: Finding) -> int:
-        if len(self._findings) >= self.max_findings:
-            self._findings.pop(0)
-            self._dropped += 1
-            self._shift_indices()
-        self._findings.append(f)
-        return len(self._findings) - 1
-
-    def _shift_indices(self) -> None:
-        for eps in (self._gap, self._tte):
-            for p, ep in list(eps.items()):
-                if ep is not None:
-                    ep.index -= 1
-                    if ep.index < 0:
-                        eps[p] = None
-        for req in self._reqs.values():
-            req.never_fitting = [i - 1 for i in req.never_fitting if i - 1 >= 0]
-        self._turned = [i - 1 for i in self._turned if i - 1 >= 0]
-
-    def _alive(self, i: int) -> bool:
-        return 0 <= i < len(self._findings)
-
-    def _set_end(self, i: int, t: float, it: int) -> None:
-        if self._alive(i):
-            f = self._findings[i]
-            self._findings[i] = replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it)
+        prior = self._log.items + [f for tracker in self._fatal_reads for f in tracker.findings]
+        self._log.add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))

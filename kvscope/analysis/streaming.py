@@ -10,13 +10,13 @@ most ``max_findings`` findings; finished requests are dropped at once.
 The rules are the batch analyzer's: both run the table :data:`kvscope.analysis.rules.RULES`. A rule
 with a tracker of its own is built from the table and fed through the hooks it has
 (:class:`~kvscope.analysis.rules.context.Tracker`: the rows it asks for, a live request's rows,
-iteration ends, the end of the stream); the others read the per-request and per-pool state this
-analyzer keeps. A test feeds the same stream to both analyzers
-and compares. ``reuse_loss`` is a summary: :meth:`close` returns it.
+consistent points, iteration ends, the end of the stream); the others read the per-request and
+per-pool state this analyzer keeps. A test feeds the same stream to both analyzers and compares. ``reuse_loss`` is a summary: :meth:`close` returns it.
 
 Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
-(the rules share it row by row); what needs no shared state lives apart (live_findings.py,
-live_projections.py, kvscope.analysis.rules).
+(the rules share it row by row, through :class:`~kvscope.analysis.rules.context.LiveContext`);
+what needs no shared state lives apart (live_findings.py, live_projections.py,
+kvscope.analysis.findings_log, kvscope.analysis.rules).
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from collections.abc import Iterable
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, order_findings
+from kvscope.analysis.findings_log import Episode, FindingsLog
 from kvscope.analysis.incidents import (
     EXHAUSTION_KINDS,
     alarm_intervals,
     alarm_level,
 )
-from kvscope.analysis.live_findings import LiveFindings, _Episode, _Req
+from kvscope.analysis.live_findings import LiveFindings, _Req
 from kvscope.analysis.live_projections import (
     arrival_debt,
     arrival_debt_bound,
@@ -97,12 +98,14 @@ class StreamingAnalyzer(LiveFindings):
             raise ValueError(f"max_findings must be >= 1, got {max_findings}")
         self.cfg = config or DetectorConfig()
         self.max_findings = max_findings
-        self._dropped = 0  # of _findings (the trackers count their own)
-        self._findings: list[Finding] = []
-        self._configs: dict[str, dict] = {}
-        self._state: dict[str, tuple[float, float]] = {}  # pool -> (capacity, available)
-        self._reqs: dict[int, _Req] = {}
-        self._need: dict[str, float] = {p: 0.0 for p in _KV}
+        # The state the rules read (their trackers get it with every hook); the analyzer keeps it
+        # in place through the aliases below, never rebinding a container.
+        self._log = FindingsLog(max_findings)  # the findings of the rules that share this state
+        self._live = LiveContext(max_findings=max_findings, log=self._log, need={p: 0.0 for p in _KV})
+        self._configs: dict[str, dict] = self._live.configs
+        self._state: dict[str, tuple[float, float]] = self._live.state  # pool -> (capacity, available)
+        self._reqs: dict[int, _Req] = self._live.reqs
+        self._need: dict[str, float] = self._live.need
         self._queued: dict[str, float] = {p: 0.0 for p in _KV}
         # The queue at the current hit rate (queue._at_current_rate): per pool that gets the target's
         # reuse, total and prompt tokens of the requests whose own match is not seen, blocks of those
@@ -115,30 +118,28 @@ class StreamingAnalyzer(LiveFindings):
         self._new_iter: dict[str, float] = {p: 0.0 for p in _KV}  # taken by first growths this iteration
         self._new_window: dict[str, deque] = {}  # per iteration, over burst/rate_window_iterations
         self._gate_held: dict[str, int] = {}  # iterations in a row the mirror's admission gate rule has held
-        self._window: dict[str, deque] = {}
+        self._window: dict[str, deque] = self._live.window
         self._freed_window: dict[str, deque] = {}  # blocks freed up to each iteration end, free_window_iterations
         self._budget = math.nan  # most tokens one iteration scheduled (ceiling.budget_iterations)
         self._stride = math.inf  # fewest iterations between two chunks of one request (finishes.py)
         self._max_chunk = math.nan  # largest context chunk (debt.largest_chunk)
-        self._gap: dict[str, _Episode | None] = {}
-        self._tte: dict[str, _Episode | None] = {}
+        self._tte: dict[str, Episode] = {}
         self._arrivals_now: list[tuple[int, int]] = []  # (request, iteration) arrived this iteration
         self._eta: dict[str, tuple[float, float, str]] = {}
         self._iteration: int | None = None
         self._last_t = 0.0
         self._last_it = -1
         self._reuse = ReuseLossTracker(self.cfg)  # fed from the request table (kvscope.analysis.rules.reuse_loss)
-        self._iter_admitted: list[int] = []  # admissions of the current iteration
+        self._iter_admitted: list[int] = self._live.iter_admitted  # admissions of the current iteration
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
-        self._gap_break: dict[str, int] = {}  # pool -> last consistent point without debt
         self._tte_break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
         self._live_target: int | None = None  # live caches at the target's last snapshot
         self._guarded = False  # an admission policy (remediation) is enforcing
         self._recent_admissions: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (prompt, reuse)
         # Derived from the configs (refreshed by _configured), so per-event paths do not rebuild them.
         self._cfg_gen = 0
-        self._outside_pools: list[str] = []
+        self._outside_pools: list[str] = self._live.outside_pools
         self._kv_cfgs: list[tuple[str, dict]] = []
         self._kv_cfg_of: dict[str, list[tuple[str, dict]]] = {}
         self._arrival_finals: dict | None = None
@@ -147,8 +148,6 @@ class StreamingAnalyzer(LiveFindings):
         self._queue: dict[int, _Req] = {}  # the queued requests
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
-        # What the rules' trackers read of the pools.
-        self._live = LiveContext(configs=self._configs, max_findings=max_findings)
         self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
         self._hooks: dict[str, tuple] = {}  # row kind -> the on_row of the trackers that read it now
         self._subscribe()
@@ -159,12 +158,12 @@ class StreamingAnalyzer(LiveFindings):
                 req_hooks.setdefault(k, []).append(tracker.on_request)  # type: ignore[attr-defined]
         self._req_hooks = {k: tuple(v) for k, v in req_hooks.items()}  # row kind -> on_request hooks
         self._end_hooks = tuple(_hooks_of(self._trackers, "on_iteration_end"))
+        self._point_hooks = tuple(_hooks_of(self._trackers, "on_consistent_point"))
         self._close_hooks = tuple(_hooks_of(self._trackers, "close"))
         self._new_hooks = tuple(_hooks_of(self._trackers, "new_findings"))
         self._bounded = [t for t in self._trackers if hasattr(t, "dropped")]
         self._fatal_reads = [t for t in self._trackers if getattr(t, "leads_fatal", False)]
         self._tracked_raised: list[Finding] = []  # findings the trackers' row hooks raised in the current feed
-        self._turned: list[int] = []  # findings raised earlier that the current feed turned critical
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
         self._levels_since = -math.inf
@@ -174,16 +173,16 @@ class StreamingAnalyzer(LiveFindings):
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
         (:func:`order_findings`); the trackers' as they keep them (stalls as incidents)."""
-        return order_findings(self._findings + [f for tracker in self._trackers for f in tracker.findings])
+        return order_findings(self._log.items + [f for tracker in self._trackers for f in tracker.findings])
 
     @property
     def dropped_findings(self) -> int:
         """Findings dropped for ``max_findings`` (oldest first), the trackers' included."""
-        return self._dropped + sum(t.dropped for t in self._bounded)  # type: ignore[attr-defined]
+        return self._log.dropped + sum(t.dropped for t in self._bounded)  # type: ignore[attr-defined]
 
     def draft_debt_blocks(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Current debt of ``pool`` in its blocks (NaN until the pool's state was seen)."""
-        return self._debt(str(getattr(pool, "value", pool)))
+        return self._live.debt(str(getattr(pool, "value", pool)))
 
     def time_to_exhaustion_s(self, pool: str = PoolRole.DRAFT.value) -> float:
         """Latest time-to-exhaustion estimate in seconds (inf: no exhaustion in sight)."""
@@ -204,7 +203,7 @@ class StreamingAnalyzer(LiveFindings):
 
     def _alarms(self, pool: str) -> tuple[int, bool]:
         p = str(getattr(pool, "value", pool))
-        key = (self._last_t, self._last_it, len(self._findings), self.dropped_findings)
+        key = (self._last_t, self._last_it, len(self._log.items), self.dropped_findings)
         if self._levels_key != key:
             findings = self.findings
             since, self._levels_since = self._levels_since, self._last_t
@@ -217,7 +216,7 @@ class StreamingAnalyzer(LiveFindings):
         return self._levels.get(p, (0, False))
 
     def gauges(self) -> dict[str, dict[str, float]]:
-        return {p: {"debt_blocks": self._debt(p), "projected_debt_blocks": self._projected(p),
+        return {p: {"debt_blocks": self._live.debt(p), "projected_debt_blocks": self._projected(p),
                     "eta_s": self.time_to_exhaustion_s(p),
                     "need_blocks": self._need.get(p, 0.0),
                     "available_blocks": self._state.get(p, (math.nan, math.nan))[1]}
@@ -227,7 +226,7 @@ class StreamingAnalyzer(LiveFindings):
         """Consume events in recording order; return the findings raised by them, then those
         raised earlier as warnings that they turned critical (again, as they stand now: a live
         log of findings says when a warning became a page, and why)."""
-        before = len(self._findings) + self.dropped_findings
+        before = len(self._log.items) + self.dropped_findings
         for e in events:
             row = e.as_row() if isinstance(e, KVEvent) else e
             self._one(row)
@@ -236,23 +235,18 @@ class StreamingAnalyzer(LiveFindings):
     def feed_raw(self, raws: Iterable[tuple]) -> list[Finding]:
         """:meth:`feed` for the recorder's raw rows (``RAW_FIELDS`` order, as the live stream
         carries them), without building canonical rows first (the rules read neither rank nor pid)."""
-        before = len(self._findings) + self.dropped_findings
+        before = len(self._log.items) + self.dropped_findings
         one = self._one
         for r in raws:
             one(r, True)
         return self._raised(before)
 
     def _raised(self, before: int) -> list[Finding]:
-        raised = len(self._findings) + self.dropped_findings - before
-        out = self._findings[len(self._findings) - raised:] if raised > 0 else []
+        items = self._log.items
+        raised = len(items) + self.dropped_findings - before
+        out = items[len(items) - raised:] if raised > 0 else []
         tracked, self._tracked_raised = self._tracked_raised, []
-        return out + self._turned_critical(len(self._findings) - raised) + self._new_findings() + tracked
-
-    def _turned_critical(self, first_new: int) -> list[Finding]:
-        """Findings raised before index ``first_new`` (by an earlier feed) that this one turned
-        critical, as they stand now."""
-        turned, self._turned = self._turned, []
-        return [self._findings[i] for i in dict.fromkeys(turned) if 0 <= i < first_new]
+        return out + self._log.take_turned(len(items) - raised) + self._new_findings() + tracked
 
     def _new_findings(self) -> list[Finding]:
         """What the trackers raised outside their row hooks since the last feed."""
@@ -260,7 +254,7 @@ class StreamingAnalyzer(LiveFindings):
 
     def close(self) -> list[Finding]:
         """End of stream: finish the last iteration, close open episodes, add the reuse-loss summary."""
-        raised_before = len(self._findings)
+        raised_before = len(self._log.items)
         if self._iteration is not None:
             self._end_iteration()
         t, it = self._last_t, self._last_it
@@ -268,11 +262,11 @@ class StreamingAnalyzer(LiveFindings):
             close(t, it, self._live)
         for req in self._reqs.values():
             for i in req.never_fitting:
-                self._set_end(i, t, it)
+                self._log.set_end(i, t, it)
         f = self._reuse.summary(self._configs.get(_DRAFT), self._last_t, self._last_it)
         if f is not None:
-            self._add(f)
-        return self._findings[raised_before:] + self._turned_critical(raised_before) + self._new_findings()
+            self._log.add(f)
+        return self._log.items[raised_before:] + self._log.take_turned(raised_before) + self._new_findings()
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple, raw: bool = False) -> None:
@@ -289,7 +283,7 @@ class StreamingAnalyzer(LiveFindings):
             self._reuse.settle()
         if it != self._iteration and self._iteration is not None:
             self._end_iteration()
-            self._iter_admitted = []
+            self._iter_admitted.clear()
         self._iteration, self._last_t, self._last_it = it, t, it
         if kind == _CONFIGURED:
             d = parse_kv(reason or "")
@@ -322,7 +316,8 @@ class StreamingAnalyzer(LiveFindings):
                 self._budget = self._live.budget_tokens = float(nt)
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
-            self._check_gap(t, it)
+            for on_point in self._point_hooks:
+                on_point(t, it, self._live)
             return
         if rid >= 0:
             self._request_event(rid, kind, pool, nb, nt, t, it, reason)
@@ -340,7 +335,7 @@ class StreamingAnalyzer(LiveFindings):
     def _configured(self) -> None:
         """A pool was configured: refresh what the per-event paths precompute from the configs."""
         self._cfg_gen += 1
-        self._outside_pools = [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
+        self._outside_pools[:] = [p for p, c in self._configs.items() if p in _KV and not c["in_admission"]]
         self._kv_cfgs = [(p, c) for p, c in self._configs.items() if p in _KV]
         self._kv_cfg_of = {p: [(p, c)] for p, c in self._kv_cfgs}
         self._arrival_finals = None
@@ -419,10 +414,9 @@ class StreamingAnalyzer(LiveFindings):
         if kind in _END:
             req.counted = False
             self._unqueue(req)
-            for i in req.never_fitting:
-                f = self._findings[i] if 0 <= i < len(self._findings) else None
-                if f is not None:
-                    self._findings[i] = ended_finding(f, _END[kind], t, it)
+            for h in req.never_fitting:
+                if self._log.alive(h):
+                    self._log.put(h, ended_finding(self._log.get(h), _END[kind], t, it))
             self._update_rem(rid, req, t)
             del self._reqs[rid]
             self._reuse.ended(rid, t)
@@ -566,34 +560,11 @@ class StreamingAnalyzer(LiveFindings):
             short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
         return self._need.get(p, 0.0) + self.queued_blocks(p) - avail - self._decode.get(p, 0.0) - short
 
-    # ---- debt / admission gap ---------------------------------------------------------------
-    def _debt(self, p: str) -> float:
-        if p not in self._state or p not in self._configs:
-            return math.nan
-        cap, avail = self._state[p]
-        short = 0.0
-        tgt = _TGT
-        if p != tgt and tgt in self._state and tgt in self._configs:
-            short_tok = max(self._need[tgt] - self._state[tgt][1], 0.0) * self._configs[tgt]["tokens_per_block"]
-            short = math.floor(short_tok / self._configs[p]["tokens_per_block"])
-        return self._need.get(p, 0.0) - avail - short
-
-    def _outside(self) -> list[str]:
-        return self._outside_pools
-
-    def _freed(self, p: str) -> float:
-        """Blocks ``p`` freed over the rate window that ended with the last iteration end
-        (detectors.window_freed)."""
-        win = self._window.get(p)
-        if not win:
-            return 0.0
-        (_t0, c0, u0), (_t1, c1, u1) = win[0], win[-1]
-        return (c1 - c0) - (u1 - u0)
-
     # ---- per iteration: time to exhaustion, the trackers' iteration ends ----------------------------
     def _end_iteration(self) -> None:
         t, it = self._last_t, self._iteration
-        self._check_gap(t, it)
+        for on_point in self._point_hooks:  # the iteration's end is a consistent point
+            on_point(t, it, self._live)
         for p, _c in self._kv_cfgs:
             if p not in self._state:
                 continue
@@ -615,7 +586,7 @@ class StreamingAnalyzer(LiveFindings):
             passes = list(nwin)
             burst = max(passes[-self.cfg.burst_window_iterations:])  # the largest pass of new mirrors (the pass rule)
             roll, net = self._cum_alloc[p] - back[1], (cap - avail) - back[2]
-            d = self._debt(p)
+            d = self._live.debt(p)
             certain = not math.isnan(d) and d > self.cfg.min_debt_blocks
             rate = roll / span_t if span_t > 0 else math.nan
             net_rate = net / span_t if span_t > 0 else math.nan
@@ -687,7 +658,7 @@ class StreamingAnalyzer(LiveFindings):
         # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
         # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
         for ep in self._tte.values():
-            if ep is not None and ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations:
+            if ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations:
                 ep.pending_arrivals += len(self._arrivals_now)
                 if len(ep.names) < self.cfg.max_named_requests:
                     ep.arrivals.extend(self._arrivals_now)

@@ -5,13 +5,16 @@ them (its debt, need less available, above ``DetectorConfig.min_debt_blocks``, e
 
 Two drivers over the pools' shared debt (:mod:`kvscope.analysis.debt`): :func:`find_admission_gaps`
 over a whole event file (vectorised over the debt's consistent points; the column view imported
-when it runs) and the streaming analyzer at each iteration's scheduling, on its running sums; both
-word it with :func:`gap_text`.
+when it runs) and :class:`AdmissionGapTracker`, which the streaming analyzer calls at each
+consistent point (an iteration's scheduling, its end) on its running sums; both word it with
+:func:`gap_text`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +22,7 @@ import numpy as np
 from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.findings_log import Episode
 from kvscope.analysis.rules.rule import Rule
 from kvscope.events import EventKind
 
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
 
     from kvscope.analysis.columns import EventColumns
     from kvscope.analysis.debt import DebtResult
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 
 def gap_text(pool: str, debt: float, need: float, available: float, first_request: int, peak: float,
@@ -128,4 +132,101 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_admission_gaps(run.ev, run.debt, run.configs, run.cfg, run.exhaustion)
 
 
-RULE = Rule(kinds=(FindingKind.ADMISSION_GAP,), batch=_batch)
+class AdmissionGapTracker:
+    """The rule on a live stream (single consumer): at each consistent point, per pool outside
+    admission, opens, extends or turns critical the pool's episode, a finding of the shared
+    :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty: they are the log's)."""
+
+    row_kinds: frozenset[str] = frozenset()
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self._gap: dict[str, Episode] = {}
+        self._break: dict[str, int] = {}  # pool -> last consistent point without debt
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        return None
+
+    def on_consistent_point(self, t: float, it: int, live: LiveContext) -> None:
+        """Read the debt at a consistent point (ITERATION_SCHEDULED or the iteration's end)."""
+        cfg, log = self.cfg, live.log
+        for p in live.outside_pools:
+            d = live.debt(p)
+            ep = self._gap.get(p)
+            if math.isnan(d) or d <= cfg.min_debt_blocks:
+                self._break[p] = it
+                continue
+            # An episode goes on across consecutive consistent points in debt (iterations with no
+            # events, fast-forwarded, are no break) or a break of at most merge_gap_iterations.
+            unbroken = ep is not None and self._break.get(p, -1) < ep.last_it
+            if ep is not None and (unbroken or it - ep.last_it <= cfg.merge_gap_iterations) and log.alive(ep.handle):
+                self._extend(ep, p, d, t, it, live)
+            else:
+                self._open(p, d, t, it, live)
+
+    def _extend(self, ep: Episode, p: str, d: float, t: float, it: int, live: LiveContext) -> None:
+        cfg, log = self.cfg, live.log
+        ep.last_it = it
+        f = log.get(ep.handle)
+        ev = dict(f.evidence, peak_debt_blocks=max(f.evidence["peak_debt_blocks"], d))
+        if d > debt_cover(cfg.margin_blocks(ev["capacity_blocks"]), live.freed(p)):
+            if f.severity != Severity.CRITICAL:
+                ev["critical_at_iteration"], ev["critical_at_s"] = it, t
+                log.turned.append(ep.handle)
+            f = replace(f, severity=Severity.CRITICAL)
+        for rid in live.iter_admitted:
+            if rid not in ev["admitted_into_debt"]:
+                ev["admitted_into_debt"] = [*ev["admitted_into_debt"], rid][: cfg.max_named_requests]
+                ev["num_admitted_into_debt"] += 1
+            if rid not in ep.names:
+                # the admitted into the debt come first, then those owed pages at the start (the
+                # batch rule's order); named when admitted (its named_at), so a failure's lead
+                # counts from there, not from the episode's start
+                ep.names.insert(ep.n_admitted, rid)
+                ep.n_admitted += 1
+                ev["named_at"] = [*ev["named_at"][: ep.n_admitted - 1], [rid, it],
+                                  *ev["named_at"][ep.n_admitted - 1 :]][: cfg.max_named_requests]
+        if ev["first_admission_request"] < 0 and ev["admitted_into_debt"]:
+            ev["first_admission_request"] = ev["admitted_into_debt"][0]
+        log.put(ep.handle, replace(
+            f, t_end_s=t, iteration_end=it, request_ids=tuple(ep.names[: cfg.max_named_requests]),
+            evidence=ev, summary=self._summary(p, ev, f.severity == Severity.CRITICAL)))
+
+    def _open(self, p: str, d: float, t: float, it: int, live: LiveContext) -> None:
+        cfg = self.cfg
+        cap, avail = live.state[p]
+        admitted = list(dict.fromkeys(live.iter_admitted))
+        owing = sorted(r for r, q in live.reqs.items() if q.rem.get(p, 0) > 0)
+        names = list(dict.fromkeys(admitted + owing))
+        first = admitted[0] if admitted else -1
+        need = live.need[p]
+        c = live.configs[p]
+        n = cfg.max_named_requests
+        # A small debt finishing requests keep covering is close, not critical
+        # (DetectorConfig.margin_blocks); a deeper one later in the episode makes it critical.
+        crit = d > debt_cover(cfg.margin_blocks(cap), live.freed(p))
+        ev = {"debt_blocks": d, "peak_debt_blocks": d, "need_blocks": need, "available_blocks": avail,
+              "capacity_blocks": cap, "tokens_per_block": c["tokens_per_block"],
+              "first_admission_request": first, "admitted_into_debt": admitted[:n],
+              "num_admitted_into_debt": len(admitted), "owing_at_start": owing[:n],
+              "named_at": [[r, it] for r in names[:n]], "paired": bool(c["paired"]),
+              "critical_at_iteration": it if crit else None, "critical_at_s": t if crit else None}
+        f = Finding(
+            kind=FindingKind.ADMISSION_GAP, severity=Severity.CRITICAL if crit else Severity.WARNING,
+            t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,), request_ids=tuple(names[:n]),
+            summary=self._summary(p, ev, crit), evidence=ev,
+        )
+        self._gap[p] = Episode(live.log.add(f), it, names, n_admitted=len(admitted))
+
+    def _summary(self, p: str, ev: dict, critical: bool) -> str:
+        return gap_text(p, ev["debt_blocks"], ev["need_blocks"], ev["available_blocks"], ev["first_admission_request"],
+                        ev["peak_debt_blocks"], ev["capacity_blocks"], critical, self.cfg.rate_window_iterations,
+                        self.cfg.risk_margin_fraction)
+
+
+RULE = Rule(kinds=(FindingKind.ADMISSION_GAP,), batch=_batch, tracker=AdmissionGapTracker)

@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding
+from kvscope.analysis.findings_log import FindingsLog
+from kvscope.events import PoolRole
+
+_TGT = PoolRole.TARGET.value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,8 +45,8 @@ class RunContext:
 
 @dataclass(slots=True)
 class LiveContext:
-    """The pool facts the streaming analyzer keeps for every rule (single consumer; the analyzer
-    updates it in place before a row reaches the trackers)."""
+    """The pool and request state the streaming analyzer keeps for every rule (single consumer; the
+    analyzer updates it in place, never rebinding a container, before a row reaches the trackers)."""
 
     configs: dict[str, dict] = field(default_factory=dict)
     """Pool -> its config row (:func:`~kvscope.analysis.pool_config.config_row`), as configured so far."""
@@ -50,6 +54,43 @@ class LiveContext:
     """The most tokens one iteration has scheduled so far (NaN before the first iteration)."""
     max_findings: int = 1000
     """Most findings a tracker keeps (oldest dropped first, counted in its ``dropped``)."""
+    log: FindingsLog = field(default_factory=lambda: FindingsLog(1000))
+    """The findings the rules that share the analyzer's state raise and update in place."""
+    state: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Pool -> (capacity, available blocks) at its latest row."""
+    need: dict[str, float] = field(default_factory=dict)
+    """Pool -> blocks the admitted requests still need."""
+    reqs: dict[int, Any] = field(default_factory=dict)
+    """The live requests (id -> the analyzer's record: ``rem`` per pool, blocks still needed), in
+    first-seen order."""
+    outside_pools: list[str] = field(default_factory=list)
+    """The KV pools the scheduler's admission does not check."""
+    iter_admitted: list[int] = field(default_factory=list)
+    """Requests admitted in the current iteration."""
+    window: dict[str, Any] = field(default_factory=dict)
+    """Pool -> (t, cumulative allocated, used) at the last iteration ends, over the rate window."""
+
+    def debt(self, p: str) -> float:
+        """Blocks ``p`` owes the admitted requests beyond what it has (NaN until its state and
+        config were seen); for a pool other than the target, less the target's own shortfall in its
+        blocks (the batch form: :mod:`kvscope.analysis.debt`)."""
+        if p not in self.state or p not in self.configs:
+            return math.nan
+        _cap, avail = self.state[p]
+        short = 0.0
+        if p != _TGT and _TGT in self.state and _TGT in self.configs:
+            short_tok = max(self.need[_TGT] - self.state[_TGT][1], 0.0) * self.configs[_TGT]["tokens_per_block"]
+            short = math.floor(short_tok / self.configs[p]["tokens_per_block"])
+        return self.need.get(p, 0.0) - avail - short
+
+    def freed(self, p: str) -> float:
+        """Blocks ``p`` freed over the rate window that ended with the last iteration end
+        (detectors.window_freed)."""
+        win = self.window.get(p)
+        if not win:
+            return 0.0
+        (_t0, c0, u0), (_t1, c1, u1) = win[0], win[-1]
+        return (c1 - c0) - (u1 - u0)
 
 
 class Tracker(Protocol):
@@ -61,6 +102,8 @@ class Tracker(Protocol):
     - ``request_kinds`` (frozenset of row kinds) and ``on_request(req, kind, pool, t, it, reason,
       live)``: a row of those kinds for a live request, after the analyzer updated its request
       record ``req`` (``rid``, ``seq``: first-seen order) and before it drops an ended one;
+    - ``on_consistent_point(t, it, live)``: the pools' state and the requests' needs agree (after an
+      ITERATION_SCHEDULED row, and at an iteration's end before the analyzer's own bookkeeping);
     - ``on_iteration_end(t, it, live)``: an iteration ended (after the analyzer's own bookkeeping);
     - ``close(t, it, live)``: the stream ended at (t, it);
     - ``new_findings()``: findings raised since its last call that ``on_row`` did not return;
