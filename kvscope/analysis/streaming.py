@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, order_findings
-from kvscope.analysis.findings_log import Episode, FindingsLog
+from kvscope.analysis.findings_log import FindingsLog
 from kvscope.analysis.incidents import (
     EXHAUSTION_KINDS,
     alarm_intervals,
@@ -43,7 +43,7 @@ from kvscope.analysis.live_projections import (
 )
 from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.rules import RULES
-from kvscope.analysis.rules.context import LiveContext, Tracker
+from kvscope.analysis.rules.context import ExhaustionReading, LiveContext, Tracker
 from kvscope.analysis.rules.never_fitting import ended_finding
 from kvscope.analysis.rules.reuse_loss import ReuseLossTracker
 from kvscope.events import (
@@ -123,8 +123,7 @@ class StreamingAnalyzer(LiveFindings):
         self._budget = math.nan  # most tokens one iteration scheduled (ceiling.budget_iterations)
         self._stride = math.inf  # fewest iterations between two chunks of one request (finishes.py)
         self._max_chunk = math.nan  # largest context chunk (debt.largest_chunk)
-        self._tte: dict[str, Episode] = {}
-        self._arrivals_now: list[tuple[int, int]] = []  # (request, iteration) arrived this iteration
+        self._arrivals_now: list[tuple[int, int]] = self._live.arrivals_now  # (request, iteration) arrived this iteration
         self._eta: dict[str, tuple[float, float, str]] = {}
         self._iteration: int | None = None
         self._last_t = 0.0
@@ -133,7 +132,6 @@ class StreamingAnalyzer(LiveFindings):
         self._iter_admitted: list[int] = self._live.iter_admitted  # admissions of the current iteration
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
-        self._tte_break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
         self._live_target: int | None = None  # live caches at the target's last snapshot
         self._guarded = False  # an admission policy (remediation) is enforcing
         self._recent_admissions: deque[tuple[float, float]] = deque(maxlen=hit_window)  # (prompt, reuse)
@@ -565,6 +563,8 @@ class StreamingAnalyzer(LiveFindings):
         t, it = self._last_t, self._iteration
         for on_point in self._point_hooks:  # the iteration's end is a consistent point
             on_point(t, it, self._live)
+        readings = self._live.exhaustion
+        readings.clear()
         for p, _c in self._kv_cfgs:
             if p not in self._state:
                 continue
@@ -649,19 +649,10 @@ class StreamingAnalyzer(LiveFindings):
                 risk = basis in ("queue", "arrival", "resume", "pass") or (
                     basis == "trend" and not self._guarded and eta <= self.cfg.risk_horizon_s
                     and util >= self.cfg.risk_min_utilization and binding)
-                if not (certain or risk):
-                    self._tte_break[p] = it
-                if certain or risk:
-                    self._tte_step(p, t, it, eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow),
-                                   rate, net_rate, admits, arr_med, arr_max, past_pass if basis == "pass" else past,
-                                   burst, closing, ceiling_freed, ceiling_span)
-        # Arrivals wait, with each time-to-exhaustion episode that may still go on (a gap of at most
-        # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
-        for ep in self._tte.values():
-            if ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations:
-                ep.pending_arrivals += len(self._arrivals_now)
-                if len(ep.names) < self.cfg.max_named_requests:
-                    ep.arrivals.extend(self._arrivals_now)
-        self._arrivals_now = []
+                readings[p] = ExhaustionReading(
+                    eta, eta_it, basis, cap, avail, util, d, max(proj, head, qnow), rate, net_rate, admits, arr_med,
+                    arr_max, past_pass if basis == "pass" else past, burst, closing, ceiling_freed, ceiling_span,
+                ) if certain or risk else None
         for on_end in self._end_hooks:
             on_end(t, it, self._live)
+        self._arrivals_now.clear()

@@ -43,6 +43,40 @@ class RunContext:
     cfg: DetectorConfig
 
 
+@dataclass(frozen=True, slots=True)
+class ExhaustionReading:
+    """A pool outside admission at an iteration's end where it is at risk of running out: the
+    streaming analyzer's projections (the batch's are :func:`~kvscope.analysis.detectors.exhaustion_arrays`')."""
+
+    eta: float
+    """Seconds to exhaustion (inf: none in sight)."""
+    eta_it: float
+    """Iterations to exhaustion."""
+    basis: str
+    """What the estimate stands on (``config.BASIS_NAMES``)."""
+    cap: float
+    avail: float
+    util: float
+    debt: float
+    projected: float
+    """The largest of the projected, head-of-queue and queue-now debts."""
+    rate: float
+    """Blocks allocated per second over the rate window."""
+    net_rate: float
+    admits: bool
+    """The target admits what the pool cannot back (the gate or arrival rule)."""
+    arrival_typical: float
+    arrival_max: float
+    past: float
+    """Blocks past the resume (or pass) ceiling."""
+    pass_blocks: float
+    """The window's largest pass of new mirrors."""
+    closing: float
+    """Iterations until the net growth reaches the ceiling anyway (inf: not within the window)."""
+    freed: float
+    span: float
+
+
 @dataclass(slots=True)
 class LiveContext:
     """The pool and request state the streaming analyzer keeps for every rule (single consumer; the
@@ -69,6 +103,10 @@ class LiveContext:
     """Requests admitted in the current iteration."""
     window: dict[str, Any] = field(default_factory=dict)
     """Pool -> (t, cumulative allocated, used) at the last iteration ends, over the rate window."""
+    arrivals_now: list[tuple[int, int]] = field(default_factory=list)
+    """(request, iteration) of the requests that arrived in the current iteration."""
+    exhaustion: dict[str, ExhaustionReading | None] = field(default_factory=dict)
+    """Pool outside admission -> its reading at the last iteration end (None: not at risk)."""
 
     def debt(self, p: str) -> float:
         """Blocks ``p`` owes the admitted requests beyond what it has (NaN until its state and

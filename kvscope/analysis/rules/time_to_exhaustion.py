@@ -7,16 +7,19 @@ trend. Thresholds: ``DetectorConfig.risk_horizon_s``, ``risk_min_utilization``,
 
 Two drivers over the pools' shared projections: :func:`estimate_time_to_exhaustion` over a whole
 event file (vectorised, on :func:`~kvscope.analysis.detectors.exhaustion_arrays`, imported when it
-runs) and the streaming analyzer at each iteration's end, on its running sums; both word it with
-the texts here (:func:`tte_summary`, :func:`risk_text` and the bases').
+runs) and :class:`TimeToExhaustionTracker` at each iteration's end, on the streaming analyzer's
+readings of its running sums (:class:`~kvscope.analysis.rules.context.ExhaustionReading`); both
+word it with the texts here (:func:`tte_summary`, :func:`risk_text` and the bases').
 
-Size: the wording of seven bases and the episode's finding; split, the texts would leave the rule.
+Size: the wording of seven bases and the episode's finding, batch and streaming; split, the texts
+would leave the rule.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,6 +28,7 @@ from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.config import BASIS_NAMES as _BASIS
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.findings_log import Episode
 from kvscope.analysis.rules.rule import Rule
 
 if TYPE_CHECKING:
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
     from kvscope.analysis.columns import EventColumns
     from kvscope.analysis.debt import DebtResult
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import ExhaustionReading, LiveContext, RunContext
 
 
 def debt_text(debt: float, cover: float, window: int) -> str:
@@ -320,4 +324,143 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return estimate_time_to_exhaustion(run.ev, run.debt, run.configs, run.cfg, run.exhaustion, run.timeline)
 
 
-RULE = Rule(kinds=(FindingKind.TIME_TO_EXHAUSTION,), batch=_batch)
+class TimeToExhaustionTracker:
+    """The rule on a live stream (single consumer): at each iteration end, per pool outside
+    admission, the analyzer's reading (:attr:`LiveContext.exhaustion
+    <kvscope.analysis.rules.context.LiveContext.exhaustion>`: its projections, computed once for
+    the gauges and this rule) opens, extends or turns critical the pool's episode, a finding of the
+    shared :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty: they are the
+    log's)."""
+
+    row_kinds: frozenset[str] = frozenset()
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self._tte: dict[str, Episode] = {}
+        self._break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        return None
+
+    def on_iteration_end(self, t: float, it: int, live: LiveContext) -> None:
+        for p, reading in live.exhaustion.items():
+            if reading is None:
+                self._break[p] = it
+            else:
+                self._step(p, t, it, reading, live)
+        # Arrivals wait, with each episode that may still go on (a gap of at most
+        # merge_gap_iterations), for its next step: counted, and kept while it has names to spare.
+        for ep in self._tte.values():
+            if ep.last_it != it and it - ep.last_it <= self.cfg.merge_gap_iterations:
+                ep.pending_arrivals += len(live.arrivals_now)
+                if len(ep.names) < self.cfg.max_named_requests:
+                    ep.arrivals.extend(live.arrivals_now)
+
+    def _step(self, p: str, t: float, it: int, r: ExhaustionReading, live: LiveContext) -> None:
+        eta, eta_it, basis, cap, avail, util, d = r.eta, r.eta_it, r.basis, r.cap, r.avail, r.util, r.debt
+        proj, rate, net_rate, admits, arr_med, arr_max = r.projected, r.rate, r.net_rate, r.admits, r.arrival_typical, r.arrival_max
+        past, pass_blocks, closing, freed, span = r.past, r.pass_blocks, r.closing, r.freed, r.span
+        log = live.log
+        cover = debt_cover(self.cfg.margin_blocks(cap), live.freed(p))
+        certain = basis == "debt" and d > cover
+        closes = math.isfinite(closing)
+        crit = certain or basis == "resume" or admits or closes
+        ep = self._tte.get(p)
+        unbroken = ep is not None and self._break.get(p, -1) < ep.last_it
+        cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
+                and log.alive(ep.handle))
+        start_it = log.get(ep.handle).iteration_start if cont else it
+        named = dict(ep.names) if cont else {}
+        if cont:
+            # every request that arrived since the last step was queued or in prefill during the
+            # episode (the batch rule's count), named or not
+            num_named = ep.num_named + ep.pending_arrivals + sum(1 for _r, a_it in live.arrivals_now if a_it > start_it)
+        else:
+            num_named = sum(1 for q in live.reqs.values() if not q.context_done)
+        # Names are the first max_named_requests by (iteration named, id). Once an episode holds
+        # that many, nothing can displace them: a request not yet named arrives now or later (named
+        # no earlier, with a larger id), and one that was live before already lost its place. So
+        # the walk over live requests (thousands on a long queue) is skipped.
+        if len(named) < self.cfg.max_named_requests:
+            for r, q in live.reqs.items():
+                if r not in named and not q.context_done:
+                    named[r] = max(start_it, q.arrival_it)
+            if cont:
+                # Requests that arrived after the episode opened were queued or in prefill within
+                # it even if their prefill ended before a step saw them (the batch rule names
+                # every request queued or in prefill during the episode).
+                for r, a_it in (*ep.arrivals, *live.arrivals_now):
+                    if r not in named and a_it > start_it:
+                        named[r] = a_it
+        order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
+        ceiling = live.configs[p]["max_util_for_resume"]
+        what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
+                         admits=admits, arrival_max=arr_max, arrival_typical=arr_med, min_debt=self.cfg.min_debt_blocks,
+                         past=past, ceiling=ceiling, pass_blocks=pass_blocks, burst_window=self.cfg.burst_window_iterations,
+                         closing_iterations=closing, freed=freed, span=span)
+        if cont:
+            ep.last_it = it
+            ep.names = order
+            ep.arrivals = []
+            ep.num_named, ep.pending_arrivals = num_named, 0
+            if math.isnan(ep.peak) or util > ep.peak:
+                ep.peak = util
+            f = log.get(ep.handle)
+            old = f.evidence["min_eta_s"]
+            ev = dict(f.evidence, min_eta_s=min(old if old is not None else math.inf, eta),
+                      named_at=[[r, i] for r, i in order], num_requests=num_named, end_basis=basis, end_utilization=util,
+                      end_available_blocks=avail, peak_utilization=ep.peak)
+            if not ep.est_finite and math.isfinite(eta):
+                # the batch rule estimates at the episode's first iteration with a consumption rate
+                ep.est_finite = True
+                ev.update(eta_s=eta, eta_iterations=eta_it, estimated_at_iteration=it, predicted_exhaustion_s=t + eta)
+                ep.opening = tte_summary(p, f.evidence["basis"], eta, eta_it, it, f.evidence["utilization"],
+                                         f.evidence["available_blocks"], ep.opening_what)
+            ev["certain"] = ev["certain"] or certain
+            if not math.isnan(d) and (math.isnan(ev["peak_debt_blocks"]) or d > ev["peak_debt_blocks"]):
+                ev["peak_debt_blocks"] = d
+            ev["target_admits_queue"] = ev["target_admits_queue"] or admits
+            ev["ceiling_closing"] = ev["ceiling_closing"] or closes
+            if basis == "resume":
+                ev["resume_ceiling"] = True
+                ev["past_ceiling_blocks"] = max(ev.get("past_ceiling_blocks") or -math.inf, past)
+            sev = Severity.CRITICAL if crit else f.severity
+            if sev == Severity.CRITICAL and ev.get("critical_at_iteration") is None:
+                ev["critical_at_iteration"], ev["critical_at_s"] = it, t
+                ep.turn = critical_from_text(it, util, what)
+                log.turned.append(ep.handle)
+            summary = ep.opening + ep.turn + episode_end_text(it - f.iteration_start, t - f.t_start_s, it, ep.peak, util,
+                                                    avail, what)
+            log.put(ep.handle, replace(f, t_end_s=t, iteration_end=it, severity=sev, evidence=ev,
+                                             request_ids=tuple(r for r, _ in order), summary=summary))
+            return
+        opening = tte_summary(p, basis, eta, eta_it, it, util, avail, what)
+        f = Finding(
+            kind=FindingKind.TIME_TO_EXHAUSTION,
+            severity=Severity.CRITICAL if crit else Severity.WARNING,
+            t_start_s=t, t_end_s=t, iteration_start=it, iteration_end=it, pools=(p,),
+            request_ids=tuple(r for r, _ in order),
+            summary=opening,
+            evidence={"eta_s": eta, "eta_iterations": eta_it, "estimated_at_iteration": it,
+                      "predicted_exhaustion_s": t + eta, "basis": basis,
+                      "certain": certain, "target_admits_queue": admits,
+                      "resume_ceiling": basis == "resume",
+                      "past_ceiling_blocks": past if basis == "resume" else None,
+                      "ceiling_closing": closes,
+                      "critical_at_iteration": it if crit else None,
+                      "critical_at_s": t if crit else None, "min_eta_s": eta, "available_blocks": avail, "capacity_blocks": cap,
+                      "utilization": util, "debt_blocks": d, "projected_debt_blocks": proj, "peak_debt_blocks": d,
+                      "alloc_rate_blocks_s": rate, "net_rate_blocks_s": net_rate,
+                      "named_at": [[r, i] for r, i in order], "num_requests": num_named, "end_basis": basis,
+                      "end_utilization": util,
+                      "end_available_blocks": avail, "peak_utilization": util},
+        )
+        self._tte[p] = Episode(log.add(f), it, order, opening, what, util, math.isfinite(eta), num_named=num_named)
+
+
+RULE = Rule(kinds=(FindingKind.TIME_TO_EXHAUSTION,), batch=_batch, tracker=TimeToExhaustionTracker)
