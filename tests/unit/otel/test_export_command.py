@@ -209,7 +209,8 @@ def test_follow_process_lowers_its_own_cpu_priority_by_default_and_ends_at_the_p
     from kvscope.engines.live import ZmqPublisherSink
 
     pub = ZmqPublisherSink("tcp://127.0.0.1:*")
-    follower = _start_follower(pub, "--no-analyze")
+    # SCHED_IDLE (pinned below) would starve it beside busy processes: this test is about nice
+    follower = _start_follower(pub, "--no-analyze", "--sched", "normal")
     try:
         _wait_subscribed(pub)
         want = min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
@@ -425,7 +426,8 @@ def _go_on(pub, pump, rec, clock) -> None:
 def _follow_late(pub, pump, rec, clock, *extra: str) -> tuple[dict, str, int]:
     """A follower process joins the engine of :func:`_late_join`, which then goes on to its end:
     (the follower's --json summary, its stderr, its exit code)."""
-    follower = _start_follower(pub, *extra)
+    # at normal priority: at the defaults a busy machine starves it (those are tested above)
+    follower = _start_follower(pub, *extra, "--nice", "0", "--sched", "normal")
     try:
         _go_on(pub, pump, rec, clock)
         out, err = follower.communicate(timeout=120)
