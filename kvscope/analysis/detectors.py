@@ -104,50 +104,17 @@ def exhaustion_arrays(
         # no risk from a projection then, only from debt already owed or the usage trend.
         queue = ~certain & ~guarded & ((np.nan_to_num(proj, nan=-np.inf) > cfg.min_debt_blocks) | admits | gate_seen
                                        | (np.nan_to_num(f["projected_queue_now"][qi], nan=-np.inf) > margin))
-        resume = np.zeros(len(ends), dtype=bool)
-        past_ceiling = np.full(len(ends), -np.inf)
         burst = rolling_max(f["new_by_run"], cfg.burst_window_iterations)
-        by_pass = np.zeros(len(ends), dtype=bool)
-        past_pass = np.full(len(ends), -np.inf)
-        ceiling_freed = ceiling_span = np.full(len(ends), np.nan)
-        if "resume" in f:
-            resume, past_ceiling, by_pass, past_pass, ceiling_freed, ceiling_span = resume_at_risk(
-                f["resume"], qi, cap, alloc_it, cs_alloc - used, cfg, burst)
-            resume &= ~certain & ~guarded
-            by_pass &= ~certain & ~guarded & ~resume
-        # The pass hazard alone is a warning: whether such a pass comes soon is not in the events.
-        # Where the pool also drifts to the ceiling without it -- its net growth over the rate
-        # window, less the largest pass of new mirrors in that window, reaches the ceiling within
-        # the window (the trend is extrapolated no further than it was measured) -- the next new
-        # mirror's first resume is refused within that many iterations unless frees speed up:
-        # critical. One large pass alone (which the hazard already counts) does not make a drift.
-        closing_it = np.full(len(ends), np.inf)
-        if "resume" in f:
-            new0 = f["new_by_run"].astype(np.float64).copy()
-            if len(new0):
-                new0[0] = 0.0  # the window (back, i] never holds the first run's pages
-            drift = net - rolling_max(new0, w)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                drift_it = np.where(span_i > 0, drift / span_i, np.nan)
-                c = np.where(by_pass & (drift_it > 0), np.maximum(f["resume"]["headroom"][qi], 0.0) / drift_it,
-                             np.inf)
-            closing_it = np.where(c <= w, c, np.inf)
+        resume, past_ceiling, by_pass, past_pass, ceiling_freed, ceiling_span = _resume_hazards(
+            f, qi, cap, alloc_it, cs_alloc - used, cfg, burst, ~certain & ~guarded)
+        closing_it = _pass_closing(f, qi, net, span_i, by_pass, w)
         # No queue to project from (closed loop): one more request like the recent ones.
         arrival = ~certain & ~guarded & ~queue & (f["arrival_max"][qi] > cfg.min_debt_blocks)
         arrival_typical = arrival & ~guarded & gate_open & (f["arrival_median"][qi] > margin) & (
             f["arrival_samples"][qi] >= cfg.arrival_min_samples)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
-            net_rate = np.where(span_t > 0, net / span_t, np.nan)
-            per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
-            per_it_net = np.where(span_i > 0, net / span_i, np.nan)
-            by_alloc = certain | queue | arrival | resume | by_pass
-            # Past the resume ceiling, what runs out first is the room below it.
-            room = np.where(resume | by_pass, np.maximum(f["resume"]["headroom"][qi], 0.0) if "resume" in f else avail,
-                            avail)
-            eta_s = np.where(by_alloc, room / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
-            eta_it = np.where(by_alloc, room / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
-            utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
+        alloc_rate, net_rate, eta_s, eta_it, utilization = _estimates(
+            f, qi, span_t, span_i, roll_alloc, net, avail, cap, certain | queue | arrival | resume | by_pass,
+            resume | by_pass)
         basis = np.where(certain, 3, np.where(resume, 5, np.where(by_pass, 6, np.where(queue, 2, np.where(
             arrival, 4, np.where(np.isfinite(eta_s), 1, 0))))))
         basis = basis.astype(np.int8)
@@ -168,6 +135,66 @@ def exhaustion_arrays(
             "guarded": guarded,
         }
     return out
+
+
+def _resume_hazards(f: dict, qi: np.ndarray, cap: np.ndarray, alloc_it: np.ndarray, freed: np.ndarray,
+                    cfg: DetectorConfig, burst: np.ndarray, open_risk: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`~kvscope.analysis.ceiling.resume_at_risk` where the pool has a resume ceiling (none
+    at risk otherwise), only where ``open_risk`` (no certain debt, no enforcing policy); the pass
+    hazard only where the resume one does not hold."""
+    n = len(qi)
+    if "resume" not in f:
+        return (np.zeros(n, dtype=bool), np.full(n, -np.inf), np.zeros(n, dtype=bool), np.full(n, -np.inf),
+                np.full(n, np.nan), np.full(n, np.nan))
+    resume, past_ceiling, by_pass, past_pass, ceiling_freed, ceiling_span = resume_at_risk(
+        f["resume"], qi, cap, alloc_it, freed, cfg, burst)
+    resume &= open_risk
+    by_pass &= open_risk & ~resume
+    return resume, past_ceiling, by_pass, past_pass, ceiling_freed, ceiling_span
+
+
+def _pass_closing(f: dict, qi: np.ndarray, net: np.ndarray, span_i: np.ndarray, by_pass: np.ndarray,
+                  w: int) -> np.ndarray:
+    """Iterations until the pool's drift reaches the resume ceiling where the pass hazard holds
+    (inf: not within the rate window ``w``, or no ceiling).
+
+    The pass hazard alone is a warning: whether such a pass comes soon is not in the events.
+    Where the pool also drifts to the ceiling without it -- its net growth over the rate window,
+    less the largest pass of new mirrors in that window, reaches the ceiling within the window (the
+    trend is extrapolated no further than it was measured) -- the next new mirror's first resume is
+    refused within that many iterations unless frees speed up: critical. One large pass alone
+    (which the hazard already counts) does not make a drift."""
+    if "resume" not in f:
+        return np.full(len(qi), np.inf)
+    new0 = f["new_by_run"].astype(np.float64).copy()
+    if len(new0):
+        new0[0] = 0.0  # the window (back, i] never holds the first run's pages
+    drift = net - rolling_max(new0, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        drift_it = np.where(span_i > 0, drift / span_i, np.nan)
+        c = np.where(by_pass & (drift_it > 0), np.maximum(f["resume"]["headroom"][qi], 0.0) / drift_it, np.inf)
+    return np.where(c <= w, c, np.inf)
+
+
+def _estimates(f: dict, qi: np.ndarray, span_t: np.ndarray, span_i: np.ndarray, roll_alloc: np.ndarray,
+               net: np.ndarray, avail: np.ndarray, cap: np.ndarray, by_alloc: np.ndarray, below_ceiling: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Allocation and net rates (blocks/s), the time to exhaustion in seconds and iterations, and
+    the utilisation: at the allocation rate where ``by_alloc`` (a basis other than the trend), at
+    the net rate otherwise; where ``below_ceiling`` (the resume or pass basis), of the room below
+    the resume ceiling, which runs out first."""
+    used = cap - avail
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alloc_rate = np.where(span_t > 0, roll_alloc / span_t, np.nan)
+        net_rate = np.where(span_t > 0, net / span_t, np.nan)
+        per_it_alloc = np.where(span_i > 0, roll_alloc / span_i, np.nan)
+        per_it_net = np.where(span_i > 0, net / span_i, np.nan)
+        room = np.where(below_ceiling, np.maximum(f["resume"]["headroom"][qi], 0.0) if "resume" in f else avail,
+                        avail)
+        eta_s = np.where(by_alloc, room / alloc_rate, np.where(net_rate > 0, avail / net_rate, np.inf))
+        eta_it = np.where(by_alloc, room / per_it_alloc, np.where(per_it_net > 0, avail / per_it_net, np.inf))
+        utilization = np.where(cap > 0, used / np.where(cap > 0, cap, 1), np.nan)
+    return alloc_rate, net_rate, eta_s, eta_it, utilization
 
 
 def exhaustion_frame(

@@ -15,7 +15,7 @@ per-pool state this analyzer keeps. A test feeds the same stream to both analyze
 
 Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
 (the rules share it row by row, through :class:`~kvscope.analysis.rules.context.LiveContext`);
-what needs no shared state lives apart (live_findings.py, live_projections.py,
+what needs no shared state lives apart (live_request.py, live_projections.py,
 kvscope.analysis.findings_log, kvscope.analysis.rules).
 """
 
@@ -33,7 +33,6 @@ from kvscope.analysis.incidents import (
     alarm_intervals,
     alarm_level,
 )
-from kvscope.analysis.live_findings import LiveFindings, _Req
 from kvscope.analysis.live_projections import (
     arrival_debt,
     arrival_debt_bound,
@@ -41,10 +40,12 @@ from kvscope.analysis.live_projections import (
     head_debt,
     queue_now_debt,
 )
+from kvscope.analysis.live_request import _Req
 from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.rules import RULES
 from kvscope.analysis.rules.context import ExhaustionReading, LiveContext, Tracker
-from kvscope.analysis.rules.never_fitting import ended_finding
+from kvscope.analysis.rules.engine_fatal import live_fatal_finding
+from kvscope.analysis.rules.never_fitting import arrival_finding, ended_finding
 from kvscope.analysis.rules.reuse_loss import ReuseLossTracker
 from kvscope.events import (
     REQUEST_OUTCOMES,
@@ -83,7 +84,7 @@ def _div(a: float, b: float) -> float:
     return a / b
 
 
-class StreamingAnalyzer(LiveFindings):
+class StreamingAnalyzer:
     """Incremental detectors over a live event stream (single consumer thread; not thread-safe).
 
     Args:
@@ -424,6 +425,19 @@ class StreamingAnalyzer(LiveFindings):
             self._ended_set.add(rid)
         else:
             self._update_rem(rid, req, t, scope)
+
+    def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
+        for p, c in self._configs.items():
+            if p not in _KV or c["capacity_blocks"] <= 0 or p in req.fit_checked:
+                continue
+            req.fit_checked.add(p)
+            f = arrival_finding(rid, req.prompt, p, c, t, req.arrival_it, self._last_it)
+            if f is not None:
+                req.never_fitting.append(self._log.add(f))
+
+    def _fatal(self, rid: int, pool: str, nt: int, state: tuple, reason: str, t: float, it: int) -> None:
+        prior = self._log.items + [f for tracker in self._fatal_reads for f in tracker.findings]
+        self._log.add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
 
     def _update_rem(self, rid: int, req: _Req, t: float, scope: str | tuple | None = None) -> None:
         """Bring the request's held / still-needed / decoding blocks up to date in the pools of

@@ -1,20 +1,12 @@
-"""Finding builders of the streaming analyzer that read its state directly: never-fitting
-requests and the engine's failure. A mixin of :class:`StreamingAnalyzer`
-(split out to keep modules small); it never touches events itself.
-
-The findings' texts are the rule modules' (:mod:`kvscope.analysis.rules`); the findings go into the
-analyzer's :class:`~kvscope.analysis.findings_log.FindingsLog`.
+"""_Req: the streaming analyzer's record of one live request (what its rows said so far and what
+it holds and still needs per pool), shared with the rules' trackers through
+:class:`~kvscope.analysis.rules.context.LiveContext`.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-from kvscope.analysis.rules.engine_fatal import live_fatal_finding
-from kvscope.analysis.rules.never_fitting import arrival_finding
-from kvscope.events import PoolRole
-
-_KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
 
 
 @dataclass(slots=True)
@@ -61,22 +53,3 @@ class _Req:
     """Its last context chunk's size (tokens)."""
     chunk_it: int = -1
     """The iteration of its last context chunk."""
-
-
-class LiveFindings:
-    """Mixin: builds and updates findings from :class:`StreamingAnalyzer` state."""
-
-    # ---- never fitting, fatal, reuse loss -----------------------------------------------------
-    def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
-        for p, c in self._configs.items():
-            if p not in _KV or c["capacity_blocks"] <= 0 or p in req.fit_checked:
-                continue
-            req.fit_checked.add(p)
-            f = arrival_finding(rid, req.prompt, p, c, t, req.arrival_it, self._last_it)
-            if f is None:
-                continue
-            req.never_fitting.append(self._log.add(f))
-
-    def _fatal(self, rid, pool, nt, state, reason, t, it) -> None:
-        prior = self._log.items + [f for tracker in self._fatal_reads for f in tracker.findings]
-        self._log.add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
