@@ -34,42 +34,7 @@ follower adds to the engine thread, and the analyzer child's start-up CPU beside
 importing what it imports, alone and with pandas, pyarrow and the OTel SDK. ``--no-engine`` runs the
 end-to-end part only, ``--startup`` the start-up figures only.
 
-Figures (2026-12-02; us/event, export minus no export; load 1.3 at the start):
-
-  engine thread                    busy: wall / own       paced: wall / own
-  in-process export                +0.70 / +0.70          +13.27 / +10.24
-  follow (defaults: SCHED_IDLE)    -0.14 / -0.23          +0.72 / -0.16
-  follow --sched normal (nice 10)  +0.25 / -0.07          +2.59 / -2.11
-  follow --sched normal --nice 0   +0.44 / -0.01          +3.71 / -1.85
-
-  Three more paced runs the same day (best of 3 each): SCHED_IDLE -1.44, -0.19 and -2.08 (the last
-  at 5 ms per iteration); nice 10 alone +6.17, +2.81 and +10.50. At nice 10 the engine's wall cost
-  is time it waits for a CPU the follower holds ('own' stays near 0); SCHED_IDLE removes it. Before
-  the CLI set the policy and nice value on every thread, two threads the imports had started stayed
-  at the defaults (nice 0, normal policy): SCHED_IDLE then measured +2.11 and nice 10 +7.52.
-
-End to end the same day (load 0.8-1.3): 95,191 events/s with the analyzer child, 52,261 inline,
-104,217 without the analyzer (figures of 2026-12-01 below).
-
-Joined late (2026-12-03, load 0.5-1.3): 99,859 events/s following from the start with the analyzer
-child; 48,789 joining late with the history in JSON Lines (26.0 us/event of follower CPU: reading
-JSON Lines is 9 us/event), 80,837 with it in Parquet (18.0); findings 105 in all three. A dashboard
-joining late: 42,739 events/s, its first poll 4.2 s (the file read and a 200k-event chunk). So a
-late follower catches up an hour of an engine recording 1,000 events/s in 45-75 s.
-
-  end to end (391k events of a real replay -> rotel)   load 0.3-0.7   load 1.3-2.4   load 3.5-8
-  analyzer in a child process (default)                     106,821         52,298       30,160
-  analyzer inline                                            69,126         48,121       39,100
-  --no-analyze                                              128,061         98,100       85,183
-  follower CPU us/event at load 0.3-0.7: child mode 7.4 translating + 8.7 in the child; inline 16.4;
-  without the analyzer 9.5.
-
-  streaming analyzer alone: 7-9 us/event CPU (23.4 on the code of the session before, 25.6 with the
-  resume-ceiling rules, before its per-event and per-iteration bookkeeping became O(1)); the
-  follow then reached 32,093 events/s with it and 112,066 without at load 1.3-1.8 (14,827 and
-  62,102 at load 8). The child's CPU above includes its start: 0.24 s CPU (0.6 us/event on this
-  replay) since it imports no pandas, pyarrow or OpenTelemetry SDK, 0.88 s (2.2 us/event) before
-  (best of 5 at load 2-3; ``--startup`` prints the child's start-up alone).
+Figures with their dates and the machine's load: bench/RESULTS.md, "Live export".
 
 The engine-thread wall figures swing by a few us/event between runs with the machine's load; 'own'
 and CPU do not. On a loaded machine the child's parallelism does not materialise (both processes
