@@ -10,7 +10,7 @@ healthy runs it would be critical at least once (it must be none).
     .venv/bin/python bench/drift_study.py DIR [--misses NAME ...]
 
 Session 21 ran it over the 126-run corpus: every (W, K) that reaches the missed crashes is also
-critical on most healthy runs (bench/SCOREBOARD.md, "A longer trend does not separate them").
+critical on most healthy runs (bench/RESULTS.md, "A longer trend does not separate them").
 """
 
 from __future__ import annotations

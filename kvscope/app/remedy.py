@@ -44,7 +44,7 @@ __all__ = ["FileControlChannel", "RemediatedSession", "attach_from_env", "attach
 AUTO_TRIGGER_KINDS = (FindingKind.ADMISSION_GAP, FindingKind.TIME_TO_EXHAUSTION, FindingKind.RESUME_NEAR_MISS)
 """Streaming-analyzer finding kinds that switch ``auto`` on. A resume near miss is one: on the
 builds where the mirror is resumed in the draft manager it is the only warning before a pool at its
-resume ceiling refuses one (bench/SCOREBOARD.md, the silent family), and reserving below that ceiling
+resume ceiling refuses one (bench/RESULTS.md, the silent family), and reserving below that ceiling
 is what keeps every later resume under it."""
 
 

@@ -2,7 +2,7 @@
 it schedules. The binding records that RESUMED when it happens, before the pass's
 ITERATION_SCHEDULED, so no pool state stamped in between holds pages no event gave back: recorded
 at the draft sweep after the pass, those states read as a debt of the whole mirror (a critical
-admission gap on a healthy run: glm5-dsa reuse off, seed 177, bench/SCOREBOARD.md). The blocks the
+admission gap on a healthy run: glm5-dsa reuse off, seed 177, bench/RESULTS.md). The blocks the
 mirror grows are still reported once, by the sweep."""
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_auto_switches_on_at_the_first_finding_and_the_replay_finishes(tmp_path)
 
 def test_auto_switches_on_before_the_silent_crash_and_it_finishes(tmp_path):
     # The silent family (1.3.0rc27, reuse off: both pools at the resume ceiling in step): no gap or
-    # exhaustion finding comes before the crash, only resume near misses (bench/SCOREBOARD.md). The
+    # exhaustion finding comes before the crash, only resume near misses (bench/RESULTS.md). The
     # policy in shadow sees it first: its certain needs pass the resume ceiling, and it engages at
     # that attempt, before the analyzer's near miss.
     source = str(TRACES_DIR / "conversation_trace.jsonl")

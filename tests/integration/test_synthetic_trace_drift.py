@@ -26,7 +26,7 @@ The recordings are frozen analyzer inputs (``tests/integration/data/synthetic-*.
 46k scheduler copy's chunked admission order, before the model's rc25 record took main's order, so
 that the rules tested here do not move with the engine model. On the corrected model the seed-0 run
 still dies at request 3609, where the analyzer warns but is not critical ahead; the corpus
-(bench/SCOREBOARD.md) counts that.
+(bench/RESULTS.md) counts that.
 """
 
 from __future__ import annotations

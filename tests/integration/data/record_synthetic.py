@@ -5,7 +5,7 @@ the stored 46,253-character scheduler copy (``chunk_unit_checked_after_prepare=T
 model's rc25 record took main's order (kvscope/engine_model/SOURCES.md, "rc25's chunked admission
 order"). They are analyzer inputs, frozen here so that the rules they test do not move with the
 engine model; what the analyzer does on the corrected model is measured by the corpus
-(bench/corpus.py, bench/SCOREBOARD.md). Run from the checkout:
+(bench/corpus.py, bench/RESULTS.md). Run from the checkout:
 
     .venv/bin/python tests/integration/data/record_synthetic.py
 """

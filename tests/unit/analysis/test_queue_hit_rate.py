@@ -1,5 +1,5 @@
 """The queue's need in the target counts its reuse at no more than the hit rate now: requests that
-waited while the target's cache stopped hitting are not assumed to hit (bench/SCOREBOARD.md, the
+waited while the target's cache stopped hitting are not assumed to hit (bench/RESULTS.md, the
 twins of session 20: seed 89's twin whose waiting prompts share nothing drew a critical from the
 resume rule at the hit rate of their arrival, while its admissions reused nothing). Batch
 (:func:`kvscope.analysis.queue.queued_need`) and streaming
