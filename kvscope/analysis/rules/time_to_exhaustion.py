@@ -361,6 +361,33 @@ class TimeToExhaustionTracker:
                 if len(ep.names) < self.cfg.max_named_requests:
                     ep.arrivals.extend(live.arrivals_now)
 
+    def _named(self, ep: Episode | None, start_it: int, live: LiveContext) -> tuple[list, int]:
+        """The episode's named requests as (request, iteration named), and how many it counts;
+        ``ep``: the episode going on (None: one opening now at ``start_it``)."""
+        named = dict(ep.names) if ep is not None else {}
+        if ep is not None:
+            # every request that arrived since the last step was queued or in prefill during the
+            # episode (the batch rule's count), named or not
+            num_named = ep.num_named + ep.pending_arrivals + sum(1 for _r, a_it in live.arrivals_now if a_it > start_it)
+        else:
+            num_named = sum(1 for q in live.reqs.values() if not q.context_done)
+        # Names are the first max_named_requests by (iteration named, id). Once an episode holds
+        # that many, nothing can displace them: a request not yet named arrives now or later (named
+        # no earlier, with a larger id), and one that was live before already lost its place. So
+        # the walk over live requests (thousands on a long queue) is skipped.
+        if len(named) < self.cfg.max_named_requests:
+            for rid, q in live.reqs.items():
+                if rid not in named and not q.context_done:
+                    named[rid] = max(start_it, q.arrival_it)
+            if ep is not None:
+                # Requests that arrived after the episode opened were queued or in prefill within
+                # it even if their prefill ended before a step saw them (the batch rule names
+                # every request queued or in prefill during the episode).
+                for rid, a_it in (*ep.arrivals, *live.arrivals_now):
+                    if rid not in named and a_it > start_it:
+                        named[rid] = a_it
+        return sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests], num_named
+
     def _step(self, p: str, t: float, it: int, r: ExhaustionReading, live: LiveContext) -> None:
         eta, eta_it, basis, cap, avail, util, d = r.eta, r.eta_it, r.basis, r.cap, r.avail, r.util, r.debt
         proj, rate, net_rate, admits, arr_med, arr_max = r.projected, r.rate, r.net_rate, r.admits, r.arrival_typical, r.arrival_max
@@ -375,29 +402,7 @@ class TimeToExhaustionTracker:
         cont = (ep is not None and (unbroken or it - ep.last_it <= self.cfg.merge_gap_iterations)
                 and log.alive(ep.handle))
         start_it = log.get(ep.handle).iteration_start if cont else it
-        named = dict(ep.names) if cont else {}
-        if cont:
-            # every request that arrived since the last step was queued or in prefill during the
-            # episode (the batch rule's count), named or not
-            num_named = ep.num_named + ep.pending_arrivals + sum(1 for _r, a_it in live.arrivals_now if a_it > start_it)
-        else:
-            num_named = sum(1 for q in live.reqs.values() if not q.context_done)
-        # Names are the first max_named_requests by (iteration named, id). Once an episode holds
-        # that many, nothing can displace them: a request not yet named arrives now or later (named
-        # no earlier, with a larger id), and one that was live before already lost its place. So
-        # the walk over live requests (thousands on a long queue) is skipped.
-        if len(named) < self.cfg.max_named_requests:
-            for r, q in live.reqs.items():
-                if r not in named and not q.context_done:
-                    named[r] = max(start_it, q.arrival_it)
-            if cont:
-                # Requests that arrived after the episode opened were queued or in prefill within
-                # it even if their prefill ended before a step saw them (the batch rule names
-                # every request queued or in prefill during the episode).
-                for r, a_it in (*ep.arrivals, *live.arrivals_now):
-                    if r not in named and a_it > start_it:
-                        named[r] = a_it
-        order = sorted(named.items(), key=lambda x: (x[1], x[0]))[: self.cfg.max_named_requests]
+        order, num_named = self._named(ep if cont else None, start_it, live)
         ceiling = live.configs[p]["max_util_for_resume"]
         what = risk_text(basis, debt=d, cover=cover, rate_window=self.cfg.rate_window_iterations, projected=proj,
                          admits=admits, arrival_max=arr_max, arrival_typical=arr_med, min_debt=self.cfg.min_debt_blocks,
