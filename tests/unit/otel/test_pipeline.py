@@ -47,20 +47,21 @@ def test_counts_failed_and_raising_exports_as_dropped_when_exporter_fails():
 
 
 def test_shutdown_returns_by_deadline_and_counts_leftovers_when_exporter_hangs():
-    release = threading.Event()
-    q = ExportQueue(
-        lambda b: release.wait(30),
-        name="t",
-        max_queue_size=100,
-        max_batch_size=2,
-        schedule_delay_s=0.01,
-    )
+    release, hung = threading.Event(), threading.Event()
+    hang_s = 120.0
+
+    def export(batch):
+        hung.set()
+        return release.wait(hang_s)
+
+    q = ExportQueue(export, name="t", max_queue_size=100, max_batch_size=2, schedule_delay_s=0.01)
     for i in range(10):
         q.offer(i)
-    time.sleep(0.05)  # the worker takes the first batch and hangs in it
+    assert hung.wait(60)  # the worker took the first batch and hangs in it
     t0 = time.monotonic()
     q.shutdown(0.3)
-    assert time.monotonic() - t0 < 2.0
+    # Waiting for the exporter would take hang_s; the bound leaves a loaded machine a minute.
+    assert time.monotonic() - t0 < hang_s / 2
     assert q.num_dropped_shutdown == 10  # the 8 still queued and the 2 in the hung export: none known delivered
     assert not q.offer(99)
     release.set()
@@ -136,7 +137,7 @@ def test_replay_queue_stops_waiting_once_an_export_failed_when_collector_down():
     assert q.force_flush(5)  # the first export fails: the queue is now unhealthy
     t0 = time.monotonic()
     results = [q.offer(i) for i in range(1, 200)]
-    assert time.monotonic() - t0 < 5  # far less than one 30 s wait
+    assert time.monotonic() - t0 < 25  # less than one 30 s wait: no offer waited for room
     q.shutdown(2)
     assert results.count(False) > 0
     assert q.num_exported == 0 and q.num_dropped == 200
