@@ -170,7 +170,11 @@ def test_killed_worker_leaves_a_readable_cut_off_file_and_the_other_rank_complet
     while not ((tmp_path / "w1.done").exists() and (tmp_path / "pids").exists()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    time.sleep(0.3)  # the pump writes every 50 ms
+    # Rank 1's pump writes every 50 ms: wait until its four finishes are on disk (a loaded machine
+    # may take far longer than that), so the kill cuts the file after them.
+    while sum(p.read_text(errors="replace").count("request_finished") for p in out.glob("events-rank1-pid*.jsonl")) < 4:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
     victim = int((tmp_path / "pids").read_text().split()[1])
     os.kill(victim, signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
