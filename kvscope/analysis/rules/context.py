@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding
@@ -43,10 +43,11 @@ class RunContext:
     cfg: DetectorConfig
 
 
-@dataclass(frozen=True, slots=True)
-class ExhaustionReading:
+class ExhaustionReading(NamedTuple):
     """A pool outside admission at an iteration's end where it is at risk of running out: the
-    streaming analyzer's projections (the batch's are :func:`~kvscope.analysis.detectors.exhaustion_arrays`')."""
+    streaming analyzer's projections (the batch's are :func:`~kvscope.analysis.detectors.exhaustion_arrays`').
+    Immutable; a named tuple rather than a frozen dataclass, as one is built per pool at most
+    iterations and a frozen dataclass costs eight times as much to build."""
 
     eta: float
     """Seconds to exhaustion (inf: none in sight)."""
