@@ -33,12 +33,8 @@ class _Req:
     q_rate: dict = field(default_factory=dict)
     """Per pool that gets the target's reuse: (total tokens, prompt tokens, blocks of its own match)
     it adds to the queue's need at the current hit rate (StreamingAnalyzer.queued_blocks)."""
-    fit_checked: set = field(default_factory=set)
-    """Pools its prompt was checked against for never-fitting (a pool configured after it arrived
-    is checked then)."""
     context_done: bool = False
     dec: dict = field(default_factory=dict)
-    never_fitting: list = field(default_factory=list)
     seq: int = 0
     """First-seen order among requests (the analyzer's ``_reqs`` order)."""
     finals: tuple | None = None

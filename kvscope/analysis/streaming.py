@@ -7,11 +7,13 @@ it starts; its end time and named requests keep updating in :attr:`findings`). G
 metrics callbacks or the dashboard. Memory: live requests, one window of iterations per pool and at
 most ``max_findings`` findings; finished requests are dropped at once.
 
-The rules are the batch analyzer's: both run the table :data:`kvscope.analysis.rules.RULES`. A rule
-with a tracker of its own is built from the table and fed through the hooks it has
+The rules are the batch analyzer's: both run the table :data:`kvscope.analysis.rules.RULES`. Every
+rule's tracker is built from the table and fed through the hooks it has
 (:class:`~kvscope.analysis.rules.context.Tracker`: the rows it asks for, a live request's rows,
-consistent points, iteration ends, the end of the stream); the others read the per-request and
-per-pool state this analyzer keeps. A test feeds the same stream to both analyzers and compares. ``reuse_loss`` is a summary: :meth:`close` returns it.
+consistent points, iteration ends, the end of the stream), reading the per-request and per-pool
+state this analyzer keeps (:class:`~kvscope.analysis.rules.context.LiveContext`); this module names
+no rule. A test feeds the same stream to both analyzers and compares. A summary (reuse loss) is
+raised at :meth:`close`.
 
 Size: one consumer loop keeps the per-request, per-pool and per-iteration state every rule reads
 (the rules share it row by row, through :class:`~kvscope.analysis.rules.context.LiveContext`);
@@ -44,9 +46,6 @@ from kvscope.analysis.live_request import _Req
 from kvscope.analysis.pool_config import config_row
 from kvscope.analysis.rules import RULES
 from kvscope.analysis.rules.context import ExhaustionReading, LiveContext, Tracker
-from kvscope.analysis.rules.engine_fatal import live_fatal_finding
-from kvscope.analysis.rules.never_fitting import arrival_finding, ended_finding
-from kvscope.analysis.rules.reuse_loss import ReuseLossTracker
 from kvscope.events import (
     REQUEST_OUTCOMES,
     EventKind,
@@ -129,7 +128,6 @@ class StreamingAnalyzer:
         self._iteration: int | None = None
         self._last_t = 0.0
         self._last_it = -1
-        self._reuse = ReuseLossTracker(self.cfg)  # fed from the request table (kvscope.analysis.rules.reuse_loss)
         self._iter_admitted: list[int] = self._live.iter_admitted  # admissions of the current iteration
         self._ended: deque[int] = deque(maxlen=4096)  # recently ended ids, bounded
         self._ended_set: set[int] = set()
@@ -148,6 +146,7 @@ class StreamingAnalyzer:
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
         self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
+        self._live.trackers[:] = self._trackers
         self._hooks: dict[str, tuple] = {}  # row kind -> the on_row of the trackers that read it now
         self._subscribe()
         # The trackers' optional hooks (kvscope.analysis.rules.context.Tracker).
@@ -161,7 +160,6 @@ class StreamingAnalyzer:
         self._close_hooks = tuple(_hooks_of(self._trackers, "close"))
         self._new_hooks = tuple(_hooks_of(self._trackers, "new_findings"))
         self._bounded = [t for t in self._trackers if hasattr(t, "dropped")]
-        self._fatal_reads = [t for t in self._trackers if getattr(t, "leads_fatal", False)]
         self._tracked_raised: list[Finding] = []  # findings the trackers' row hooks raised in the current feed
         self._levels: dict[str, tuple[int, bool]] = {}  # _alarms' answers for the current state
         self._levels_key: tuple | None = None
@@ -252,19 +250,14 @@ class StreamingAnalyzer:
         return [f for new in self._new_hooks for f in new()]
 
     def close(self) -> list[Finding]:
-        """End of stream: finish the last iteration, close open episodes, add the reuse-loss summary."""
+        """End of stream: finish the last iteration; the trackers close their open findings and add
+        their summaries (reuse loss)."""
         raised_before = len(self._log.items)
         if self._iteration is not None:
             self._end_iteration()
         t, it = self._last_t, self._last_it
         for close in self._close_hooks:
             close(t, it, self._live)
-        for req in self._reqs.values():
-            for i in req.never_fitting:
-                self._log.set_end(i, t, it)
-        f = self._reuse.summary(self._configs.get(_DRAFT), self._last_t, self._last_it)
-        if f is not None:
-            self._log.add(f)
         return self._log.items[raised_before:] + self._log.take_turned(raised_before) + self._new_findings()
 
     # ---- per event --------------------------------------------------------------------------
@@ -278,8 +271,6 @@ class StreamingAnalyzer:
         if pool.__class__ is not str:
             pool = getattr(pool, "_value_", pool)
         t = ts / 1e9
-        if self._reuse.is_open and t != self._last_t:
-            self._reuse.settle()
         if it != self._iteration and self._iteration is not None:
             self._end_iteration()
             self._iter_admitted.clear()
@@ -292,6 +283,7 @@ class StreamingAnalyzer:
             self._configured()
         hooks = self._hooks.get(kind)
         if hooks is not None:  # the rules with trackers of their own (kvscope.analysis.rules)
+            self._live.row_reserved = _res
             for on_row in hooks:
                 f = on_row(kind, pool, rid, t, it, nb, nt, _nr, cap, free, evict, reason, self._live)
                 if f is not None:
@@ -308,7 +300,6 @@ class StreamingAnalyzer:
         elif kind == _FAILED:
             if rid >= 0:
                 self._request_event(rid, kind, pool, nb, nt, t, it, reason)
-            self._fatal(rid, pool, nt, (cap, free, evict, _res), reason, t, it)
             return
         elif kind == _ITER:
             if not nt <= self._budget:  # NaN before the first
@@ -342,10 +333,8 @@ class StreamingAnalyzer:
         # is read before its KV managers are built): what was left uncounted for want of a config
         # is counted now, as the batch analyzer, which sees the whole file, counts it.
         for req in self._reqs.values():
-            if req.prompt >= 0:
-                self._never_fitting(req.rid, req, req.arrival_s)
-                if req.queued:
-                    self._set_queued(req, req.queued_reuse, known=req.reuse_known)
+            if req.prompt >= 0 and req.queued:
+                self._set_queued(req, req.queued_reuse, known=req.reuse_known)
 
     def _request_event(self, rid: int, kind: str, pool: str, nb: int, nt: int, t: float, it: int, reason: str) -> None:
         req = self._reqs.get(rid)
@@ -358,7 +347,6 @@ class StreamingAnalyzer:
         if kind == _ARRIVED:
             req.prompt, req.arrival_s, req.arrival_it, req.max_new = nt, t, it, nb
             self._arrivals_now.append((rid, it))
-            self._never_fitting(rid, req, t)
             self._enqueue(req)
             self._set_queued(req, self._hit_rate() * nt)
         elif kind == _ADMITTED:
@@ -413,31 +401,14 @@ class StreamingAnalyzer:
         if kind in _END:
             req.counted = False
             self._unqueue(req)
-            for h in req.never_fitting:
-                if self._log.alive(h):
-                    self._log.put(h, ended_finding(self._log.get(h), _END[kind], t, it))
             self._update_rem(rid, req, t)
             del self._reqs[rid]
-            self._reuse.ended(rid, t)
             if len(self._ended) == self._ended.maxlen:
                 self._ended_set.discard(self._ended[0])
             self._ended.append(rid)
             self._ended_set.add(rid)
         else:
             self._update_rem(rid, req, t, scope)
-
-    def _never_fitting(self, rid: int, req: _Req, t: float) -> None:
-        for p, c in self._configs.items():
-            if p not in _KV or c["capacity_blocks"] <= 0 or p in req.fit_checked:
-                continue
-            req.fit_checked.add(p)
-            f = arrival_finding(rid, req.prompt, p, c, t, req.arrival_it, self._last_it)
-            if f is not None:
-                req.never_fitting.append(self._log.add(f))
-
-    def _fatal(self, rid: int, pool: str, nt: int, state: tuple, reason: str, t: float, it: int) -> None:
-        prior = self._log.items + [f for tracker in self._fatal_reads for f in tracker.findings]
-        self._log.add(live_fatal_finding(rid, pool, nt, state, reason, t, it, prior, self.cfg.merge_gap_iterations))
 
     def _update_rem(self, rid: int, req: _Req, t: float, scope: str | tuple | None = None) -> None:
         """Bring the request's held / still-needed / decoding blocks up to date in the pools of
@@ -481,10 +452,6 @@ class StreamingAnalyzer:
                     req.grown += (p,)
                     self._new_iter[p] += held - prev_held
             req.held[p] = held
-        if counted and rid not in self._reuse.lost:
-            c = self._configs.get(_DRAFT)
-            if c is not None:
-                self._reuse.started(rid, req.target_reuse, req.reused.get(_DRAFT, 0.0), req.admitted_it, t, c)
 
     def _set_queued(self, req: _Req, target_reuse_est: float, *, known: bool = False) -> None:
         req.queued_reuse, req.reuse_known = target_reuse_est, known

@@ -108,6 +108,10 @@ class LiveContext:
     """(request, iteration) of the requests that arrived in the current iteration."""
     exhaustion: dict[str, ExhaustionReading | None] = field(default_factory=dict)
     """Pool outside admission -> its reading at the last iteration end (None: not at risk)."""
+    trackers: list[Any] = field(default_factory=list)
+    """The rules' trackers, in the rule table's order (some keep findings of their own)."""
+    row_reserved: int = -1
+    """The reserved-blocks field of the row ``on_row`` is given (-1: not recorded)."""
 
     def debt(self, p: str) -> float:
         """Blocks ``p`` owes the admitted requests beyond what it has (NaN until its state and

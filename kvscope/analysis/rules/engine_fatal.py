@@ -5,9 +5,9 @@ It reads the other rules' findings (the leads), so it comes last in the rule tab
 ``DetectorConfig.merge_gap_iterations`` (how far back an alarm still counts as open).
 
 Two drivers: :func:`find_engine_fatal` over a whole event file (numpy, the column view imported
-when it runs, with the debt's state of the pool) and :func:`live_fatal_finding`, which the
-streaming analyzer calls at the ENGINE_FAILED row with the findings it holds; both word the finding
-with :func:`fatal_text`.
+when it runs, with the debt's state of the pool) and :class:`EngineFatalTracker`, which builds
+:func:`live_fatal_finding` at the ENGINE_FAILED row from the findings the streaming analyzer holds;
+both word the finding with :func:`fatal_text`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
     from kvscope.analysis.columns import EventColumns
     from kvscope.analysis.debt import DebtResult
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import LiveContext, RunContext
+
+_FAILED = EventKind.ENGINE_FAILED.value
 
 
 def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, named_lead: int | None,
@@ -130,4 +132,26 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_engine_fatal(run.ev, run.debt, list(prior), run.cfg)
 
 
-RULE = Rule(kinds=(FindingKind.ENGINE_FATAL,), batch=_batch)
+class EngineFatalTracker:
+    """The rule on a live stream: each ENGINE_FAILED row, read after the other trackers read it,
+    with the findings held so far as its leads. Its findings are the shared
+    :class:`~kvscope.analysis.findings_log.FindingsLog`'s (``findings`` is empty)."""
+
+    row_kinds: frozenset[str] = frozenset({_FAILED})
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        prior = live.log.items + [f for t_ in live.trackers if getattr(t_, "leads_fatal", False) for f in t_.findings]
+        live.log.add(live_fatal_finding(rid, pool, nt, (cap, free, evict, live.row_reserved), reason, t, it, prior,
+                                        self.cfg.merge_gap_iterations))
+        return None
+
+
+RULE = Rule(kinds=(FindingKind.ENGINE_FATAL,), batch=_batch, tracker=EngineFatalTracker)

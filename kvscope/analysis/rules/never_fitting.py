@@ -6,30 +6,34 @@ admission (the request would wait forever), info when the request was rejected a
 thresholds: the pool's capacity is the rule.
 
 Two drivers: :func:`find_never_fitting` over a whole event file (pandas, imported when it runs)
-and the streaming analyzer, which checks each arrival against each configured pool with
-:func:`arrival_finding` and closes the finding at the request's end with :func:`ended_finding`
-(its request table, shared by several rules, says which findings are the request's).
+and :class:`NeverFittingTracker`, which checks each arrival against each configured pool with
+:func:`arrival_finding` (and the live requests against a pool configured after they arrived) and
+closes the finding at the request's end with :func:`ended_finding`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.rules.rule import Rule
 from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole, blocks_needed
 
 _REJECTED = REQUEST_OUTCOMES[EventKind.ADMISSION_REJECTED]
+_KV = (PoolRole.TARGET.value, PoolRole.DRAFT.value)
+_ARRIVED, _CONFIGURED = EventKind.REQUEST_ARRIVED.value, EventKind.POOL_CONFIGURED.value
+_END = {k.value: outcome for k, outcome in REQUEST_OUTCOMES.items()}  # rows carry kind values
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from kvscope.analysis.columns import EventColumns
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 
 def never_fitting_text(request: int, need_blocks: int, need_tokens: int, pool: str, capacity: int, rejected: bool,
@@ -71,6 +75,61 @@ def ended_finding(f: Finding, outcome: str, t: float, it: int) -> Finding:
         ev["in_admission"])
     return replace(f, t_end_s=max(t, f.t_start_s), iteration_end=it, severity=Severity.INFO if rejected else f.severity,
                    evidence=ev, summary=summary)
+
+
+class NeverFittingTracker:
+    """The rule on a live stream (single consumer): a live request's arrival and end, and each
+    POOL_CONFIGURED row (the live requests that arrived before it are checked then, as the batch
+    analyzer, which sees the whole file, checks them). Its findings are the shared
+    :class:`~kvscope.analysis.findings_log.FindingsLog`'s (``findings`` is empty); it keeps, per
+    live request, the handles of its findings and the pools it was checked against."""
+
+    row_kinds: frozenset[str] = frozenset({_CONFIGURED})
+    request_kinds: frozenset[str] = frozenset({_ARRIVED, *_END})
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self._handles: dict[int, list[int]] = {}  # live request -> its findings' handles in the log
+        self._checked: dict[int, set[str]] = {}  # live request -> pools its prompt was checked against
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        """POOL_CONFIGURED (after the analyzer recorded the config): check the live requests that arrived."""
+        for req in live.reqs.values():
+            if req.prompt >= 0:
+                self._check(req, req.arrival_s, it, live)
+        return None
+
+    def on_request(self, req: Any, kind: str, pool: str, t: float, it: int, reason: str, live: LiveContext) -> None:
+        """The request's arrival (check it) or end (close its findings with its outcome)."""
+        if kind == _ARRIVED:
+            self._check(req, t, it, live)
+            return
+        self._checked.pop(req.rid, None)
+        log = live.log
+        for h in self._handles.pop(req.rid, ()):
+            if log.alive(h):
+                log.put(h, ended_finding(log.get(h), _END[kind], t, it))
+
+    def close(self, t: float, it: int, live: LiveContext) -> None:
+        """The stream ended: the findings of requests still running end there."""
+        for handles in self._handles.values():
+            for h in handles:
+                live.log.set_end(h, t, it)
+
+    def _check(self, req: Any, t: float, it: int, live: LiveContext) -> None:
+        checked = self._checked.setdefault(req.rid, set())
+        for p, c in live.configs.items():
+            if p not in _KV or c["capacity_blocks"] <= 0 or p in checked:
+                continue
+            checked.add(p)
+            f = arrival_finding(req.rid, req.prompt, p, c, t, req.arrival_it, it)
+            if f is not None:
+                self._handles.setdefault(req.rid, []).append(live.log.add(f))
 
 
 def find_never_fitting(
@@ -118,4 +177,4 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_never_fitting(run.ev, run.configs, run.timeline)
 
 
-RULE = Rule(kinds=(FindingKind.NEVER_FITTING,), batch=_batch)
+RULE = Rule(kinds=(FindingKind.NEVER_FITTING,), batch=_batch, tracker=NeverFittingTracker)

@@ -5,33 +5,44 @@ the draft pool; a warning from ``DetectorConfig.reuse_loss_warn_fraction`` of th
 below. At most ``max_named_requests`` requests are named (the largest losses).
 
 Two drivers: :func:`find_reuse_loss` over a whole event file (pandas, imported when it runs) and
-:class:`ReuseLossTracker`, which the streaming analyzer feeds from its request table (an admitted
-request's reuse, its end) and asks for the summary at ``close()``.
+:class:`ReuseLossTracker`, which reads a live request's admission, reuse and end rows (with the
+analyzer's record of it) and adds the summary to the shared findings at the stream's end.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.rules.rule import Rule
-from kvscope.events import PoolRole
+from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
+
+_DRAFT = PoolRole.DRAFT.value
+_ADMITTED, _REUSED = EventKind.ADMITTED.value, EventKind.BLOCKS_REUSED.value
+_END = frozenset(k.value for k in REQUEST_OUTCOMES)
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from kvscope.analysis.columns import EventColumns
-    from kvscope.analysis.rules.context import RunContext
+    from kvscope.analysis.rules.context import LiveContext, RunContext
 
 
 class ReuseLossTracker:
-    """The rule on the streaming analyzer's request table (single consumer; O(1) per request, the
-    named requests bounded by ``max_named_requests``)."""
+    """The rule on a live stream (single consumer; O(1) per row it reads, the named requests bounded
+    by ``max_named_requests``). A request starts losing at the first of its rows read while it is
+    counted in the pools (its admission, or a later reuse row); the summary is a finding of the
+    shared :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty)."""
+
+    row_kinds: frozenset[str] = frozenset()
+    # What the target reused is set at admission and what the draft reused at its reuse rows: the
+    # rows after which what a request lost can change.
+    request_kinds: frozenset[str] = frozenset({_ADMITTED, _REUSED, *_END})
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -44,6 +55,30 @@ class ReuseLossTracker:
         self._last_end = -math.inf  # when the last request that lost reuse ended
         self._top: dict[int, float] = {}  # the max_named_requests largest losses
         self._live = 0.0  # sum of the live requests' lost blocks
+        self._open_t = math.nan  # the instant a request started losing in, while is_open
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        return None
+
+    def on_request(self, req: Any, kind: str, pool: str, t: float, it: int, reason: str, live: LiveContext) -> None:
+        """A live request's admission or reuse (it may start losing) or its end."""
+        if kind in _END:
+            self.ended(req.rid, t)
+        elif req.counted and req.rid not in self.lost:
+            draft = live.configs.get(_DRAFT)
+            if draft is not None:
+                self.started(req.rid, req.target_reuse, req.reused.get(_DRAFT, 0.0), req.admitted_it, t, draft)
+
+    def close(self, t: float, it: int, live: LiveContext) -> None:
+        """The stream ended at (t, it): its summary, if a request lost reuse."""
+        f = self.summary(live.configs.get(_DRAFT), t, it)
+        if f is not None:
+            live.log.add(f)
 
     def started(self, rid: int, target_reuse: float, draft_reused: float, admitted_it: int, t: float,
                 draft: dict) -> None:
@@ -53,6 +88,8 @@ class ReuseLossTracker:
         lost = max(target_reuse - draft_reused, 0.0)
         if lost <= 0:
             return
+        if self.is_open and t != self._open_t:
+            self.settle()
         blocks = float(-(-int(lost) // draft["tokens_per_block"]))
         self.lost[rid] = (lost, blocks)
         tot = self._total
@@ -60,7 +97,7 @@ class ReuseLossTracker:
         tot[1] += blocks
         tot[3] += 1
         self._live += blocks  # whole blocks: the running sum is exact
-        self.is_open = True  # the peak is read once the instant is over (settle)
+        self.is_open, self._open_t = True, t  # the peak is read once the instant is over (settle)
         self._top[rid] = lost
         if len(self._top) > self.cfg.max_named_requests:
             worst = min(self._top, key=lambda r: (self._top[r], -r))
@@ -80,6 +117,8 @@ class ReuseLossTracker:
     def ended(self, rid: int, t: float) -> None:
         lost = self.lost.pop(rid, None)
         if lost is not None:
+            if self.is_open and t != self._open_t:
+                self.settle()
             self._live -= lost[1]
             self._last_end = max(self._last_end, t)
 
@@ -171,4 +210,4 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_reuse_loss(run.ev, run.configs, run.timeline, run.cfg)
 
 
-RULE = Rule(kinds=(FindingKind.REUSE_LOSS,), batch=_batch)
+RULE = Rule(kinds=(FindingKind.REUSE_LOSS,), batch=_batch, tracker=ReuseLossTracker)
