@@ -170,7 +170,7 @@ class StreamingAnalyzer:
     def findings(self) -> list[Finding]:
         """Every finding raised so far, with end times and names updated, in the batch order
         (:func:`order_findings`); the trackers' as they keep them (stalls as incidents)."""
-        return order_findings(self._log.items + [f for tracker in self._trackers for f in tracker.findings])
+        return order_findings(self._live.held_findings())
 
     @property
     def dropped_findings(self) -> int:

@@ -126,6 +126,11 @@ class LiveContext:
             short = math.floor(short_tok / self.configs[p]["tokens_per_block"])
         return self.need.get(p, 0.0) - avail - short
 
+    def held_findings(self) -> list[Finding]:
+        """Every finding the rules raised so far, as they stand: the shared log's, then the trackers'
+        own (in the table's order; unordered across rules)."""
+        return self.log.items + [f for tracker in self.trackers for f in tracker.findings]
+
     def freed(self, p: str) -> float:
         """Blocks ``p`` freed over the rate window that ended with the last iteration end
         (detectors.window_freed)."""
@@ -150,9 +155,7 @@ class Tracker(Protocol):
     - ``on_iteration_end(t, it, live)``: an iteration ended (after the analyzer's own bookkeeping);
     - ``close(t, it, live)``: the stream ended at (t, it);
     - ``new_findings()``: findings raised since its last call that ``on_row`` did not return;
-    - ``dropped`` (int): findings it dropped for its bound;
-    - ``leads_fatal`` (bool): its findings are among the earlier alarms the streaming
-      engine_fatal finding reads.
+    - ``dropped`` (int): findings it dropped for its bound.
     """
 
     @property

@@ -1,20 +1,26 @@
 """Engine failures: every ENGINE_FAILED row, with the request, the pool, what it asked, the pool's
 state, the lead time of every earlier alarm finding and the alarm open on the failing pool.
 
-It reads the other rules' findings (the leads), so it comes last in the rule table. Threshold:
-``DetectorConfig.merge_gap_iterations`` (how far back an alarm still counts as open).
+It reads the other rules' findings (the leads), so it comes last in the rule table: every alarm
+finding raised before the failure is a lead, whatever rule raised it (:func:`fatal_reading`, the
+one definition both drivers use). Threshold: ``DetectorConfig.merge_gap_iterations`` (how far back
+an alarm still counts as open).
 
 Two drivers: :func:`find_engine_fatal` over a whole event file (numpy, the column view imported
 when it runs, with the debt's state of the pool) and :class:`EngineFatalTracker`, which builds
 :func:`live_fatal_finding` at the ENGINE_FAILED row from the findings the streaming analyzer holds;
-both word the finding with :func:`fatal_text`.
+both word the finding with :func:`fatal_text`. The streaming finding is raised at the failure with
+the findings as they stood then, and read again at the stream's end against the findings as they
+ended, as the batch driver reads them.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
@@ -48,25 +54,65 @@ def fatal_text(request: int, pool: str, asked_tokens: int, message: str | None, 
     return text + "."
 
 
-def live_fatal_finding(rid: int, pool: str, nt: int, state: tuple[int, int, int, int], reason: str, t: float,
-                       it: int, prior: list[Finding], within: int) -> Finding:
+class FatalReading(NamedTuple):
+    """What one failure reads of the findings raised before it."""
+
+    leads: list[dict]
+    """The lead of every earlier alarm finding (:func:`~kvscope.analysis.incidents.fatal_leads`)."""
+    best: dict | None
+    """The lead that named the failing request earliest (None: none did)."""
+    opened: dict | None
+    """The alarm open on the failing pool (:func:`~kvscope.analysis.incidents.open_alarm`)."""
+
+
+@functools.cache
+def _table_rank() -> dict[FindingKind, int]:
+    from kvscope.analysis.rules import RULES  # the table imports this module: read once it is built
+
+    return {k: i for i, rule in enumerate(RULES) for k in rule.kinds}
+
+
+def fatal_reading(prior: Sequence[Finding], request: int, pool: str, t: float, it: int, within: int) -> FatalReading:
+    """A failure at (t, it) on ``request`` in ``pool`` against ``prior``, every finding the other
+    rules raised (the batch's: those of the rules before this one in the table; the streaming
+    analyzer's: every finding it holds). A warning that came before the failure is a lead whatever
+    its kind. ``prior`` is read in the rule table's order, each rule's findings by start, so both
+    drivers list the leads alike; ``within`` is the merge gap an open alarm may end before the failure."""
+    rank = _table_rank()
+    ordered = sorted(prior, key=lambda f: (rank.get(f.kind, len(rank)), f.t_start_s))
+    leads = fatal_leads(ordered, request, t, it)
+    return FatalReading(leads, best_lead(leads), open_alarm(ordered, pool, t, it, within))
+
+
+def live_fatal_finding(rid: int, pool: str, nt: int, state: dict, reason: str, t: float,
+                       it: int, prior: Sequence[Finding], within: int) -> Finding:
     """The finding of one ENGINE_FAILED row as the streaming analyzer reads it: ``state`` is the
-    row's (capacity, free, evictable, reserved) blocks (-1: not recorded), ``prior`` the findings
-    raised before it, ``within`` the merge gap an open alarm may end before the failure."""
-    leads = fatal_leads(prior, rid, t, it)
-    best = best_lead(leads)
-    opened = open_alarm(prior, pool, t, it, within)
+    pool's (:func:`live_pool_state`), ``prior`` the findings the analyzer holds (:func:`fatal_reading`)."""
+    leads, best, opened = fatal_reading(prior, rid, pool, t, it, within)
     return Finding(
         kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
         iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
         summary=fatal_text(rid, pool, nt, reason, best["named_lead_iterations"] if best else None,
                            best["kind"] if best else None, opened),
         evidence={"message": reason, "asked_tokens": nt, "lead_times": leads,
-                  "pool_state": {k: (v if v >= 0 else None) for k, v in zip(
-                      ("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), state)},
+                  "pool_state": state,
                   "lead_iterations": best["named_lead_iterations"] if best else None,
                   "lead_kind": best["kind"] if best else None, "open_alarm": opened},
     )
+
+
+def live_pool_state(pool: str, row: tuple[int, int, int, int], live: LiveContext) -> dict:
+    """The failing pool's state as the batch driver reports it: the row's (capacity, free,
+    evictable, reserved) blocks (-1, not recorded: None), and where the pool's debt is known, its
+    debt and need, with its capacity and available blocks when the row has none."""
+    state: dict = {k: (v if v >= 0 else None)
+                   for k, v in zip(("capacity_blocks", "free_blocks", "evictable_blocks", "reserved_blocks"), row)}
+    debt = live.debt(pool)
+    if not math.isnan(debt):
+        state["debt_blocks"], state["need_blocks"] = debt, live.need.get(pool, 0.0)
+        if state["capacity_blocks"] is None:
+            state["capacity_blocks"], state["available_blocks"] = live.state[pool]
+    return state
 
 
 _REQ_RE = re.compile(r"request (\d+)")
@@ -107,9 +153,7 @@ def find_engine_fatal(
             if state["capacity_blocks"] is None:
                 state["capacity_blocks"] = debt.at(role, "capacity", p)
                 state["available_blocks"] = debt.at(role, "available", p)
-        leads = fatal_leads(prior, req, t, int(it[p]))
-        best = best_lead(leads)
-        opened = open_alarm(prior, role, t, int(it[p]), within)
+        leads, best, opened = fatal_reading(prior, req, role, t, int(it[p]), within)
         out.append(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
             iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
@@ -134,13 +178,16 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
 
 class EngineFatalTracker:
     """The rule on a live stream: each ENGINE_FAILED row, read after the other trackers read it,
-    with the findings held so far as its leads. Its findings are the shared
-    :class:`~kvscope.analysis.findings_log.FindingsLog`'s (``findings`` is empty)."""
+    against every finding held so far (:func:`fatal_reading`), and again at the stream's end against
+    the findings as they ended. Its findings are the shared
+    :class:`~kvscope.analysis.findings_log.FindingsLog`'s (``findings`` is empty); it keeps each
+    kept one's row (ENGINE_FAILED rows are few: one per failure)."""
 
     row_kinds: frozenset[str] = frozenset({_FAILED})
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
+        self._rows: list[tuple] = []  # (handle, the finding's row fields) of the kept findings
 
     @property
     def findings(self) -> list[Finding]:
@@ -148,10 +195,17 @@ class EngineFatalTracker:
 
     def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
                free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
-        prior = live.log.items + [f for t_ in live.trackers if getattr(t_, "leads_fatal", False) for f in t_.findings]
-        live.log.add(live_fatal_finding(rid, pool, nt, (cap, free, evict, live.row_reserved), reason, t, it, prior,
-                                        self.cfg.merge_gap_iterations))
+        fields = (rid, pool, nt, live_pool_state(pool, (cap, free, evict, live.row_reserved), live), reason, t, it)
+        h = live.log.add(live_fatal_finding(*fields, live.held_findings(), self.cfg.merge_gap_iterations))
+        self._rows = [r for r in self._rows if live.log.alive(r[0])] + [(h, fields)]
         return None
+
+    def close(self, t: float, it: int, live: LiveContext) -> None:
+        """The stream ended: each kept finding read against the findings as they ended."""
+        prior = live.held_findings()
+        for h, fields in self._rows:
+            if live.log.alive(h):
+                live.log.put(h, live_fatal_finding(*fields, prior, self.cfg.merge_gap_iterations))
 
 
 RULE = Rule(kinds=(FindingKind.ENGINE_FATAL,), batch=_batch, tracker=EngineFatalTracker)

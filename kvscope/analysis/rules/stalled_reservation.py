@@ -214,8 +214,6 @@ class StallTracker:
 
     row_kinds = frozenset({_FAILED})
     request_kinds = _STALL | _PROGRESS
-    leads_fatal = True
-    """Its incidents are among the earlier alarms the streaming engine_fatal finding reads."""
 
     # A wait is kept once it passes both thresholds (stall_min_s, stall_min_iterations). While its
     # request waits, its finding ends at the last iteration end: rather than rebuilding one finding
