@@ -123,6 +123,20 @@ def test_a_stall_that_ended_is_a_warning_and_a_failure_ends_it_too():
     assert g.severity == Severity.WARNING  # the failure is engine_fatal's finding
 
 
+def test_the_engine_fatal_finding_counts_a_stall_before_it_as_a_lead_in_both_analyzers():
+    events = _stream(empty_iterations=400, dt_s=0.05, recover=False, fail=True)
+    (batch,) = [f for f in analyze(events_to_frame(events)).findings if f.kind == FindingKind.ENGINE_FATAL]
+    sa = StreamingAnalyzer()
+    sa.feed(events)
+    sa.close()
+    (live,) = [f for f in sa.findings if f.kind == FindingKind.ENGINE_FATAL]
+    assert [lead["kind"] for lead in batch.evidence["lead_times"]] == [FindingKind.ENGINE_STALLED.value]
+    # One definition of a lead (rules/engine_fatal.fatal_reading): the streaming finding is batch's
+    # (less the failed requests after it, which only the whole file shows).
+    assert live.to_dict() == dict(batch.to_dict(), evidence={
+        k: v for k, v in batch.to_dict()["evidence"].items() if k != "num_failed_after"})
+
+
 def test_no_stall_below_either_threshold_or_without_live_requests():
     cfg = DetectorConfig()
     # Many iterations but short (a busy loop for a moment), few iterations but long, nobody waiting.
