@@ -145,7 +145,7 @@ class StreamingAnalyzer:
         self._queue: dict[int, _Req] = {}  # the queued requests
         self._queue_in_order = True  # _queue's insertion order is first-seen order
         self._queue_last_seq = 0
-        self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES if r.tracker is not None]
+        self._trackers: list[Tracker] = [r.tracker(self.cfg) for r in RULES]
         self._live.trackers[:] = self._trackers
         self._hooks: dict[str, tuple] = {}  # row kind -> the on_row of the trackers that read it now
         self._subscribe()
@@ -401,16 +401,16 @@ class StreamingAnalyzer:
         if kind in _END:
             req.counted = False
             self._unqueue(req)
-            self._update_rem(rid, req, t)
+            self._update_rem(rid, req)
             del self._reqs[rid]
             if len(self._ended) == self._ended.maxlen:
                 self._ended_set.discard(self._ended[0])
             self._ended.append(rid)
             self._ended_set.add(rid)
         else:
-            self._update_rem(rid, req, t, scope)
+            self._update_rem(rid, req, scope)
 
-    def _update_rem(self, rid: int, req: _Req, t: float, scope: str | tuple | None = None) -> None:
+    def _update_rem(self, rid: int, req: _Req, scope: str | tuple | None = None) -> None:
         """Bring the request's held / still-needed / decoding blocks up to date in the pools of
         ``scope`` (None: all). The figures are a function of the request's fields and the configs,
         so pools whose inputs did not change since the last update keep their values."""

@@ -15,12 +15,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A rule: the kinds it raises, its batch path and (where it has one of its own) its tracker."""
+    """A rule: the kinds it raises, its batch path and its tracker."""
 
     kinds: tuple[FindingKind, ...]
     batch: Callable[[RunContext, Sequence[Finding]], list[Finding]]
     """Every finding of one event file; ``prior`` holds the findings of the rules before it in the
     table (a rule that reads other findings, as ``engine_fatal`` reads the alarms, comes after them)."""
-    tracker: Callable[[DetectorConfig], Tracker] | None = None
-    """The streaming analyzer's incremental path, built once per stream (None: the rule's
-    incremental state is the streaming analyzer's shared state, kept by the analyzer itself)."""
+    tracker: Callable[[DetectorConfig], Tracker]
+    """The streaming analyzer's incremental path, built once per stream; it reads the state every
+    rule shares (:class:`~kvscope.analysis.rules.context.LiveContext`) and keeps its own."""
