@@ -31,6 +31,13 @@ SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
 IDS = ["SIGINT", "SIGTERM"]
 
 
+SIGINT_AT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execvp(sys.argv[1], sys.argv[1:])")
+"""Runs the command after it with SIGINT at its default action. A job a shell started in the
+background (``make test &``, some CI runners) inherits SIGINT ignored, and a Python started so keeps
+ignoring it; the test sends the Ctrl-C of a terminal, where SIGINT is at its default."""
+
+
 def _env() -> dict[str, str]:
     """This environment without kvscope's settings, but where the scenarios' traces are."""
     return {k: v for k, v in os.environ.items() if not k.startswith("KVSCOPE_") or k == "KVSCOPE_TRACES_DIR"}
@@ -47,7 +54,8 @@ def _grown(folder: Path, min_bytes: int = 20_000) -> Callable[[], bool]:
 def _signal_when(cmd: list[str], ready: Callable[[], bool], signum: int, cwd: Path,
                  timeout_s: float = 15.0) -> subprocess.CompletedProcess:
     """Start ``cmd``, send ``signum`` once ``ready()``, and wait for the process to end."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SIGINT_AT_DEFAULT, *cmd], cwd=cwd, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + timeout_s
         while not ready():

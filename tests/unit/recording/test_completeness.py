@@ -28,9 +28,17 @@ PACED = ["replay", "--scenario", "near-miss", "--set", "pace=0.5", "--json"]
 """A replay slowed to half real time: minutes long, so a signal lands mid-run."""
 
 
+SIGINT_AT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execvp(sys.argv[1], sys.argv[1:])")
+"""Runs the command after it with SIGINT at its default action. A job a shell started in the
+background (``make test &``, some CI runners) inherits SIGINT ignored, and a Python started so keeps
+ignoring it; the test sends the Ctrl-C of a terminal, where SIGINT is at its default."""
+
+
 def start_replay(events_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "kvscope", *PACED, "--events", str(events_path)],
+    return subprocess.Popen([sys.executable, "-c", SIGINT_AT_DEFAULT, sys.executable, "-m", "kvscope", *PACED,
+                             "--events", str(events_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
