@@ -228,11 +228,11 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     rate). Gate closed: the queue head waits for pages to be freed, so no projection of what the
     target admits is critical then.
 
-    The second way in is session 21's. Before it, on glm5-dsa at seed 173 on main-00746ef,
+    Why the second way in: without it, on glm5-dsa at seed 173 on main-00746ef,
     admitting the queue head would have put the pool 808 blocks in debt from iteration 448 while
     the admitted requests' long prefill (127 blocks an iteration for 26 iterations) kept the gate
     counted closed; the engine admitted it at iteration 466 at 91% used, and the critical came 9
-    iterations before the failure instead of 27 (held-out sweep, bench/SCOREBOARD.md). On the
+    iterations before the failure instead of 27 (held-out sweep, bench/RESULTS.md). On the
     healthy Mooncake conversation run on main-00746ef the pool was 15 blocks below its ceiling at
     its closest, less than one iteration's allocation, and the gate then closed before the head's
     turn, as the engine did.
@@ -240,7 +240,7 @@ def admit_gate_at_risk(r: dict, qi: np.ndarray, cap: np.ndarray, alloc_per_it: n
     The frees stay at the rate window's rate over the queue's fill time: the resume rule's span
     (the token budget's pace, frees over as long a window) changed no finding of the corpus' gate
     runs (its ``gate_hold_iterations`` already waits out a lull) and took 6-8 iterations off two
-    held-out crashes' critical lead (session 14)."""
+    held-out crashes' critical lead (bench/RESULTS.md)."""
     margin = cfg.margin_blocks(np.nan_to_num(cap, nan=0.0))
     admitted, q_all = r["admitted"][qi], r["queued_all"][qi]
     frees = _frees_over(r["decode_held"][qi], fill_span(admitted + q_all, alloc_per_it), free_per_it)

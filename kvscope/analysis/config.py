@@ -41,7 +41,7 @@ class DetectorConfig:
     Mooncake trace on main-00746ef it flickered on healthy runs (a lone large pass, a lull in
     frees) for 1-5 iterations at a time, while on every gate crash of the corpus and the held-out
     runs it held from 27 to 500 iterations before the failure. 6 clears the healthy runs; 8 leaves a
-    margin (measured in session 13: README, analyzer scoreboard)."""
+    margin (bench/RESULTS.md, "The mirror admission gate's hold")."""
     free_window_iterations: int = 64
     """The resume-ceiling rule counts what decoding requests free while the queue reaches the pool
     (the projection's span, :func:`kvscope.analysis.ceiling.resume_at_risk`) at the rate the pool
@@ -51,14 +51,13 @@ class DetectorConfig:
     the lulls between them: healthy synthetic Mooncake runs on 1.3.0rc27 (3,000-3,500 requests)
     were critical. A fixed longer window extrapolates a lump the span will not see: a glm5-dsa
     reuse-off crash, whose few long requests did not finish, was warned 4 iterations ahead instead
-    of 20 (session 14, README: analyzer scoreboard)."""
+    of 20 (bench/RESULTS.md, "The resume rule's frees")."""
     count_certain_finishes: bool = True
     """Where the rate alone leaves the resume-ceiling rule at risk, it also counts the pages of
     requests certain to finish before the queue crosses the ceiling: their prompt in at their
     last chunk's pace, then at most ``max_new_tokens`` decode steps
     (:mod:`kvscope.analysis.finishes`, :func:`kvscope.analysis.ceiling.crossing_iterations`).
-    Sound where the engine honours ``max_new_tokens``; off, the rule reads the rate alone (as
-    before session 15), which made two healthy 1.8x-paced synthetic Mooncake runs critical."""
+    Sound where the engine honours ``max_new_tokens``; off, the rule reads the rate alone, which made two healthy 1.8x-paced synthetic Mooncake runs critical."""
     near_miss_quiet_s: float = 600.0
     """A resume near miss (:mod:`kvscope.analysis.rules.resume_near_miss`) more than this many seconds after the
     previous one in the same pool opens a new finding; closer ones join it. A near miss is news;

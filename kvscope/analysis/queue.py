@@ -51,7 +51,7 @@ def queued_need(
     what the hit rate now gives (:func:`_at_current_rate`, when ``q_pos`` is given): a cache that
     stopped hitting is not assumed to hit for the requests already waiting. The larger need only
     lowers every projection of what the target admits (seed 89's twin whose waiting prompts share
-    nothing, bench/SCOREBOARD.md: at the hit rate of their arrival, 45%, the resume rule counted the
+    nothing, bench/RESULTS.md: at the hit rate of their arrival, 45%, the resume rule counted the
     queue as cheap for the target while its admissions reused nothing)."""
     n = len(ev)
     pool, rid = ev.pool, ev.request_id

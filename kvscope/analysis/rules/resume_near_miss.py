@@ -11,7 +11,7 @@ context chunk been processed ahead of it, the engine would have aborted.
 
 Why a rule of its own: with reuse off on 1.3.0rc27 both pools fill in step to that ceiling and
 stay there while a queue waits, and whether a pass lands a resume just over it is decided in the
-iteration it happens; no projection sees that failure 10 iterations ahead (bench/SCOREBOARD.md,
+iteration it happens; no projection sees that failure 10 iterations ahead (bench/RESULTS.md,
 the silent family). What the events do show is the engine passing the check by a few blocks, again
 and again: a fact, not a forecast. So the finding is a warning, one per stretch of near misses (a
 near miss more than ``near_miss_quiet_s`` after the previous one opens a new finding), and it says
