@@ -82,6 +82,9 @@ def test_collector_killed_mid_run_export_follow_drops_counted_and_it_ends(tmp_pa
     control, out_dir = tmp_path / "control", tmp_path / "events"
     follower = subprocess.Popen([sys.executable, "-m", "kvscope", "export", "--follow", endpoint, "--otlp-endpoint",
                                  collector.grpc_endpoint, "--protocol", "grpc", "--timeout", "1", "--idle-exit", "60",
+                                 # normal priority: at its default (SCHED_IDLE) beside busy processes it
+                                 # gets no CPU and the test would measure the machine, not the outage
+                                 "--sched", "normal", "--nice", "0",
                                  "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engine = fh.instrumented_replay(out_dir, control, ["--pause", "1", "--pause", str(KILL_AT)], REPLAY,
                                     sinks="jsonl,zmq", zmq_endpoint=endpoint)
