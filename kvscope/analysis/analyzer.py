@@ -32,7 +32,7 @@ from kvscope.analysis.frame import (
 from kvscope.analysis.incidents import counts, end_missing, headline, verdict
 from kvscope.analysis.loader import load_events, read_columns
 from kvscope.analysis.recorded_interrupts import without_recorded_interrupts
-from kvscope.analysis.rules import RULES
+from kvscope.analysis.rules import KIND_RANK, RULES
 from kvscope.analysis.rules.context import RunContext
 from kvscope.analysis.run_label import engine_version_of
 from kvscope.events import EventKind, parse_kv
@@ -281,7 +281,8 @@ def analyze(events: pd.DataFrame | EventColumns, config: DetectorConfig | None =
         debt = compute_debt(ev, configs)
     outside = [r for r in debt.full if r in configs.index and not bool(configs.loc[r, "in_admission"])]
     ex = exhaustion_arrays(ev, debt, cfg, outside)
-    run = RunContext(ev=ev, configs=configs, timeline=timeline, debt=debt, exhaustion=ex, cfg=cfg)
+    run = RunContext(ev=ev, configs=configs, timeline=timeline, debt=debt, exhaustion=ex, cfg=cfg,
+                     kind_rank=KIND_RANK)
     findings: list[Finding] = []
     for rule in RULES:
         findings += rule.batch(run, findings)

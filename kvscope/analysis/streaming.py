@@ -44,7 +44,7 @@ from kvscope.analysis.live_projections import (
 )
 from kvscope.analysis.live_request import _Req
 from kvscope.analysis.pool_config import config_row
-from kvscope.analysis.rules import RULES
+from kvscope.analysis.rules import KIND_RANK, RULES
 from kvscope.analysis.rules.context import ExhaustionReading, LiveContext, Tracker
 from kvscope.events import (
     REQUEST_OUTCOMES,
@@ -101,7 +101,8 @@ class StreamingAnalyzer:
         # The state the rules read (their trackers get it with every hook); the analyzer keeps it
         # in place through the aliases below, never rebinding a container.
         self._log = FindingsLog(max_findings)  # the findings of the rules that share this state
-        self._live = LiveContext(max_findings=max_findings, log=self._log, need={p: 0.0 for p in _KV})
+        self._live = LiveContext(max_findings=max_findings, log=self._log, need={p: 0.0 for p in _KV},
+                                 kind_rank=KIND_RANK)
         self._configs: dict[str, dict] = self._live.configs
         self._state: dict[str, tuple[float, float]] = self._live.state  # pool -> (capacity, available)
         self._reqs: dict[int, _Req] = self._live.reqs

@@ -37,6 +37,11 @@ RULES: tuple[Rule, ...] = (
     engine_fatal.RULE,
 )
 
+KIND_RANK: dict[FindingKind, int] = {k: i for i, rule in enumerate(RULES) for k in rule.kinds}
+"""Each finding kind's place in the table: the order a rule that reads other rules' findings (the
+fatal's leads) reads them in. The drivers hand it to the rules through their contexts, so no rule
+imports the table that imports it."""
+
 _COVERED = {k for rule in RULES for k in rule.kinds}
 if _COVERED != set(FindingKind):  # a kind no rule raises is a broken table
     raise RuntimeError(f"the rule table covers {sorted(_COVERED)}, not every FindingKind")

@@ -23,6 +23,7 @@ from kvscope.analysis.ceiling import debt_cover
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.findings_log import Episode
+from kvscope.analysis.rules.context import HookTracker
 from kvscope.analysis.rules.rule import Rule
 from kvscope.events import EventKind
 
@@ -132,25 +133,15 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return find_admission_gaps(run.ev, run.debt, run.configs, run.cfg, run.exhaustion)
 
 
-class AdmissionGapTracker:
+class AdmissionGapTracker(HookTracker):
     """The rule on a live stream (single consumer): at each consistent point, per pool outside
     admission, opens, extends or turns critical the pool's episode, a finding of the shared
     :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty: they are the log's)."""
-
-    row_kinds: frozenset[str] = frozenset()
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         self._gap: dict[str, Episode] = {}
         self._break: dict[str, int] = {}  # pool -> last consistent point without debt
-
-    @property
-    def findings(self) -> list[Finding]:
-        return []
-
-    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
-        return None
 
     def on_consistent_point(self, t: float, it: int, live: LiveContext) -> None:
         """Read the debt at a consistent point (ITERATION_SCHEDULED or the iteration's end)."""

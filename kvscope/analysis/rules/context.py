@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kvscope.analysis.config import DetectorConfig
-from kvscope.analysis.findings import Finding
+from kvscope.analysis.findings import Finding, FindingKind
 from kvscope.analysis.findings_log import FindingsLog
 from kvscope.events import PoolRole
 
@@ -41,6 +41,8 @@ class RunContext:
     exhaustion: dict[str, Any]
     """:func:`~kvscope.analysis.detectors.exhaustion_arrays` of the pools outside admission."""
     cfg: DetectorConfig
+    kind_rank: dict[FindingKind, int]
+    """Each finding kind's place in the rule table (:data:`kvscope.analysis.rules.KIND_RANK`)."""
 
 
 class ExhaustionReading(NamedTuple):
@@ -112,6 +114,8 @@ class LiveContext:
     """The rules' trackers, in the rule table's order (some keep findings of their own)."""
     row_reserved: int = -1
     """The reserved-blocks field of the row ``on_row`` is given (-1: not recorded)."""
+    kind_rank: dict[FindingKind, int] = field(default_factory=dict)
+    """Each finding kind's place in the rule table (:data:`kvscope.analysis.rules.KIND_RANK`)."""
 
     def debt(self, p: str) -> float:
         """Blocks ``p`` owes the admitted requests beyond what it has (NaN until its state and
@@ -172,3 +176,18 @@ class Tracker(Protocol):
 
     @property
     def findings(self) -> list[Finding]: ...
+
+
+class HookTracker:
+    """Defaults for a tracker that reads no row of its own, only the analyzer's hooks (consistent
+    points, iteration ends, request rows): its findings live in the shared log."""
+
+    row_kinds: frozenset[str] = frozenset()
+
+    @property
+    def findings(self) -> list[Finding]:
+        return []
+
+    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
+               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
+        return None  # row_kinds is empty: never called

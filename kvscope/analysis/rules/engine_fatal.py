@@ -16,10 +16,9 @@ ended, as the batch driver reads them.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from kvscope.analysis.config import DetectorConfig
@@ -65,30 +64,24 @@ class FatalReading(NamedTuple):
     """The alarm open on the failing pool (:func:`~kvscope.analysis.incidents.open_alarm`)."""
 
 
-@functools.cache
-def _table_rank() -> dict[FindingKind, int]:
-    from kvscope.analysis.rules import RULES  # the table imports this module: read once it is built
-
-    return {k: i for i, rule in enumerate(RULES) for k in rule.kinds}
-
-
-def fatal_reading(prior: Sequence[Finding], request: int, pool: str, t: float, it: int, within: int) -> FatalReading:
+def fatal_reading(prior: Sequence[Finding], rank: Mapping[FindingKind, int], request: int, pool: str, t: float,
+                  it: int, within: int) -> FatalReading:
     """A failure at (t, it) on ``request`` in ``pool`` against ``prior``, every finding the other
     rules raised (the batch's: those of the rules before this one in the table; the streaming
     analyzer's: every finding it holds). A warning that came before the failure is a lead whatever
-    its kind. ``prior`` is read in the rule table's order, each rule's findings by start, so both
-    drivers list the leads alike; ``within`` is the merge gap an open alarm may end before the failure."""
-    rank = _table_rank()
+    its kind. ``prior`` is read in the rule table's order (``rank``, the drivers' ``kind_rank``), each
+    rule's findings by start, so both drivers list the leads alike; ``within`` is the merge gap an open
+    alarm may end before the failure."""
     ordered = sorted(prior, key=lambda f: (rank.get(f.kind, len(rank)), f.t_start_s))
     leads = fatal_leads(ordered, request, t, it)
     return FatalReading(leads, best_lead(leads), open_alarm(ordered, pool, t, it, within))
 
 
 def live_fatal_finding(rid: int, pool: str, nt: int, state: dict, reason: str, t: float,
-                       it: int, prior: Sequence[Finding], within: int) -> Finding:
+                       it: int, prior: Sequence[Finding], rank: Mapping[FindingKind, int], within: int) -> Finding:
     """The finding of one ENGINE_FAILED row as the streaming analyzer reads it: ``state`` is the
     pool's (:func:`live_pool_state`), ``prior`` the findings the analyzer holds (:func:`fatal_reading`)."""
-    leads, best, opened = fatal_reading(prior, rid, pool, t, it, within)
+    leads, best, opened = fatal_reading(prior, rank, rid, pool, t, it, within)
     return Finding(
         kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t, iteration_start=it,
         iteration_end=it, pools=(pool,) if pool != PoolRole.NONE.value else (), request_ids=(rid,) if rid >= 0 else (),
@@ -119,7 +112,8 @@ _REQ_RE = re.compile(r"request (\d+)")
 
 
 def find_engine_fatal(
-    events: pd.DataFrame | EventColumns, debt: DebtResult, prior: list[Finding], cfg: DetectorConfig | None = None,
+    events: pd.DataFrame | EventColumns, debt: DebtResult, prior: list[Finding], rank: Mapping[FindingKind, int],
+    cfg: DetectorConfig | None = None,
 ) -> list[Finding]:
     """ENGINE_FAILED events with the request, pool, asked size, pool state, the lead time of
     every earlier alarm finding (``evidence["lead_times"]``) and the alarm open on the failing pool
@@ -153,7 +147,7 @@ def find_engine_fatal(
             if state["capacity_blocks"] is None:
                 state["capacity_blocks"] = debt.at(role, "capacity", p)
                 state["available_blocks"] = debt.at(role, "available", p)
-        leads, best, opened = fatal_reading(prior, req, role, t, int(it[p]), within)
+        leads, best, opened = fatal_reading(prior, rank, req, role, t, int(it[p]), within)
         out.append(Finding(
             kind=FindingKind.ENGINE_FATAL, severity=Severity.CRITICAL, t_start_s=t, t_end_s=t,
             iteration_start=it[p], iteration_end=it[p], pools=(role,) if role != "none" else (),
@@ -173,7 +167,7 @@ def find_engine_fatal(
 
 
 def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
-    return find_engine_fatal(run.ev, run.debt, list(prior), run.cfg)
+    return find_engine_fatal(run.ev, run.debt, list(prior), run.kind_rank, run.cfg)
 
 
 class EngineFatalTracker:
@@ -196,7 +190,7 @@ class EngineFatalTracker:
     def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
                free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
         fields = (rid, pool, nt, live_pool_state(pool, (cap, free, evict, live.row_reserved), live), reason, t, it)
-        h = live.log.add(live_fatal_finding(*fields, live.held_findings(), self.cfg.merge_gap_iterations))
+        h = live.log.add(live_fatal_finding(*fields, live.held_findings(), live.kind_rank, self.cfg.merge_gap_iterations))
         self._rows = [r for r in self._rows if live.log.alive(r[0])] + [(h, fields)]
         return None
 
@@ -205,7 +199,7 @@ class EngineFatalTracker:
         prior = live.held_findings()
         for h, fields in self._rows:
             if live.log.alive(h):
-                live.log.put(h, live_fatal_finding(*fields, prior, self.cfg.merge_gap_iterations))
+                live.log.put(h, live_fatal_finding(*fields, prior, live.kind_rank, self.cfg.merge_gap_iterations))
 
 
 RULE = Rule(kinds=(FindingKind.ENGINE_FATAL,), batch=_batch, tracker=EngineFatalTracker)

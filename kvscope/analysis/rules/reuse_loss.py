@@ -19,6 +19,7 @@ import numpy as np
 
 from kvscope.analysis.config import DetectorConfig
 from kvscope.analysis.findings import Finding, FindingKind, Severity
+from kvscope.analysis.rules.context import HookTracker
 from kvscope.analysis.rules.rule import Rule
 from kvscope.events import REQUEST_OUTCOMES, EventKind, PoolRole
 
@@ -33,13 +34,12 @@ if TYPE_CHECKING:
     from kvscope.analysis.rules.context import LiveContext, RunContext
 
 
-class ReuseLossTracker:
+class ReuseLossTracker(HookTracker):
     """The rule on a live stream (single consumer; O(1) per row it reads, the named requests bounded
     by ``max_named_requests``). A request starts losing at the first of its rows read while it is
     counted in the pools (its admission, or a later reuse row); the summary is a finding of the
     shared :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty)."""
 
-    row_kinds: frozenset[str] = frozenset()
     # What the target reused is set at admission and what the draft reused at its reuse rows: the
     # rows after which what a request lost can change.
     request_kinds: frozenset[str] = frozenset({_ADMITTED, _REUSED, *_END})
@@ -56,14 +56,6 @@ class ReuseLossTracker:
         self._top: dict[int, float] = {}  # the max_named_requests largest losses
         self._live = 0.0  # sum of the live requests' lost blocks
         self._open_t = math.nan  # the instant a request started losing in, while is_open
-
-    @property
-    def findings(self) -> list[Finding]:
-        return []
-
-    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
-        return None
 
     def on_request(self, req: Any, kind: str, pool: str, t: float, it: int, reason: str, live: LiveContext) -> None:
         """A live request's admission or reuse (it may start losing) or its end."""

@@ -29,6 +29,7 @@ from kvscope.analysis.config import BASIS_NAMES as _BASIS
 from kvscope.analysis.config import DetectorConfig, runs
 from kvscope.analysis.findings import Finding, FindingKind, Severity
 from kvscope.analysis.findings_log import Episode
+from kvscope.analysis.rules.context import HookTracker
 from kvscope.analysis.rules.rule import Rule
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ def _batch(run: RunContext, prior: Sequence[Finding]) -> list[Finding]:
     return estimate_time_to_exhaustion(run.ev, run.debt, run.configs, run.cfg, run.exhaustion, run.timeline)
 
 
-class TimeToExhaustionTracker:
+class TimeToExhaustionTracker(HookTracker):
     """The rule on a live stream (single consumer): at each iteration end, per pool outside
     admission, the analyzer's reading (:attr:`LiveContext.exhaustion
     <kvscope.analysis.rules.context.LiveContext.exhaustion>`: its projections, computed once for
@@ -332,20 +333,10 @@ class TimeToExhaustionTracker:
     shared :class:`~kvscope.analysis.findings_log.FindingsLog` (``findings`` is empty: they are the
     log's)."""
 
-    row_kinds: frozenset[str] = frozenset()
-
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
         self._tte: dict[str, Episode] = {}
         self._break: dict[str, int] = {}  # pool -> last iteration without exhaustion risk
-
-    @property
-    def findings(self) -> list[Finding]:
-        return []
-
-    def on_row(self, kind: str, pool: str, rid: int, t: float, it: int, nb: int, nt: int, nr: int, cap: int,
-               free: int, evict: int, reason: str, live: LiveContext) -> Finding | None:
-        return None
 
     def on_iteration_end(self, t: float, it: int, live: LiveContext) -> None:
         for p, reading in live.exhaustion.items():
