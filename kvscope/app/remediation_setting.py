@@ -1,8 +1,8 @@
 """The remediation setting ``MODE[:POLICY]``: one parser for every place that takes it.
 
 ``kvscope replay --remediation``, ``KVSCOPE_REMEDIATION`` (checked by ``kvscope-instrument`` before
-the command runs, read again by every worker it starts), and the notebook layer's ``remediation=``
-argument all read a setting through :func:`parse_remediation_setting`, so they accept the same forms
+the command runs, read again by every worker it starts), the notebook layer's ``remediation=``
+argument and ``kvscope remediation set`` (where a bare mode keeps the engine's policy) all read a setting through :func:`parse_remediation_setting`, so they accept the same forms
 and refuse the others with the same message. The mode and policy names are ``remediation``'s own
 (``remediation.MODES`` and the ``remediation.POLICIES`` registry).
 """

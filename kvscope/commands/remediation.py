@@ -1,12 +1,14 @@
 """``kvscope remediation``: the live switch of a running engine, through its control file.
 
-    kvscope remediation set --channel PATH on|off|shadow|auto [--policy NAME] [--at-iteration N] [--json]
+    kvscope remediation set --channel PATH MODE[:POLICY] [--policy NAME] [--at-iteration N] [--json]
     kvscope remediation status --channel PATH [--json]
 
 The engine must have been started with ``KVSCOPE_REMEDIATION_CHANNEL=PATH`` (``kvscope replay`` or
 ``kvscope-instrument``); every rank reads the file once per scheduling pass and applies the record at
-its next pass (or at ``--at-iteration``). ``set`` checks the mode and policy names (any case) before
-it writes, and writes the file atomically with the next ``seq``. ``status`` prints what the file asks
+its next pass (or at ``--at-iteration``). ``set`` reads its setting as ``--remediation`` and
+``KVSCOPE_REMEDIATION`` do (``MODE``, ``MODE:POLICY`` or ``POLICY``, any case; one parser,
+``app.remediation_setting``), with ``--policy`` as the other way to name the policy; a bare ``MODE``
+keeps the engine's policy. It checks the names before it writes, and writes the file atomically with the next ``seq``. ``status`` prints what the file asks
 for; what each rank applied is in its events (``remediation_mode_changed``) and its summary.
 """
 
@@ -19,6 +21,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from kvscope.app.remediation_setting import parse_remediation_setting
 from remediation import (
     MODES,
     POLICIES,
@@ -37,8 +40,10 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     set_p = sub.add_parser("set", help="publish a mode (and policy) change")
     set_p.add_argument("--channel", required=True, metavar="PATH", help="the engine's KVSCOPE_REMEDIATION_CHANNEL")
-    set_p.add_argument("mode", metavar="MODE", help=f"one of {', '.join(MODES)}")
-    set_p.add_argument("--policy", metavar="NAME", help=f"admission policy ({', '.join(POLICIES)}); default: keep")
+    set_p.add_argument("mode", metavar="MODE[:POLICY]",
+                       help=f"mode ({', '.join(MODES)}), optionally with its policy after a colon, as --remediation")
+    set_p.add_argument("--policy", metavar="NAME",
+                       help=f"admission policy ({', '.join(POLICIES)}); default: the one MODE:POLICY names, else keep")
     set_p.add_argument("--at-iteration", type=int, default=-1, metavar="N",
                        help="scheduler iteration at which every rank applies it (default: each rank's next pass)")
     set_p.add_argument("--json", action="store_true", help="print the published record as one JSON object")
@@ -55,6 +60,26 @@ def _name(value: str, names: tuple[str, ...] | list[str], what: str, plural: str
     return name
 
 
+def _setting(text: str, policy_flag: str | None) -> tuple[str, str | None]:
+    """The mode and the policy to publish (None: the engine keeps its policy)."""
+    if not text.strip():
+        # An empty setting reads as "off" elsewhere (an unset variable); published to a running
+        # engine from a script whose variable came out empty it would switch remediation off unasked.
+        raise ValueError("give a mode: MODE[:POLICY] (modes: " + ", ".join(MODES) + ")")
+    bare = text.strip().lower()
+    if ":" not in bare and bare not in POLICIES:
+        mode, policy = _name(text, MODES, "mode", "modes"), None  # a bare mode keeps the engine's policy
+    else:
+        setting = parse_remediation_setting(text)
+        mode, policy = setting.mode, setting.policy
+    if policy_flag is None:
+        return mode, policy
+    flag = _name(policy_flag, list(POLICIES), "policy", "policies")
+    if policy is not None and flag != policy:
+        raise ValueError(f"{text!r} names policy {policy} and --policy names {flag}: give one")
+    return mode, flag
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) not in ("set", "status"):
         raise ValueError("give an action: kvscope remediation set|status --channel PATH (see --help)")
@@ -66,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
     channel = FileControlChannel(args.channel)
     if args.action == "status":
         return _status(channel, as_json=args.json)
-    mode = _name(args.mode, MODES, "mode", "modes")
-    policy = _name(args.policy, list(POLICIES), "policy", "policies") if args.policy is not None else None
+    mode, policy = _setting(args.mode, args.policy)
     if args.at_iteration < -1:
         raise ValueError(f"--at-iteration must be >= 0 (or -1: the next pass), got {args.at_iteration}")
     folder = os.path.dirname(os.path.abspath(args.channel))

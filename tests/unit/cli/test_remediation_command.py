@@ -20,8 +20,24 @@ def test_set_publishes_the_next_record_in_canonical_names_and_status_reads_it_ba
     assert json.loads(capsys.readouterr().out) == {"seq": 5, "mode": "on", "policy": "worst-case", "at_iteration": -1}
 
 
+@pytest.mark.parametrize(("setting", "flag", "published"), [
+    ("Shadow:Draft-Reserve", None, {"mode": "shadow", "policy": "draft-reserve"}),
+    ("on : worst-case", "WORST-CASE", {"mode": "on", "policy": "worst-case"}),  # both, agreeing
+    ("draft-reserve", None, {"mode": "on", "policy": "draft-reserve"}),  # a policy alone, as --remediation
+    ("auto", None, {"mode": "auto", "policy": None}),  # a bare mode keeps the engine's policy
+])
+def test_set_reads_the_setting_as_remediation_and_the_variable_do(tmp_path, capsys, setting, flag, published):
+    channel = tmp_path / "control.json"
+    argv = ["remediation", "set", "--channel", str(channel), setting] + (["--policy", flag] if flag else [])
+    assert main(argv) == 0
+    assert json.loads(channel.read_text()) == {"seq": 1, "at_iteration": -1, **published}
+
+
 @pytest.mark.parametrize(("argv", "said"), [
     (["enable"], "unknown mode 'enable'; modes: off, shadow, on, auto"),
+    (["on:draft-reserv"], "expected MODE[:POLICY] or POLICY"),
+    (["on:draft-reserve", "--policy", "worst-case"], "names policy draft-reserve and --policy names worst-case"),
+    (["  "], "give a mode"),
     (["on", "--policy", "draft-reserv"], "unknown policy 'draft-reserv'; policies: draft-headroom, draft-reserve"),
     (["on", "--at-iteration", "-5"], "--at-iteration must be >= 0"),
 ])
