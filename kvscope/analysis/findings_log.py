@@ -48,6 +48,12 @@ class FindingsLog:
         """The handle the next finding gets (findings raised so far, dropped included)."""
         return self.dropped + len(self.items)
 
+    def position_of(self, handle: int) -> int:
+        """Where the finding with ``handle`` is (or would be, for one not yet added) in
+        :attr:`items`; 0 for one already dropped: ``items[position_of(h):]`` are the findings kept
+        of those added since :attr:`next_handle` was ``h``."""
+        return max(handle - self.dropped, 0)
+
     def add(self, f: Finding) -> int:
         if len(self.items) >= self.max_findings:
             self.items.pop(0)

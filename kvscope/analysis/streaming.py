@@ -224,7 +224,7 @@ class StreamingAnalyzer:
         """Consume events in recording order; return the findings raised by them, then those
         raised earlier as warnings that they turned critical (again, as they stand now: a live
         log of findings says when a warning became a page, and why)."""
-        before = len(self._log.items) + self.dropped_findings
+        before = self._log.next_handle
         for e in events:
             row = e.as_row() if isinstance(e, KVEvent) else e
             self._one(row)
@@ -233,18 +233,20 @@ class StreamingAnalyzer:
     def feed_raw(self, raws: Iterable[tuple]) -> list[Finding]:
         """:meth:`feed` for the recorder's raw rows (``RAW_FIELDS`` order, as the live stream
         carries them), without building canonical rows first (the rules read neither rank nor pid)."""
-        before = len(self._log.items) + self.dropped_findings
+        before = self._log.next_handle
         one = self._one
         for r in raws:
             one(r, True)
         return self._raised(before)
 
     def _raised(self, before: int) -> list[Finding]:
-        items = self._log.items
-        raised = len(items) + self.dropped_findings - before
-        out = items[len(items) - raised:] if raised > 0 else []
+        # The log's own count, never dropped_findings: that also counts the stall tracker's waits,
+        # which it drops and takes back every iteration end while more requests wait than it keeps,
+        # and each of those counts made an old finding of the log read as raised again.
+        first_new = self._log.position_of(before)
         tracked, self._tracked_raised = self._tracked_raised, []
-        return out + self._log.take_turned(len(items) - raised) + self._new_findings() + tracked
+        return (self._log.items[first_new:] + self._log.take_turned(first_new) + self._new_findings()
+                + tracked)
 
     def _new_findings(self) -> list[Finding]:
         """What the trackers raised outside their row hooks since the last feed."""
@@ -253,13 +255,14 @@ class StreamingAnalyzer:
     def close(self) -> list[Finding]:
         """End of stream: finish the last iteration; the trackers close their open findings and add
         their summaries (reuse loss)."""
-        raised_before = len(self._log.items)
+        before = self._log.next_handle
         if self._iteration is not None:
             self._end_iteration()
         t, it = self._last_t, self._last_it
         for close in self._close_hooks:
             close(t, it, self._live)
-        return self._log.items[raised_before:] + self._log.take_turned(raised_before) + self._new_findings()
+        first_new = self._log.position_of(before)  # a full log drops its oldest as it takes new ones
+        return self._log.items[first_new:] + self._log.take_turned(first_new) + self._new_findings()
 
     # ---- per event --------------------------------------------------------------------------
     def _one(self, row: tuple, raw: bool = False) -> None:

@@ -197,6 +197,39 @@ def _assert_tte_read_alike(live, batch):
         assert g[3][1:] == pytest.approx(w[3][1:], rel=1e-9, nan_ok=True)
 
 
+@pytest.mark.parametrize(("path", "max_findings"), [
+    # More requests wait at once than the bound keeps: the stall rule drops waits and takes them
+    # back every iteration end (synthetic-crash, the engine model's synthetic trace).
+    ("../../integration/data/synthetic-crash.parquet", 3),
+    ("data/glm5-dsa.parquet", 1),  # a full log when close() adds the reuse-loss summary
+    ("data/glm5-dsa.parquet", 3),
+])
+def test_feed_and_close_return_each_finding_once_and_every_kept_one_at_some_point(path, max_findings):
+    """What feed/feed_raw/close return is what a live export logs and a dashboard lists: a finding
+    returned again (other than turned critical, which changes its severity) is a duplicate alarm,
+    and a kept finding never returned is one the live consumers never saw."""
+    from collections import Counter
+    from pathlib import Path
+
+    from kvscope.recording import read_frame
+    from kvscope.recording.reader import frame_to_rows
+
+    def key(f):
+        return (f.kind.value, f.severity.value, f.pools, round(f.t_start_s, 9), f.request_ids)
+
+    rows = frame_to_rows(read_frame(Path(__file__).parent / path))
+    sa = StreamingAnalyzer(max_findings=max_findings)
+    returned = []
+    for i in range(0, len(rows), 97):
+        returned += sa.feed(rows[i:i + 97])
+    returned += sa.close()
+    assert sa.dropped_findings > 0  # the bound was reached: the case under test
+    twice = {k: n for k, n in Counter(map(key, returned)).items() if n > 1}
+    assert twice == {}
+    seen = {(f.kind, f.pools, round(f.t_start_s, 9)) for f in returned}
+    assert [f for f in sa.findings if (f.kind, f.pools, round(f.t_start_s, 9)) not in seen] == []
+
+
 def test_feed_raw_reports_what_feed_reports_on_the_same_rows():
     """The live stream carries the recorder's raw rows; the analyzer child feeds them as they come
     (feed_raw) and must report exactly what feed reports for the canonical rows: the same findings
