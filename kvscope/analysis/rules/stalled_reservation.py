@@ -203,14 +203,17 @@ class _Wait:
     iteration end while that iteration is open."""
     cached: tuple | None = None
     """(iteration end, state, finding) of the last read."""
+    kept: bool = False
+    """Registered in the episode list at least once (one episode, however often it is dropped
+    and taken back)."""
 
 
 class StallTracker:
     """The rule on a live stream (single consumer). Fed by the streaming analyzer: each stall or
     progress row of a live request (:meth:`on_request`, with the analyzer's request record), each
     iteration end, the engine's failure and the stream's end. ``findings`` are the incidents of
-    every wait kept so far (at most ``LiveContext.max_findings`` waits, oldest dropped first,
-    counted in ``dropped``)."""
+    every wait kept so far (at most ``LiveContext.max_findings`` waits, oldest dropped first;
+    ``dropped`` counts the episodes not kept)."""
 
     row_kinds = frozenset({_FAILED})
     request_kinds = _STALL | _PROGRESS
@@ -223,7 +226,7 @@ class StallTracker:
     # looks only at its head.
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
-        self.dropped = 0
+        self._registered = 0  # distinct episodes ever registered
         self._open: dict[int, _Wait] = {}  # request -> its wait in progress
         self._serial = 0
         self._eps: dict[tuple[int, float], Finding | _Wait] = {}  # (request, start), bounded
@@ -328,16 +331,27 @@ class StallTracker:
         del self._open[w.rid]
         f = _wait_finding(w.rid, st, t, it, self.cfg, final=True)
         if f is not None:
-            self._register((w.rid, st[0]), f, live)
+            self._register((w.rid, st[0]), f, live, wait=w)
+
+    @property
+    def dropped(self) -> int:
+        """Episodes not kept for the bound. A wait dropped while it waits is taken back at the next
+        iteration end and drops another: counting each drop counted one wait once per iteration
+        (millions on a long run with more waiting requests than the bound)."""
+        return self._registered - len(self._eps)
 
     def _register(self, key: tuple[int, float], ep: Finding | _Wait, live: LiveContext, seq: int = -1,
-                  todo: list | None = None) -> None:
+                  todo: list | None = None, wait: _Wait | None = None) -> None:
+        w = ep if isinstance(ep, _Wait) else wait  # the wait this episode is (its finding, once resolved)
+        if w is None or not w.kept:
+            self._registered += 1
+            if w is not None:
+                w.kept = True
         if key not in self._eps:
             self._added = True
         self._eps[key] = ep
         while len(self._eps) > live.max_findings:
             old = self._eps.pop(next(iter(self._eps)))
-            self.dropped += 1
             if old.__class__ is _Wait and old.state is not None:
                 # Still waiting: back at the next check of its request (later in this pass, or
                 # the next iteration end).
