@@ -204,8 +204,7 @@ class _Wait:
     cached: tuple | None = None
     """(iteration end, state, finding) of the last read."""
     kept: bool = False
-    """Registered in the episode list at least once (one episode, however often it is dropped
-    and taken back)."""
+    """Registered in the episode list (one episode, however often dropped and taken back)."""
 
 
 class StallTracker:
@@ -335,9 +334,8 @@ class StallTracker:
 
     @property
     def dropped(self) -> int:
-        """Episodes not kept for the bound. A wait dropped while it waits is taken back at the next
-        iteration end and drops another: counting each drop counted one wait once per iteration
-        (millions on a long run with more waiting requests than the bound)."""
+        """Episodes not kept for the bound, once each (a wait dropped while waiting is taken back
+        at the next iteration end and drops another: not one count per iteration)."""
         return self._registered - len(self._eps)
 
     def _register(self, key: tuple[int, float], ep: Finding | _Wait, live: LiveContext, seq: int = -1,
